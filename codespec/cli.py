@@ -1,0 +1,125 @@
+"""The ``codespec`` command. Subcommands import their heavy modules lazily so ``--help`` is instant."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from codespec.errors import CodespecError
+
+# Other subcommands are plugins (entry point group "codespec.commands"): each names a function
+# that adds its subparser and sets ``run``. That keeps the engine free of imports from lsp/ and
+# proposers/; such modules import their heavy parts inside ``run``.
+COMMANDS_GROUP = "codespec.commands"
+
+
+def default_model_path() -> str | None:
+    """The shipped default model, if this build has one (see docs/default-model.md)."""
+    try:
+        from codespec.default_model import target_path
+    except ImportError:
+        return None
+    path = target_path()
+    return str(path) if path is not None else None
+
+
+def add_generate(subparsers) -> None:
+    parser = subparsers.add_parser("generate", help="generate text from a prompt with speculative decoding")
+    default = default_model_path()
+    parser.add_argument("--model", default=default, required=default is None,
+                        help="local model directory or cached hub id" + (" (default: the shipped model)" if default else ""))
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="prompt text")
+    source.add_argument("--prompt-file", type=Path, help="read the prompt from this file")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--proposer", default="context",
+                        help="none (plain decoding, the baseline), context, or any installed proposer")
+    parser.add_argument("--draft-len", type=int, default=8, help="K: most draft tokens verified per forward")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), or a torch device")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 elsewhere), float32, bfloat16")
+    parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    parser.set_defaults(run=run_generate)
+
+
+def run_generate(args) -> int:
+    from codespec.config import GenerationLimits, SamplingParams
+    from codespec.decode import Finished, TextDelta, generate
+    from codespec.model import TargetModel
+    from codespec.registry import ProposerSetup, create_proposer
+
+    prompt = args.prompt if args.prompt is not None else args.prompt_file.read_text(encoding="utf-8")
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
+    limits = GenerationLimits(args.max_new_tokens, tuple(args.stop), max_draft_len=args.draft_len)
+    target = TargetModel.load(args.model, device=args.device, dtype=args.dtype,
+                              trust_remote_code=args.trust_remote_code)
+    proposer = create_proposer(args.proposer, ProposerSetup(target, {}))
+    finished = None
+    for event in generate(target, target.encode(prompt), proposer, sampling, limits):
+        if isinstance(event, TextDelta) and not args.json:
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+        elif isinstance(event, Finished):
+            finished = event
+    stats = finished.stats.summary()
+    if args.json:
+        print(json.dumps({"text": finished.text, "token_ids": list(finished.token_ids),
+                          "finish_reason": finished.reason, "stats": _json_safe(stats)}))
+    else:
+        sys.stdout.write("\n")
+        print(describe_stats(stats, args.proposer), file=sys.stderr)
+    return 0
+
+
+def describe_stats(stats: dict, proposer: str) -> str:
+    return (
+        f"[{proposer}] {stats['tokens']} tokens in {stats['target_forwards']} target forwards "
+        f"({stats['tokens_per_forward']:.2f} tokens/forward; 1.00 for plain decoding), "
+        f"coverage {stats['coverage']:.0%}, mean accepted length {stats['mean_accepted_length']:.2f}, "
+        f"TTFT {stats['ttft_ms']:.1f} ms, decode {stats['tokens_per_s']:.1f} tokens/s"
+    )
+
+
+def _json_safe(value):
+    """NaN (a percentile of nothing) is not JSON; report it as null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="codespec", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    add_generate(subparsers)
+    from importlib.metadata import entry_points
+
+    for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
+        entry_point.load()(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except CodespecError as error:
+        print(f"codespec: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

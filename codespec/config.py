@@ -1,0 +1,67 @@
+"""Typed request settings, validated once at the edge so the engine can trust them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from codespec.errors import InvalidRequestError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the next token is chosen. ``temperature == 0`` means greedy.
+
+    The same transforms (temperature, then top-k, then top-p) are applied to the target's and to a
+    draft model's logits, as exact speculative sampling requires.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)):
+            raise InvalidRequestError(f"temperature must be a finite number, got {self.temperature!r}")
+        if self.temperature < 0:
+            raise InvalidRequestError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not isinstance(self.top_k, int) or self.top_k < 0:
+            raise InvalidRequestError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not (isinstance(self.top_p, (int, float)) and 0.0 < self.top_p <= 1.0):
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class GenerationLimits:
+    """When a request stops, besides EOS."""
+
+    max_new_tokens: int = 128
+    stop: tuple[str, ...] = ()
+    deadline_s: float | None = None  # wall-clock budget from request start
+    max_draft_len: int = 8  # K: the most draft tokens verified in one forward
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise InvalidRequestError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise InvalidRequestError(f"stop strings must be non-empty strings, got {self.stop!r}")
+        if self.deadline_s is not None and not self.deadline_s > 0:
+            raise InvalidRequestError(f"deadline must be > 0 seconds, got {self.deadline_s!r}")
+        if not isinstance(self.max_draft_len, int) or not 0 <= self.max_draft_len <= 256:
+            raise InvalidRequestError(f"draft length must be an integer in [0, 256], got {self.max_draft_len!r}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model to load and where. ``device``/``dtype`` "auto" resolve at load time."""
+
+    name_or_path: str
+    device: str = "auto"
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    extra: dict = field(default_factory=dict)

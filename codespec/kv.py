@@ -1,0 +1,59 @@
+"""A request's KV cache and its rollback contract.
+
+Contract: the cache holds keys/values for exactly ``token_ids`` (the invariant
+``hf_cache.get_seq_length() == len(token_ids)`` is checked on every change). Verification writes
+K+1 positions; ``rollback(n)`` then drops everything past the accepted sequence, so the next
+forward sees exactly the state a fresh prefill of ``token_ids[:n]`` would give. The same object is
+used for a draft model's cache, rolled back in step with the target's. Keeping the ids also lets a
+later request reuse the longest common prefix (prompt caching).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def common_prefix_len(left: Sequence[int], right: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    limit = min(len(left), len(right))
+    index = 0
+    while index < limit and left[index] == right[index]:
+        index += 1
+    return index
+
+
+class KVCache:
+    """transformers' DynamicCache plus the token ids it covers."""
+
+    def __init__(self, model_config) -> None:
+        from transformers import DynamicCache
+
+        self.hf_cache = DynamicCache(config=model_config)
+        self.token_ids: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def appended(self, token_ids: Sequence[int]) -> None:
+        """Record that a forward just wrote these positions."""
+        self.token_ids.extend(token_ids)
+        self._check()
+
+    def rollback(self, length: int) -> None:
+        """Keep the first ``length`` positions, drop the rest (transformers 5.x: negative crop)."""
+        if length < 0:
+            raise ValueError(f"cannot roll back to a negative length ({length})")
+        excess = len(self.token_ids) - length
+        if excess <= 0:
+            return
+        self.hf_cache.crop(-excess)
+        del self.token_ids[length:]
+        self._check()
+
+    def reset(self) -> None:
+        self.rollback(0)
+
+    def _check(self) -> None:
+        cached = self.hf_cache.get_seq_length()
+        if cached != len(self.token_ids):
+            raise RuntimeError(f"KV cache holds {cached} positions but tracks {len(self.token_ids)} token ids")

@@ -1,0 +1,134 @@
+"""The target model: any transformers causal LM, loaded offline, with one KV cache per request."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from codespec.errors import ModelNotFoundError
+from codespec.kv import KVCache
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """"auto" picks cuda, then mps, then cpu; anything else is passed to torch as given."""
+    if device != "auto":
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """"auto" is bf16 on CUDA and fp32 elsewhere (CPU matmuls in bf16 are slow and less exact)."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+    return names[dtype]
+
+
+def locate_model(name_or_path: str | os.PathLike) -> Path:
+    """A local model directory, or the snapshot of a hub id already in the local cache.
+
+    Never downloads: a model that is neither on disk nor cached is a ModelNotFoundError that says
+    both places that were searched.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"{path} is a directory but holds no config.json (not a transformers model)")
+        return path
+    text = str(name_or_path)
+    looks_like_path = text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep in text.replace("/", "")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    if not looks_like_path:
+        try:
+            return Path(snapshot_download(text, local_files_only=True))
+        except Exception as error:  # LocalEntryNotFoundError, HFValidationError, ...
+            log.debug("hub cache lookup for %s failed: %s", text, error)
+    raise ModelNotFoundError(
+        f"model {text!r} not found: no directory at {path.resolve()} and no cached hub model "
+        f"{text!r} under {HF_HUB_CACHE}. codespec never downloads at run time; pass a local "
+        f"model directory or an id already in the hub cache."
+    )
+
+
+class TargetModel:
+    """A causal LM + tokenizer behind the few calls the engine needs."""
+
+    def __init__(self, model, tokenizer, name: str = "") -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.eos_token_ids = _eos_ids(model, tokenizer)
+        self.max_context = _max_context(model, tokenizer)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+
+    @classmethod
+    def load(cls, name_or_path: str, device: str = "auto", dtype: str = "auto",
+             trust_remote_code: bool = False) -> "TargetModel":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = locate_model(name_or_path)
+        torch_device = resolve_device(device)
+        torch_dtype = resolve_dtype(dtype, torch_device)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, local_files_only=True, trust_remote_code=trust_remote_code, dtype=torch_dtype
+        ).to(torch_device)
+        return cls(model, tokenizer, name=str(name_or_path))
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.model.config)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: Sequence[int], cache: KVCache, keep_last: int = 1) -> torch.Tensor:
+        """Run ``input_ids`` after what ``cache`` holds; return float32 logits for the last positions.
+
+        Returns [keep_last, V]: row i scores the token after input position T - keep_last + i.
+        """
+        ids = torch.tensor([list(input_ids)], dtype=torch.long, device=self.device)  # [1, T]
+        output = self.model(input_ids=ids, cache=cache.hf_cache, use_cache=True, logits_to_keep=keep_last)
+        cache.appended(input_ids)
+        return output.logits[0, -keep_last:].float()  # [keep_last, V]
+
+
+def _eos_ids(model, tokenizer) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+def _max_context(model, tokenizer) -> int:
+    for attribute in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(model.config, attribute, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    limit = getattr(tokenizer, "model_max_length", 0)
+    return limit if 0 < limit < 1_000_000 else 2048

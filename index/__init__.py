@@ -1,0 +1,1 @@
+"""Workspace and session-history index: tokenized documents, suffix lookup, SQLite persistence."""

@@ -1,0 +1,1 @@
+"""Drafters behind codespec's proposer protocol (codespec.draft). Registered as entry points."""

@@ -1,0 +1,73 @@
+"""Context lookup: draft by copying what followed the longest earlier match of the current suffix.
+
+Classic prompt lookup, improved the ways that matter for code: the *longest* suffix match (up to
+``max_ngram`` tokens) wins, and among equal lengths the *most recent* occurrence, since nearby text
+predicts best. An n-gram -> latest-end map per n is extended incrementally as the sequence grows,
+so a step costs O(new tokens x max_ngram) dictionary work, not a scan of the sequence.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
+
+
+class ContextLookup:
+    name = "context"
+
+    def __init__(self, max_ngram: int = 8, min_ngram: int = 2, draft_len: int | None = None) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.draft_len = draft_len
+        self.begin(())
+
+    @classmethod
+    def from_setup(cls, setup) -> "ContextLookup":
+        options = setup.options
+        return cls(
+            max_ngram=int(options.get("max_ngram", 8)),
+            min_ngram=int(options.get("min_ngram", 2)),
+            draft_len=options.get("draft_len"),
+        )
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self._latest_end: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.max_ngram + 1)]
+        self._indexed_upto = 0
+        self._tokens: list[int] = []
+
+    def propose(self, context: ProposeContext) -> Draft:
+        tokens = self._sync(context.token_ids)
+        length = len(tokens)
+        self._index_until(length - 1)  # n-grams ending before the last position have a continuation
+        max_len = context.max_len if self.draft_len is None else min(self.draft_len, context.max_len)
+        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
+            end = self._latest_end[n].get(tuple(tokens[length - n:]))
+            if end is not None:
+                continuation = tokens[end:end + max_len]
+                return Draft(tuple(continuation), self.name, match=MatchInfo(n, "context", end))
+        return EMPTY_DRAFT
+
+    def observe(self, outcome: Outcome) -> None:
+        pass
+
+    def end(self) -> None:
+        self.begin(())
+
+    def _sync(self, token_ids: Sequence[int]) -> list[int]:
+        """Mirror the engine's sequence (append-only within a request; restart if it diverged)."""
+        known = len(self._tokens)
+        if len(token_ids) < known or (known and token_ids[known - 1] != self._tokens[-1]):
+            self.begin(())
+            known = 0
+        self._tokens.extend(token_ids[known:])
+        return self._tokens
+
+    def _index_until(self, last_end: int) -> None:
+        tokens = self._tokens
+        for end in range(self._indexed_upto + 1, last_end + 1):
+            for n in range(self.min_ngram, min(self.max_ngram, end) + 1):
+                self._latest_end[n][tuple(tokens[end - n:end])] = end
+        self._indexed_upto = max(self._indexed_upto, last_end)
