@@ -106,7 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     from importlib.metadata import entry_points
 
     for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
-        entry_point.load()(subparsers)
+        try:
+            add_parser = entry_point.load()
+        except ImportError as error:  # a plugin whose optional parts are missing stays out of the menu
+            print(f"codespec: command {entry_point.name!r} unavailable: {error}", file=sys.stderr)
+            continue
+        add_parser(subparsers)
     return parser
 
 

@@ -140,7 +140,8 @@ def generate(
             else:
                 stats.token_gaps_s.append(now - last_emit_s)
             last_emit_s = now
-            proposer.observe(Outcome(draft, verdict.accepted, tuple(kept), len(sequence)))
+            proposer.observe(Outcome(draft, verdict.accepted, tuple(kept), len(sequence),
+                                     step.proposal_s, step.verify_s))
             yield StepEvent(step, tuple(kept))
             if reason is None and len(output) >= limits.max_new_tokens:
                 reason = "length"

@@ -100,6 +100,8 @@ class Outcome:
     accepted: int  # number of leading draft tokens accepted (0..len(draft))
     emitted: tuple[int, ...]  # accepted drafts + the recovered or bonus token (may be cut by stop/budget)
     sequence_len: int  # len(prompt + output) after this step
+    proposal_s: float = 0.0  # measured cost of drafting this step
+    verify_s: float = 0.0  # measured cost of the target forward + verification
 
     @property
     def rejected(self) -> int:
