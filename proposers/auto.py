@@ -1,0 +1,250 @@
+"""``auto``: per step, the proposer and draft length with the best expected tokens per second.
+
+Lookup first: lookup proposers (context, and reference / index when configured) are nearly free,
+so every step asks all of them; their drafts and match lengths are what the decision conditions on.
+Model proposers (draft model, early exit) cost real time per token, so they draft only when the
+policy picks them (or probes them). The arithmetic lives in ``proposers/policy.py``.
+
+Statistics, kept across requests (a server's later requests start informed):
+- acceptance by depth per proposer and per (proposer, match-length bucket), from every verified
+  draft; lookup drafts that were *not* chosen are scored against what the target emitted anyway
+  ("shadow" evaluation: under greedy that is exactly what verification would have said, under
+  sampling it has the same distribution), so lookups keep being measured while speculation is off;
+- proposal seconds per model proposer (a + b k, timed here) and verification seconds by draft
+  length (a + b k, measured by the engine: ``Outcome.verify_s``).
+Model proposers get no shadow score, so when speculation is off the policy probes the most
+promising one every so often (``ProbeSchedule``: the interval doubles while probes fail).
+
+Sub-proposer lifecycle: every sub-proposer sees ``begin``, one ``observe`` per engine step and
+``end``. The chosen one gets the engine's outcome. The others get the outcome their own draft
+*would* have had: their draft this step (empty if they did not draft), ``accepted`` = how many of
+its leading tokens the emitted tokens confirm, and the real ``emitted`` and ``sequence_len``. So a
+copy pointer or a draft model's KV cache stays in step with the sequence either way (``emitted``
+may then hold more than ``accepted + 1`` tokens: another proposer's accepted run).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
+from codespec.kv import common_prefix_len
+from proposers.policy import (AcceptanceTable, Candidate, Choice, LinearCost, ProbeSchedule, best_length,
+                              choose)
+
+log = logging.getLogger(__name__)
+
+LOOKUP, MODEL = "lookup", "model"
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    margin: float = 0.05  # speculate only when the expected rate beats plain decoding by this much
+    acceptance_decay: float = 0.97
+    cost_decay: float = 0.98
+    prior_acceptance: float = 0.5  # optimistic enough that an untried proposer gets tried
+    prior_strength: float = 2.0
+    probe_interval: int = 16
+    probe_max_interval: int = 256
+    probe_max_len: int = 4
+    catch_up_limit: int = 2  # model timings with a longer catch-up prefill are not per-token costs
+
+
+class _Sub:
+    """One sub-proposer and what it did this step."""
+
+    def __init__(self, proposer: Proposer, kind: str) -> None:
+        self.proposer = proposer
+        self.kind = kind
+        self.name = proposer.name
+        self.proposal_cost = LinearCost("proportional")
+        self.draft: Draft = EMPTY_DRAFT
+        self.proposal_s = 0.0
+
+
+class AutoProposer:
+    name = "auto"
+
+    def __init__(self, lookups: Sequence[Proposer] = (), models: Sequence[Proposer] = (),
+                 config: PolicyConfig = PolicyConfig()) -> None:
+        self.subs = [_Sub(p, LOOKUP) for p in lookups] + [_Sub(p, MODEL) for p in models]
+        names = [sub.name for sub in self.subs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"sub-proposer names must be unique, got {names}")
+        self.config = config
+        self.acceptance = AcceptanceTable(config.acceptance_decay, config.prior_acceptance, config.prior_strength)
+        self.verify_cost = LinearCost("flat", config.cost_decay)
+        self.probes = ProbeSchedule(config.probe_interval, config.probe_max_interval)
+        self.decisions: list[Choice] = []  # one per propose call, for tests and debugging
+        self._chosen: _Sub | None = None
+        self._probing = False
+        self._proposed = False
+        self._steps = 0
+
+    @classmethod
+    def from_setup(cls, setup) -> "AutoProposer":
+        """Context lookup always; reference / index when their option is set; the draft model when
+        one is configured or shipped; early exit when the target has a Llama-style layer stack.
+        ``auto_candidates`` (list or comma-separated names) restricts the set."""
+        from codespec.registry import create_proposer
+
+        options = setup.options
+        wanted = options.get("auto_candidates")
+        if isinstance(wanted, str):
+            wanted = [name.strip() for name in wanted.split(",") if name.strip()]
+        lookups: list[Proposer] = []
+        models: list[Proposer] = []
+
+        def allowed(name: str) -> bool:
+            return wanted is None or name in wanted
+
+        if allowed("context"):
+            lookups.append(create_proposer("context", setup))
+        for name, option in (("reference", "reference"), ("index", "index")):
+            if allowed(name) and options.get(option) is not None:
+                try:
+                    lookups.append(create_proposer(name, setup))
+                except ImportError as error:  # written separately; absent in a partial build
+                    log.warning("auto: %s lookup unavailable (%s)", name, error)
+        if setup.target is not None:
+            if allowed("draft") and (options.get("draft_model") or _default_draft_available()):
+                models.append(create_proposer("draft", setup))
+            if allowed("early-exit") and _supports_early_exit(setup.target):
+                models.append(create_proposer("early-exit", setup))
+        return cls(lookups, models, PolicyConfig(**options.get("policy", {})))
+
+    # -- protocol ------------------------------------------------------------------------------
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self._steps = 0
+        self._chosen = None
+        self._proposed = False
+        for sub in self.subs:
+            sub.draft, sub.proposal_s = EMPTY_DRAFT, 0.0
+            sub.proposer.begin(prompt_ids)
+
+    def propose(self, context: ProposeContext) -> Draft:
+        self._proposed = True
+        # 1. Every lookup drafts (nearly free; its draft and match length inform the decision).
+        for sub in self.subs:
+            sub.draft, sub.proposal_s = EMPTY_DRAFT, 0.0
+            if sub.kind == LOOKUP:
+                start = time.perf_counter()
+                sub.draft = sub.proposer.propose(context).truncated(context.max_len)
+                sub.proposal_s = time.perf_counter() - start
+
+        # 2. Score every option; a model's cost is its fitted proposal time, a lookup's is sunk.
+        verify_fit = self.verify_cost.fit() or (1.0, 0.02)
+        candidates = [self._candidate(sub, context.max_len, verify_fit) for sub in self.subs]
+        decision, _ = choose([c for c in candidates if c is not None], verify_fit, self.config.margin)
+
+        # 3. Nothing pays: plain decoding, but probe a model proposer now and then.
+        self._probing = False
+        if decision.name is None and self.probes_due(candidates):
+            decision = self._probe(candidates, verify_fit)
+            self._probing = True
+        self.decisions.append(decision)
+        if decision.name is None:
+            self._chosen = None
+            return EMPTY_DRAFT
+
+        # 4. The chosen proposer's draft (a model drafts now, exactly k tokens at most).
+        sub = self._sub(decision.name)
+        if sub.kind == MODEL:
+            start = time.perf_counter()
+            sub.draft = sub.proposer.propose(replace_max_len(context, decision.draft_len))
+            sub.proposal_s = time.perf_counter() - start
+            if getattr(sub.proposer, "last_fed", 0) <= self.config.catch_up_limit and len(sub.draft):
+                sub.proposal_cost.add(len(sub.draft), sub.proposal_s)
+        self._chosen = sub if len(sub.draft) else None
+        return sub.draft.truncated(decision.draft_len) if len(sub.draft) else EMPTY_DRAFT
+
+    def observe(self, outcome: Outcome) -> None:
+        if self._steps > 0:  # the first step's forward includes the prompt prefill
+            self.verify_cost.add(len(outcome.draft), outcome.verify_s)
+        self._steps += 1
+        chosen = self._chosen if self._proposed else None
+        for sub in self.subs:
+            own = sub.draft if self._proposed else EMPTY_DRAFT
+            if sub is chosen:
+                self._record(sub, outcome.draft, outcome.accepted, outcome.accepted < len(outcome.draft))
+                sub.proposer.observe(outcome)
+                continue
+            confirmed = min(common_prefix_len(own.token_ids, outcome.emitted), len(own))
+            if sub.kind == LOOKUP and len(own):
+                # Shadow score: a rejection is known only where an emitted token disagrees.
+                self._record(sub, own, confirmed, confirmed < min(len(own), len(outcome.emitted)))
+            sub.proposer.observe(Outcome(own, confirmed, outcome.emitted, outcome.sequence_len,
+                                         sub.proposal_s, 0.0))
+        if chosen is not None:
+            if self._probing:
+                self.probes.probed()
+            else:
+                self.probes.speculated()
+        for sub in self.subs:
+            sub.draft, sub.proposal_s = EMPTY_DRAFT, 0.0
+        self._chosen, self._proposed, self._probing = None, False, False
+
+    def end(self) -> None:
+        for sub in self.subs:
+            try:
+                sub.proposer.end()
+            except Exception:  # one failing sub-proposer must not keep the others from cleaning up
+                log.exception("auto: %s.end() failed", sub.name)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _sub(self, name: str) -> _Sub:
+        return next(sub for sub in self.subs if sub.name == name)
+
+    def probes_due(self, candidates: Sequence[Candidate | None]) -> bool:
+        """Count a plain step; True when a model proposer should be probed now."""
+        return any(c is not None and self._sub(c.name).kind == MODEL for c in candidates) and self.probes.plain_step()
+
+    def _probe(self, candidates: Sequence[Candidate | None], verify_fit: tuple[float, float]) -> Choice:
+        """The most promising model proposer, with a short draft (its best length, capped)."""
+        models = [c for c in candidates if c is not None and self._sub(c.name).kind == MODEL]
+        best = max((best_length(c, verify_fit) for c in models), key=lambda choice: choice.rate)
+        return replace(best, draft_len=min(self.config.probe_max_len, best.draft_len))
+
+    def _record(self, sub: _Sub, draft: Draft, passed: int, rejected_next: bool) -> None:
+        match_len = draft.match.match_len if draft.match is not None else None
+        self.acceptance.record(sub.name, match_len, passed, rejected_next)
+
+    def _candidate(self, sub: _Sub, max_len: int, verify_fit: tuple[float, float]) -> Candidate | None:
+        if sub.kind == LOOKUP:
+            if not len(sub.draft):
+                return None
+            match_len = sub.draft.match.match_len if sub.draft.match is not None else None
+            rates = self.acceptance.estimates(sub.name, match_len, len(sub.draft))
+            return Candidate(sub.name, rates, len(sub.draft))
+        # Untimed model: assume a tenth of a forward per token, so it gets tried once.
+        proposal = sub.proposal_cost.fit() or (0.0, 0.1 * verify_fit[0])
+        return Candidate(sub.name, self.acceptance.estimates(sub.name, None, max_len), max_len, proposal)
+
+    def summary(self) -> dict:
+        """Current estimates, for logs and benchmarks."""
+        verify_fit = self.verify_cost.fit()
+        return {
+            "verify_s": verify_fit,
+            "proposal_s": {sub.name: sub.proposal_cost.fit() for sub in self.subs if sub.kind == MODEL},
+            "acceptance": {name: [round(a, 3) for a in table.estimates(8, self.acceptance.prior)]
+                           for name, table in self.acceptance.by_proposer.items()},
+            "probe_interval": self.probes.interval,
+        }
+
+
+def replace_max_len(context: ProposeContext, max_len: int) -> ProposeContext:
+    return ProposeContext(context.token_ids, context.prompt_len, max_len, context.sampling, context.generator)
+
+
+def _default_draft_available() -> bool:
+    from proposers.draft_model import default_draft_path
+
+    return default_draft_path() is not None
+
+
+def _supports_early_exit(target) -> bool:
+    layers = getattr(getattr(target.model, "model", None), "layers", None)
+    return layers is not None and len(layers) >= 2

@@ -1,0 +1,208 @@
+"""Draft-model proposer: a small causal LM with the target's vocabulary drafts K tokens, one by one.
+
+The drafting loop (``ModelDrafter``) is shared with early exit; only the forward differs.
+
+KV contract (the same as the target's, codespec/kv.py): the drafter's cache holds keys/values for
+exactly ``cache.token_ids``, and those ids are always a prefix of the engine's sequence *or* of the
+sequence plus this step's draft. After drafting K tokens the cache holds ``sequence + draft[:K-1]``
+(the last draft token is never fed). ``observe`` then keeps the longest prefix that the accepted
+sequence confirms: a cached position is valid exactly when every token up to it matches, so a
+common-prefix rollback is right whether this drafter's draft was verified, another proposer's was,
+or none. The next ``propose`` feeds only what is missing (the recovered or bonus token, and the last
+draft token when all K were accepted) in one forward.
+
+Sampling: each draft token is sampled from q = ``process_logits(draft_logits, sampling)`` with the
+request's generator, and that q is returned as ``draft_probs`` (rows exactly the distributions the
+tokens were drawn from), so verification can be exact. Stopping early because q is unconfident is
+fine: whether to draft position i is decided from the prefix, before position i is sampled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Sequence
+
+import torch
+
+from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext
+from codespec.errors import CodespecError
+from codespec.kv import KVCache, common_prefix_len
+from codespec.sampling import process_logits, sample
+
+DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+class ModelDrafter:
+    """Autoregressive drafting from a KV-cached forward; subclasses supply ``_forward``.
+
+    ``min_confidence``: from the second draft position on, stop when the draft distribution's top
+    probability falls below this (0 = never; the policy still chooses the length). ``vocab_size`` is
+    the target's logit width: draft logits are cut or padded (with -inf) to it, so q rows line up
+    with the target's p and padded ids are never drafted.
+    """
+
+    name = "model"
+
+    def __init__(self, vocab_size: int, max_context: int, min_confidence: float = 0.0) -> None:
+        if not 0.0 <= min_confidence <= 1.0:
+            raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence}")
+        self.vocab_size = vocab_size
+        self.max_context = max_context
+        self.min_confidence = min_confidence
+        self.cache: KVCache | None = None
+        self.last_fed = 0  # tokens fed to catch up before the last draft (the policy's timing filter)
+        self.last_draft_s = 0.0
+
+    # -- what subclasses provide -------------------------------------------------------------
+    def _new_cache(self) -> KVCache:
+        raise NotImplementedError
+
+    def _forward(self, input_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
+        """Logits for the token after the last input id: [V_draft] (any float dtype)."""
+        raise NotImplementedError
+
+    def _drafting(self):
+        """A context for one propose call (early exit swaps in its truncated layer stack here)."""
+        return contextlib.nullcontext()
+
+    # -- the protocol ------------------------------------------------------------------------
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        if self.cache is None:
+            self.cache = self._new_cache()
+        # Keep what an earlier request left that this prompt shares (prompt caching, as the target).
+        self.cache.rollback(common_prefix_len(self.cache.token_ids, prompt_ids))
+
+    def propose(self, context: ProposeContext) -> Draft:
+        start = time.perf_counter()
+        tokens = context.token_ids
+        max_len = min(context.max_len, self.max_context - len(tokens))
+        if max_len <= 0 or not tokens:
+            return EMPTY_DRAFT
+        if self.cache is None:
+            self.cache = self._new_cache()
+        sampling = context.sampling
+        greedy = sampling is None or sampling.greedy
+        draft_ids: list[int] = []
+        draft_rows: list[torch.Tensor] = []  # q rows, [V] each, sampling only
+        with self._drafting():
+            self._sync(tokens)
+            pending = list(tokens[len(self.cache):])
+            self.last_fed = len(pending)
+            for depth in range(max_len):
+                logits = self._fit_vocab(self._forward(pending, self.cache))  # [V]
+                if greedy:
+                    if depth and self.min_confidence > 0.0:
+                        if float(logits.float().softmax(-1).max()) < self.min_confidence:
+                            break
+                    token = int(logits.argmax())
+                else:
+                    draft_probs = process_logits(logits, sampling)  # [V] q
+                    if depth and float(draft_probs.max()) < self.min_confidence:
+                        break
+                    token = sample(draft_probs, context.generator)
+                    draft_rows.append(draft_probs)
+                draft_ids.append(token)
+                pending = [token]
+                if depth + 1 == max_len:
+                    break  # the last draft token is not fed: the target scores it, not us
+        self.last_draft_s = time.perf_counter() - start
+        probs = torch.stack(draft_rows) if draft_rows else None  # [K, V]
+        return Draft(tuple(draft_ids), self.name, probs)
+
+    def observe(self, outcome: Outcome) -> None:
+        if self.cache is None:
+            return
+        base = outcome.sequence_len - len(outcome.emitted)  # sequence length before this step
+        cached = self.cache.token_ids
+        if len(cached) <= base:
+            return
+        confirmed = common_prefix_len(cached[base:], outcome.emitted)
+        self.cache.rollback(base + confirmed)
+
+    def end(self) -> None:
+        pass  # the cache stays for prompt reuse by the next request; begin() trims it
+
+    def close(self) -> None:
+        """Release the cache (memory) for good."""
+        self.cache = None
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _sync(self, tokens: Sequence[int]) -> None:
+        """Make the cache a strict prefix of ``tokens`` (at least one token is left to feed)."""
+        cached = self.cache.token_ids
+        if len(cached) < len(tokens) and cached == list(tokens[: len(cached)]):
+            return  # the usual case after observe(): a prefix, nothing to drop
+        self.cache.rollback(min(common_prefix_len(cached, tokens), len(tokens) - 1))
+
+    def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """[V_draft] -> [V_target]: cut extra ids, pad missing ones with -inf (never drafted)."""
+        width = logits.shape[-1]
+        if width == self.vocab_size:
+            return logits
+        if width > self.vocab_size:
+            return logits[: self.vocab_size]
+        pad = logits.new_full((self.vocab_size - width,), float("-inf"))
+        return torch.cat([logits, pad])
+
+
+class DraftModelProposer(ModelDrafter):
+    """A separate small model drafts; it must share the target's tokenizer."""
+
+    name = "draft"
+
+    def __init__(self, draft, target_vocab_size: int, min_confidence: float = 0.0) -> None:
+        super().__init__(target_vocab_size, draft.max_context, min_confidence)
+        self.draft = draft  # codespec.model.TargetModel
+
+    @classmethod
+    def from_setup(cls, setup) -> "DraftModelProposer":
+        from codespec.model import TargetModel
+
+        target = setup.target
+        if target is None:
+            raise CodespecError("the draft proposer needs the target model (to check the vocabulary and device)")
+        options = setup.options
+        path = options.get("draft_model") or default_draft_path()
+        if path is None:
+            raise CodespecError(
+                "no draft model: pass the option draft_model=PATH (a local causal LM directory that shares "
+                "the target's tokenizer); this build ships no default draft model"
+            )
+        dtype = DTYPE_NAMES.get(target.dtype, "auto")
+        draft = TargetModel.load(str(path), device=str(target.device), dtype=dtype)
+        check_vocab_compatible(target, draft)
+        return cls(draft, target.vocab_size, float(options.get("draft_min_confidence", 0.0)))
+
+    def _new_cache(self) -> KVCache:
+        return self.draft.new_cache()
+
+    def _forward(self, input_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
+        return self.draft.forward(input_ids, cache, keep_last=1)[0]  # [V_draft]
+
+
+def default_draft_path():
+    """The shipped draft model's directory, or None when this build has none."""
+    try:
+        from codespec.default_model import draft_path
+    except ImportError:
+        return None
+    return draft_path()
+
+
+def check_vocab_compatible(target, draft) -> None:
+    """A draft must tokenize exactly like the target: the same id for every token string."""
+    target_vocab = target.tokenizer.get_vocab()
+    draft_vocab = draft.tokenizer.get_vocab()
+    if target_vocab == draft_vocab:
+        return
+    by_id_target = {index: token for token, index in target_vocab.items()}
+    by_id_draft = {index: token for token, index in draft_vocab.items()}
+    differing = sorted(i for i in by_id_target.keys() | by_id_draft.keys() if by_id_target.get(i) != by_id_draft.get(i))
+    example = differing[0]
+    raise CodespecError(
+        f"draft model {draft.name!r} does not share the target's tokenizer: {len(differing)} token ids differ "
+        f"(target vocabulary {len(target_vocab)}, draft {len(draft_vocab)}; e.g. id {example} is "
+        f"{by_id_target.get(example)!r} for the target and {by_id_draft.get(example)!r} for the draft). "
+        f"Use a draft model trained with the target's tokenizer."
+    )
