@@ -1,0 +1,137 @@
+"""`codespec serve` (LSP over stdio or TCP, or the websocket endpoint) and `codespec complete`.
+
+Heavy imports (torch, transformers, pygls) happen inside ``run`` so `codespec --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=None,
+                        help="local model directory or cached hub id (default: the shipped model)")
+    parser.add_argument("--draft", default=None, help="draft model sharing the target's tokenizer")
+    parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), or a torch device")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--proposer", default="auto",
+                        help="auto (policy), context, index, reference, draft, early-exit, or none")
+    parser.add_argument("--max-draft", type=int, default=16, help="K: most draft tokens verified per forward")
+
+
+def add_serve_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve", help="language server (stdio; --tcp) or websocket endpoint (--ws)",
+        description="Serve completions and edits. Default: LSP over stdio (editors launch this). "
+                    "--ws: the websocket protocol of docs/protocol.md (token required, loopback only by default).")
+    _model_arguments(parser)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--tcp", action="store_true", help="LSP over TCP instead of stdio")
+    mode.add_argument("--ws", action="store_true", help="websocket endpoint instead of LSP")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    parser.add_argument("--port", type=int, default=None, help="port (--ws default 8765, --tcp default 2087; 0 = any)")
+    parser.add_argument("--token", default=None,
+                        help="--ws token (default: $CODESPEC_TOKEN, else generated into a 0600 file)")
+    parser.add_argument("--token-file", type=Path, default=None, help="where a generated token is written")
+    parser.add_argument("--allow-origin", action="append", default=[],
+                        help="browser Origin allowed to connect to --ws (repeatable; none by default)")
+    parser.add_argument("--max-message-bytes", type=int, default=1 << 20)
+    parser.add_argument("--max-in-flight", type=int, default=4, help="concurrent requests per --ws connection")
+    parser.add_argument("--workspace", type=Path, action="append", default=[],
+                        help="--ws: folder to index at start (repeatable)")
+    parser.set_defaults(run=run_serve)
+
+
+def run_serve(args) -> int:
+    from lsp.options import ServerOptions
+
+    options = ServerOptions(model=args.model, draft=args.draft, device=args.device, dtype=args.dtype,
+                            proposer=args.proposer, max_draft=args.max_draft)
+    if args.ws:
+        import asyncio
+
+        return asyncio.run(_serve_ws(args, options))
+    from lsp.server import build_server
+
+    server = build_server(options)
+    if args.tcp:
+        port = 2087 if args.port is None else args.port
+        print(f"codespec: LSP on tcp://{args.host}:{port}", file=sys.stderr)
+        server.start_tcp(args.host, port)
+    else:
+        server.start_io()
+    return 0
+
+
+async def _serve_ws(args, options) -> int:
+    import asyncio
+    import signal
+
+    from lsp.auth import resolve_token
+    from lsp.options import WsLimits
+    from lsp.server import start_service
+    from lsp.ws import bound_port, start_ws_server
+
+    source = resolve_token(args.token, args.token_file)
+    service = await asyncio.to_thread(start_service, options)
+    if args.workspace:
+        _index_folders(service, args.workspace, options)
+    limits = WsLimits(max_message_bytes=args.max_message_bytes, max_in_flight=args.max_in_flight,
+                      allowed_origins=tuple(args.allow_origin))
+    server = await start_ws_server(service, source.token, args.host, 8765 if args.port is None else args.port,
+                                   options, limits)
+    port = bound_port(server)
+    where = f"written to {source.file} (readable by you only)" if source.file else f"from {source.origin}"
+    print(f"codespec: websocket on ws://{args.host}:{port}/  token {where}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    server.close()
+    await server.wait_closed()
+    service.close()
+    return 0
+
+
+def _index_folders(service, folders: list[Path], options, quiet: bool = False):
+    """Open the index for ``folders`` and fill it (blocking); returns the index or None."""
+    from lsp import indexing
+
+    roots = [folder.resolve() for folder in folders]
+    db_path = Path(options.index_path) if options.index_path else indexing.default_index_path(roots)
+    index = indexing.open_index(service, db_path)
+    if index is None:
+        return None
+
+    def progress(done: int, total: int) -> None:
+        if not quiet and (done == total or done % 50 == 0):
+            print(f"\rcodespec: indexed {done}/{total} files", end="" if done < total else "\n",
+                  file=sys.stderr, flush=True)
+
+    indexing.index_workspace(service, roots, options.exclude, options.max_file_bytes, progress).result()
+    return index
+
+
+def add_complete_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "complete", help="complete at FILE:LINE:COL once, end to end, with stats and speedup",
+        description="Index the workspace, complete at the position through the same engine service the "
+                    "servers use, then decode the same prompt plainly to measure the speedup. "
+                    "LINE and COL count from 1; COL counts characters.")
+    parser.add_argument("location", help="FILE:LINE:COL (1-based)")
+    _model_arguments(parser)
+    parser.add_argument("--workspace", type=Path, default=None,
+                        help="folder to index first (default: none; the completion drafts from its context)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="token budget (default: by context)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the plain-decoding comparison")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=run_complete)
+
+
+def run_complete(args) -> int:
+    from lsp.demo import complete_once
+
+    return complete_once(args)

@@ -1,0 +1,134 @@
+"""`codespec complete FILE:LINE:COL`: one completion end to end, measured against plain decoding.
+
+It goes through the same ``EngineService`` and the same prompt construction as the language
+server (``lsp.inline``), then decodes the same prompt with no speculation, from a cold cache like
+the first run, to report the speedup measured in the same process and check that the output is
+identical (greedy speculative decoding is lossless).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from codespec.errors import CodespecError
+
+
+def parse_location(location: str) -> tuple[Path, int, int]:
+    parts = location.rsplit(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise CodespecError(f"expected FILE:LINE:COL (1-based), got {location!r}")
+    path, line, column = Path(parts[0]), int(parts[1]), int(parts[2])
+    if line < 1 or column < 1:
+        raise CodespecError(f"LINE and COL count from 1, got {line}:{column}")
+    return path, line, column
+
+
+def cursor_offset(text: str, line: int, column: int) -> int:
+    """Code point offset of a 1-based line and column (columns count characters)."""
+    lines = text.split("\n")
+    if line > len(lines):
+        raise CodespecError(f"line {line} is past the end of the file ({len(lines)} lines)")
+    if column > len(lines[line - 1]) + 1:
+        raise CodespecError(f"column {column} is past the end of line {line} ({len(lines[line - 1])} characters)")
+    return sum(len(item) + 1 for item in lines[:line - 1]) + column - 1
+
+
+def complete_once(args) -> int:
+    from lsp.cli import _index_folders
+    from lsp.inline import completion_context, completion_prompt, trim_completion
+    from lsp.options import ServerOptions
+    from lsp.server import start_service
+    from lsp.service import GenerationRequest
+
+    path, line, column = parse_location(args.location)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise CodespecError(f"cannot read {path}: {error}") from None
+    offset = cursor_offset(text, line, column)
+    options = ServerOptions(model=args.model, draft=args.draft, device=args.device, dtype=args.dtype,
+                            proposer=args.proposer, max_draft=args.max_draft)
+    started = time.perf_counter()
+    service = start_service(options)
+    loaded_s = time.perf_counter() - started
+    report: dict = {"model": service.target.name, "model_load_s": round(loaded_s, 3)}
+    try:
+        if args.workspace is not None:
+            started = time.perf_counter()
+            index = _index_folders(service, [args.workspace], options, quiet=args.json)
+            report["index_s"] = round(time.perf_counter() - started, 3) if index is not None else None
+        context = completion_context(text, offset, options.line_tokens, options.block_tokens,
+                                     options.prefix_chars, options.suffix_chars, invoked=True)
+        uri = path.resolve().as_uri()
+
+        def request(proposer: str | None, key: str) -> GenerationRequest:
+            return GenerationRequest(prompt=completion_prompt(context), fim=(context.prefix, context.suffix),
+                                     max_tokens=args.max_tokens or context.max_tokens, stop=context.stop,
+                                     cache_key=key, uri=uri, cursor=offset, proposer=proposer)
+
+        def stream(delta: str) -> None:
+            if not args.json:
+                sys.stdout.write(delta)
+                sys.stdout.flush()
+
+        result = service.submit(request(None, "speculative"), stream).wait()
+        if not args.json:
+            sys.stdout.write("\n")
+        report.update(_describe(result, "speculative"))
+        report["completion"] = trim_completion(result.text, context)
+        report["multiline"] = context.multiline
+        if not args.no_baseline:
+            plain = service.submit(request("none", "plain")).wait()
+            report.update(_describe(plain, "plain"))
+            report["identical_output"] = plain.text == result.text
+            report["speedup_wall"] = _ratio(plain.elapsed_s, result.elapsed_s)
+            report["speedup_decode"] = _ratio(result.stats["tokens_per_s"], plain.stats["tokens_per_s"])
+    finally:
+        service.close()
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(_summary(report), file=sys.stderr)
+    return 0
+
+
+def _describe(result, label: str) -> dict:
+    stats = result.stats
+    return {f"{label}_ms": round(result.elapsed_s * 1e3, 2), f"{label}_tokens": stats["tokens"],
+            f"{label}_target_forwards": stats["target_forwards"],
+            f"{label}_tokens_per_forward": round(stats["tokens_per_forward"], 3),
+            f"{label}_ttft_ms": stats["ttft_ms"], f"{label}_tokens_per_s": stats["tokens_per_s"],
+            f"{label}_coverage": stats["coverage"], f"{label}_proposer": result.proposer,
+            f"{label}_finish_reason": result.reason}
+
+
+def _ratio(numerator, denominator) -> float | None:
+    if not numerator or not denominator:
+        return None
+    return round(numerator / denominator, 3)
+
+
+def _summary(report: dict) -> str:
+    lines = [
+        f"codespec [{report['speculative_proposer']}]: {report['speculative_tokens']} tokens in "
+        f"{report['speculative_ms']:.0f} ms ({report['speculative_target_forwards']} target forwards, "
+        f"{report['speculative_tokens_per_forward']:.2f} tokens/forward vs 1.00 for plain decoding; "
+        f"coverage {report['speculative_coverage']:.0%}; TTFT {report['speculative_ttft_ms'] or 0:.0f} ms; "
+        f"finish: {report['speculative_finish_reason']})",
+    ]
+    if "plain_ms" in report:
+        wall = report["speedup_wall"]
+        decode = report["speedup_decode"]
+        lines.append(
+            f"plain decoding, same prompt, same run: {report['plain_tokens']} tokens in {report['plain_ms']:.0f} ms"
+            f" -> speedup {wall:.2f}x wall time" if wall else "plain decoding: no tokens")
+        if decode:
+            lines[-1] += (f", {decode:.2f}x decode rate ({report['speculative_tokens_per_s']:.0f} vs "
+                          f"{report['plain_tokens_per_s']:.0f} tokens/s)")
+        lines.append(f"output identical to plain greedy decoding: {'yes' if report['identical_output'] else 'NO'}")
+    index = f"; index built in {report['index_s']:.2f} s" if report.get("index_s") is not None else ""
+    lines.append(f"model {report['model']} loaded in {report['model_load_s']:.2f} s{index}")
+    return "\n".join(lines)

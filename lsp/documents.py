@@ -1,0 +1,101 @@
+"""Open documents, kept current by incremental sync, and a per-document debounce for the index.
+
+Every keystroke updates the document text at once (completions need it), but the index hears
+about a burst of keystrokes once, after ``delay_s`` of quiet, as one replacement computed between
+the text the index last saw and the current text. What that replacement removed is what the
+index records as history (previous versions of edited text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Callable
+
+from lsp.positions import LineIndex, PositionError, changed_span
+
+
+@dataclass
+class Document:
+    uri: str
+    text: str
+    version: int
+    language_id: str = ""
+    indexed_text: str | None = None  # what the index last saw (None: not yet added)
+
+    def apply_change(self, start: tuple[int, int] | None, end: tuple[int, int] | None, new_text: str,
+                     version: int | None, encoding: str = "utf-16") -> None:
+        """Apply one content change; ``start``/``end`` None replaces the whole text."""
+        if start is None or end is None:
+            self.text = new_text
+        else:
+            index = LineIndex(self.text, encoding)
+            start_offset = index.offset(*start, clamp=True)
+            end_offset = index.offset(*end, clamp=True)
+            if end_offset < start_offset:
+                raise PositionError(f"change range end {end} comes before its start {start}")
+            self.text = self.text[:start_offset] + new_text + self.text[end_offset:]
+        if version is not None:
+            self.version = version
+
+    def pending_index_change(self) -> tuple[int, int, str] | None:
+        """The one replacement that brings the index up to date, or None if it already is."""
+        if self.indexed_text is None or self.indexed_text == self.text:
+            return None
+        return changed_span(self.indexed_text, self.text)
+
+
+class DocumentStore:
+    def __init__(self) -> None:
+        self.documents: dict[str, Document] = {}
+
+    def open(self, uri: str, text: str, version: int, language_id: str = "") -> Document:
+        document = Document(uri, text, version, language_id)
+        self.documents[uri] = document
+        return document
+
+    def get(self, uri: str) -> Document:
+        document = self.documents.get(uri)
+        if document is None:
+            raise KeyError(f"document {uri} is not open (send textDocument/didOpen first)")
+        return document
+
+    def close(self, uri: str) -> Document | None:
+        return self.documents.pop(uri, None)
+
+
+class Debouncer:
+    """Run ``callback(key)`` once ``delay_s`` after the last ``touch(key)``; ``flush`` runs it now."""
+
+    def __init__(self, delay_s: float, callback: Callable[[str], None],
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.delay_s = delay_s
+        self.callback = callback
+        self.loop = loop
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    def touch(self, key: str) -> None:
+        loop = self.loop or asyncio.get_running_loop()
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        self._timers[key] = loop.call_later(self.delay_s, self._fire, key)
+
+    def flush(self, key: str) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+            self.callback(key)
+
+    def cancel(self, key: str) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
+    @property
+    def pending(self) -> set[str]:
+        return set(self._timers)
+
+    def _fire(self, key: str) -> None:
+        self._timers.pop(key, None)
+        self.callback(key)

@@ -1,0 +1,111 @@
+"""What an inline completion asks the engine for: plain functions, tested without a server.
+
+- The prompt window around the cursor is *anchored*: its start moves in whole chunks at line
+  starts, not with every keystroke, so consecutive requests on a document share a long token
+  prefix and the KV cache (prompt caching) makes a keystroke cost a few tokens of prefill.
+- Single-line or multi-line: a cursor with code before it on its line, or text after it, gets the
+  rest of the line (stop at the newline); a cursor on an empty or indented-blank line gets a block.
+- Typing along a shown suggestion: the rest of the previous suggestion becomes the reference draft
+  for the next request (near-free reuse; the target still verifies every token).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+try:  # the one place prompt formats live
+    from codespec.prompts import END_MARKERS, fim_prompt, rewrite_prompt
+except ImportError:  # pragma: no cover - only before codespec.prompts exists
+    END_MARKERS = ("<|endoftext|>", "<|file_sep|>", "<|fim_pad|>")
+
+    def fim_prompt(prefix: str, suffix: str) -> str:
+        return f"<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>"
+
+    def rewrite_prompt(original: str, instruction: str | None = None) -> str:
+        parts = ["<|file_sep|>original.py\n", original]
+        if instruction:
+            parts += ["<|file_sep|>instruction.txt\n", instruction.strip(), "\n"]
+        parts.append("<|file_sep|>edited.py\n")
+        return "".join(parts)
+
+WINDOW_CHUNK = 1024  # characters the prompt window's start moves by
+
+
+@dataclass(frozen=True)
+class CompletionContext:
+    prefix: str  # prompt text before the cursor (windowed)
+    suffix: str  # prompt text after the cursor (windowed)
+    multiline: bool
+    stop: tuple[str, ...]
+    max_tokens: int
+
+
+def window_start(cursor: int, text: str, max_chars: int, chunk: int = WINDOW_CHUNK) -> int:
+    """Start of the prefix window: a line start that stays put while the user types.
+
+    The start is the first chunk boundary that keeps the window within ``max_chars``, moved
+    forward to the next line start; it only changes when the cursor crosses a chunk boundary.
+    """
+    if cursor <= max_chars:
+        return 0
+    chunk = max(1, min(chunk, max_chars // 2 or 1))
+    boundary = -(-(cursor - max_chars) // chunk) * chunk  # ceil to a chunk multiple
+    newline = text.find("\n", boundary, cursor)
+    return newline + 1 if newline != -1 else boundary
+
+
+def completion_context(text: str, offset: int, line_tokens: int, block_tokens: int,
+                       prefix_chars: int, suffix_chars: int, invoked: bool = False) -> CompletionContext:
+    """The FIM request for a cursor at code point ``offset`` in ``text``."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    line_end = text.find("\n", offset)
+    line_end = len(text) if line_end == -1 else line_end
+    before = text[line_start:offset]
+    after = text[offset:line_end]
+    # A block on a blank (or indentation-only) line with nothing after the cursor, or when the user
+    # explicitly invoked completion on such a line; otherwise finish the current line.
+    multiline = not before.strip() and not after.strip()
+    prefix = text[window_start(offset, text, prefix_chars):offset]
+    suffix = text[offset:offset + suffix_chars]
+    if multiline:
+        stop = ("\n\n\n", *END_MARKERS)
+        max_tokens = block_tokens
+    else:
+        stop = ("\n", *END_MARKERS)
+        max_tokens = line_tokens
+    return CompletionContext(prefix, suffix, multiline, stop, max_tokens)
+
+
+def completion_prompt(context: CompletionContext) -> str:
+    return fim_prompt(context.prefix, context.suffix)
+
+
+def edit_prompt(original: str, instruction: str | None) -> str:
+    return rewrite_prompt(original, instruction)
+
+
+def trim_completion(text: str, context: CompletionContext) -> str:
+    """A block loses trailing whitespace (blank lines are noise in a ghost-text suggestion)."""
+    return text.rstrip() if context.multiline else text
+
+
+@dataclass
+class Suggestion:
+    """The last completion shown for a document: where it was anchored and what it said."""
+
+    text_before: str  # document text up to the anchor
+    text: str
+
+
+def typed_along(shown: Suggestion | None, document_text: str, offset: int) -> str | None:
+    """The rest of ``shown`` if the user has typed a prefix of it since; else None."""
+    if shown is None or not shown.text:
+        return None
+    anchor = len(shown.text_before)
+    if offset < anchor or not document_text.startswith(shown.text_before):
+        return None
+    typed = document_text[anchor:offset]
+    if not shown.text.startswith(typed):
+        return None
+    rest = shown.text[len(typed):]
+    return rest or None

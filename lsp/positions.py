@@ -1,0 +1,145 @@
+"""The one codec between editor positions and text offsets.
+
+LSP positions are (line, character) where ``character`` counts UTF-16 code units (the default
+``positionEncoding``; UTF-8 and UTF-32 when the client negotiates them); Python strings index
+code points. Every conversion in lsp/ goes through
+this module, so a character outside the Basic Multilingual Plane (an emoji: one code point, two
+UTF-16 units) is handled in exactly one place. A position that lands between the two halves of
+a surrogate pair is not a position in the text at all: it is an error, never silently rounded.
+
+Lines end at "\\n", "\\r\\n" or "\\r" (LSP 3.17 §Text Documents).
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+class PositionError(ValueError):
+    """A position that does not exist in the document (out of range, or inside a surrogate pair)."""
+
+
+@dataclass(frozen=True)
+class Position:
+    line: int
+    character: int  # UTF-16 code units from the start of the line
+
+
+def utf16_len(text: str) -> int:
+    """UTF-16 code units in ``text`` (code points above U+FFFF take two)."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def _units(ch: str, encoding: str) -> int:
+    """Code units of one code point in the negotiated position encoding."""
+    code = ord(ch)
+    if encoding == "utf-16":
+        return 2 if code > 0xFFFF else 1
+    if encoding == "utf-32":
+        return 1
+    return 1 if code < 0x80 else 2 if code < 0x800 else 3 if code < 0x10000 else 4  # utf-8
+
+
+ENCODINGS = ("utf-16", "utf-8", "utf-32")
+
+
+class LineIndex:
+    """Line starts of one text, computed once; converts positions both ways."""
+
+    def __init__(self, text: str, encoding: str = "utf-16") -> None:
+        if encoding not in ENCODINGS:
+            raise ValueError(f"unknown position encoding {encoding!r}; expected one of {ENCODINGS}")
+        self.text = text
+        self.encoding = encoding
+        self.starts = [0] + [match.end() for match in _LINE_BREAK.finditer(text)]
+
+    @property
+    def line_count(self) -> int:
+        return len(self.starts)
+
+    def line_span(self, line: int) -> tuple[int, int]:
+        """Code point offsets of a line's first character and of its end (before the line break)."""
+        start = self.starts[line]
+        if line + 1 < len(self.starts):
+            end = self.starts[line + 1]
+            end -= 2 if self.text.startswith("\r\n", end - 2) else 1
+        else:
+            end = len(self.text)
+        return start, end
+
+    def offset(self, line: int, character: int, clamp: bool = False) -> int:
+        """Code point offset of an LSP position.
+
+        ``clamp`` applies the LSP rule that a character past the end of its line means the end of
+        the line (editors send such positions after deletions); without it that is an error. A
+        line past the end and a position inside a surrogate pair are errors either way.
+        """
+        if not isinstance(line, int) or not isinstance(character, int) or isinstance(line, bool) \
+                or isinstance(character, bool):
+            raise PositionError(f"a position is two integers, got line={line!r}, character={character!r}")
+        if line < 0 or character < 0:
+            raise PositionError(f"negative position (line {line}, character {character})")
+        if line >= len(self.starts):
+            raise PositionError(f"line {line} is out of range: the document has {len(self.starts)} lines")
+        start, end = self.line_span(line)
+        units = 0
+        for offset in range(start, end):
+            if units == character:
+                return offset
+            units += _units(self.text[offset], self.encoding)
+            if units > character:
+                raise PositionError(
+                    f"character {character} on line {line} falls inside a character "
+                    f"({'a surrogate pair' if self.encoding == 'utf-16' else 'a multi-byte sequence'}; "
+                    f"positions count {self.encoding.upper()} code units)"
+                )
+        if units == character or clamp:
+            return end
+        raise PositionError(
+            f"character {character} is out of range: line {line} has {units} {self.encoding.upper()} code units"
+        )
+
+    def position(self, offset: int) -> Position:
+        """The LSP position of a code point offset (0 <= offset <= len(text))."""
+        if not 0 <= offset <= len(self.text):
+            raise PositionError(f"offset {offset} is outside the text (length {len(self.text)})")
+        line = bisect.bisect_right(self.starts, offset) - 1
+        return Position(line, sum(_units(ch, self.encoding) for ch in self.text[self.starts[line]:offset]))
+
+
+def offset_at(text: str, line: int, character: int, clamp: bool = False, encoding: str = "utf-16") -> int:
+    return LineIndex(text, encoding).offset(line, character, clamp)
+
+
+def position_at(text: str, offset: int, encoding: str = "utf-16") -> Position:
+    return LineIndex(text, encoding).position(offset)
+
+
+def range_offsets(text: str, start: tuple[int, int], end: tuple[int, int], clamp: bool = False,
+                  encoding: str = "utf-16") -> tuple[int, int]:
+    """Code point offsets of an LSP range given as (line, character) pairs; start must not follow end."""
+    index = LineIndex(text, encoding)
+    start_offset = index.offset(*start, clamp=clamp)
+    end_offset = index.offset(*end, clamp=clamp)
+    if end_offset < start_offset:
+        raise PositionError(f"range end {end} comes before its start {start}")
+    return start_offset, end_offset
+
+
+def changed_span(old: str, new: str) -> tuple[int, int, str]:
+    """The smallest single replacement turning ``old`` into ``new``: (start, end in old, new text).
+
+    Used to hand the index one update for a burst of debounced keystrokes.
+    """
+    limit = min(len(old), len(new))
+    start = 0
+    while start < limit and old[start] == new[start]:
+        start += 1
+    tail = 0
+    while tail < limit - start and old[len(old) - 1 - tail] == new[len(new) - 1 - tail]:
+        tail += 1
+    return start, len(old) - tail, new[start:len(new) - tail]

@@ -1,0 +1,98 @@
+"""Proposers for a long-running server: per-request lookups, long-lived models and policy state.
+
+A request's lookups depend on the request (its reference text, its document and cursor for the
+index), so they are built per request. The model proposers (draft model, early exit) are costly
+to build (a draft model is loaded from disk) and the ``auto`` policy's statistics are what make
+later requests start informed, so both live as long as the server: each request's ``auto``
+proposer is assembled from fresh lookups plus the shared models, and inherits the policy state.
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+
+class ProposerFactory:
+    def __init__(self, target, base_options: dict | None = None) -> None:
+        self.target = target
+        self.base_options = dict(base_options or {})
+        self._models: list | None = None  # long-lived model proposers, built on first use
+        self._policy_state: tuple | None = None  # (acceptance, verify_cost, probes)
+        self._model_costs: dict = {}  # proposal cost fits of model proposers, by name
+        self._warned: set[str] = set()
+        self._models_owner = None  # the request proposer currently using the model proposers
+
+    def create(self, name: str, options: dict):
+        """The proposer ``name`` for one request (``options``: reference, index, uri, cursor)."""
+        from codespec.registry import ProposerSetup, create_proposer
+
+        merged = {**self.base_options, **options}
+        if name == "auto":
+            try:
+                return self._auto(merged)
+            except ImportError as error:  # a partial install without the policy
+                self._warn("auto", error)
+                name = "context"
+        if name in ("draft", "early-exit") and self._models_owner is None:
+            shared = next((p for p in self._model_proposers() if p.name == name), None)
+            if shared is not None:
+                self._models_owner = shared
+                return shared
+        return create_proposer(name, ProposerSetup(self.target, merged))
+
+    def release(self, proposer) -> None:
+        """The request using ``proposer`` is over."""
+        if proposer is not None and proposer is self._models_owner:
+            self._models_owner = None
+
+    def _auto(self, options: dict):
+        from codespec.registry import ProposerSetup, create_proposer
+        from proposers.auto import AutoProposer, PolicyConfig
+
+        setup = ProposerSetup(self.target, options)
+        lookups = [create_proposer("context", setup)]
+        for name in ("reference", "index"):
+            if options.get(name) is not None:
+                try:
+                    lookups.append(create_proposer(name, setup))
+                except Exception as error:  # e.g. not installed yet: draft without it
+                    self._warn(name, error)
+        # Model proposers keep per-request state (a draft KV cache): one request at a time uses them.
+        models = self._model_proposers() if self._models_owner is None else []
+        auto = AutoProposer(lookups, models, PolicyConfig(**options.get("policy", {})))
+        if models:
+            self._models_owner = auto
+        if self._policy_state is None:
+            self._policy_state = (auto.acceptance, auto.verify_cost, auto.probes)
+        else:
+            auto.acceptance, auto.verify_cost, auto.probes = self._policy_state
+        for sub in auto.subs:
+            if sub.kind == "model":
+                sub.proposal_cost = self._model_costs.setdefault(sub.name, sub.proposal_cost)
+        return auto
+
+    def _model_proposers(self) -> list:
+        if self._models is None:
+            from codespec.registry import ProposerSetup, create_proposer
+            from proposers.auto import _default_draft_available, _supports_early_exit
+
+            self._models = []
+            setup = ProposerSetup(self.target, self.base_options)
+            wanted = []
+            if self.base_options.get("draft_model") or _default_draft_available():
+                wanted.append("draft")
+            if _supports_early_exit(self.target):
+                wanted.append("early-exit")
+            for name in wanted:
+                try:
+                    self._models.append(create_proposer(name, setup))
+                except Exception as error:  # a missing or incompatible draft model: lookups still work
+                    self._warn(name, error)
+        return self._models
+
+    def _warn(self, name: str, error: Exception) -> None:
+        if name not in self._warned:
+            self._warned.add(name)
+            log.warning("proposer %r unavailable (%s); continuing without it", name, error)

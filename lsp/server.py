@@ -1,0 +1,334 @@
+"""The language server: thin pygls handlers over documents, the engine service and the index.
+
+Handlers fetch the document, call plain functions (``lsp.inline``, ``lsp.edit``, ``lsp.positions``)
+and convert to lsprotocol types. Requests are async handlers, so ``$/cancelRequest`` cancels the
+awaiting task, which cancels the engine job (it stops at its next cycle) and the client gets
+RequestCancelled. Custom methods:
+
+- ``codespec/edit`` (request): rewrite a range; streams ``codespec/editDelta`` notifications.
+- ``codespec/stats`` (request): engine and server statistics.
+- commands ``codespec.accepted`` (from inline items), ``codespec.reindex``, ``codespec.clearHistory``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from lsp import edit as edit_logic
+from lsp import indexing
+from lsp.documents import Debouncer, DocumentStore
+from lsp.inline import Suggestion, completion_context, completion_prompt, trim_completion, typed_along
+from lsp.options import ServerOptions, parse_options
+from lsp.positions import LineIndex, PositionError
+from lsp.service import AsyncJob, EngineService, GenerationRequest
+
+log = logging.getLogger(__name__)
+
+EDIT_METHOD = "codespec/edit"
+EDIT_DELTA = "codespec/editDelta"
+STATS_METHOD = "codespec/stats"
+ACCEPTED_COMMAND = "codespec.accepted"
+REINDEX_COMMAND = "codespec.reindex"
+CLEAR_HISTORY_COMMAND = "codespec.clearHistory"
+PROGRESS_TOKEN_PREFIX = "codespec/indexing"
+
+
+class CodespecServer(LanguageServer):
+    def __init__(self, base_options: ServerOptions = ServerOptions()) -> None:
+        from codespec import __version__
+
+        super().__init__("codespec", __version__ if isinstance(__version__, str) else "0")
+        self.base_options = base_options
+        self.options = base_options
+        self.service: EngineService | None = None
+        self.documents = DocumentStore()
+        self.suggestions: dict[str, Suggestion] = {}
+        self.inflight: dict[str, AsyncJob] = {}  # newest inline request per document
+        self.roots: list[Path] = []
+        self.encoding = "utf-16"
+        self.debouncer: Debouncer | None = None
+        self.indexing: asyncio.Task | None = None
+        self.indexed_files = 0
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def tell_user(self, message: str, kind: types.MessageType = types.MessageType.Warning) -> None:
+        self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    def offset_of(self, text: str, position: types.Position) -> int:
+        return LineIndex(text, self.encoding).offset(position.line, position.character, clamp=True)
+
+    def sync_index(self, uri: str) -> None:
+        """Debounced: hand the index the one replacement covering the recent keystrokes."""
+        service = self.service
+        document = self.documents.documents.get(uri)
+        if service is None or service.index is None or document is None:
+            return
+        change = document.pending_index_change()
+        if change is None:
+            return
+        start, end, new_text = change
+        version = document.version
+        document.indexed_text = document.text
+        service.call(lambda: service.index.update_document(uri, start, end, new_text, version))
+
+
+def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServer:
+    server = CodespecServer(base_options)
+
+    @server.feature(types.INITIALIZE)
+    async def initialize(ls: CodespecServer, params: types.InitializeParams) -> None:
+        ls.options, messages = parse_options(params.initialization_options, ls.base_options)
+        for message in messages:
+            ls.tell_user(message)
+        ls.encoding = str(getattr(ls.workspace, "position_encoding", None) or "utf-16").lower()
+        ls.roots = [path for path in (indexing.uri_to_path(folder.uri) for folder in params.workspace_folders or [])
+                    if path is not None]
+        if not ls.roots and params.root_uri and (root := indexing.uri_to_path(params.root_uri)) is not None:
+            ls.roots = [root]
+        ls.debouncer = Debouncer(ls.options.debounce_ms / 1000, ls.sync_index)
+        ls.service = await asyncio.to_thread(start_service, ls.options)
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls: CodespecServer, params: types.InitializedParams) -> None:
+        if ls.options.index and ls.roots:
+            db_path = Path(ls.options.index_path) if ls.options.index_path else indexing.default_index_path(ls.roots)
+            index = await asyncio.to_thread(indexing.open_index, ls.service, db_path)
+            if index is not None:
+                ls.indexing = asyncio.create_task(run_indexing(ls))
+                for document in ls.documents.documents.values():  # opened before the index existed
+                    add_to_index(ls, document)
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: CodespecServer, params: Any) -> None:
+        if ls.service is not None:
+            ls.service.close()
+            index = ls.service.index
+            if index is not None and hasattr(index, "close"):
+                index.close()  # the engine thread has stopped: no concurrent use left
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: CodespecServer, params: types.DidOpenTextDocumentParams) -> None:
+        item = params.text_document
+        document = ls.documents.open(item.uri, item.text, item.version, item.language_id)
+        add_to_index(ls, document)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: CodespecServer, params: types.DidChangeTextDocumentParams) -> None:
+        document = ls.documents.get(params.text_document.uri)
+        for change in params.content_changes:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                rng = change.range
+                document.apply_change((rng.start.line, rng.start.character), (rng.end.line, rng.end.character),
+                                      change.text, None, ls.encoding)
+            else:
+                document.apply_change(None, None, change.text, None)
+        document.version = params.text_document.version
+        if ls.debouncer is not None:
+            ls.debouncer.touch(document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: CodespecServer, params: types.DidSaveTextDocumentParams) -> None:
+        if ls.debouncer is not None:
+            ls.debouncer.flush(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: CodespecServer, params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        if ls.debouncer is not None:
+            ls.debouncer.flush(uri)
+        ls.documents.close(uri)
+        ls.suggestions.pop(uri, None)
+        job = ls.inflight.pop(uri, None)
+        if job is not None:
+            job.cancel()
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(ls: CodespecServer, params: types.InlineCompletionParams):
+        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+        found = await complete_at(ls, params.text_document.uri, params.position, invoked)
+        if found is None:
+            return []
+        text, position = found
+        return [types.InlineCompletionItem(
+            insert_text=text,
+            range=types.Range(position, position),
+            command=types.Command("codespec: accepted", ACCEPTED_COMMAND,
+                                  [params.text_document.uri, text]),
+        )]
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
+    async def completion(ls: CodespecServer, params: types.CompletionParams):
+        if not ls.options.completion_fallback:
+            return None
+        found = await complete_at(ls, params.text_document.uri, params.position, invoked=True)
+        if found is None:
+            return types.CompletionList(is_incomplete=True, items=[])
+        text, position = found
+        label = next((line.strip() for line in text.splitlines() if line.strip()), text)[:80]
+        return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
+            label=label, kind=types.CompletionItemKind.Text, detail="codespec",
+            filter_text=label, text_edit=types.TextEdit(types.Range(position, position), text),
+            command=types.Command("codespec: accepted", ACCEPTED_COMMAND, [params.text_document.uri, text]),
+        )])
+
+    @server.feature(EDIT_METHOD)
+    async def edit(ls: CodespecServer, params: Any) -> dict:
+        raw = edit_logic.as_dict(params)
+        uri = edit_logic.text_document_uri(raw)
+        document = ls.documents.get(uri)
+        plan = edit_logic.plan_edit(document.text, raw, ls.encoding, ls.options.edit_tokens)
+        edit_id = str(raw.get("editId") or uuid.uuid4())
+
+        def on_delta(text: str) -> None:
+            ls.protocol.notify(EDIT_DELTA, {"editId": edit_id, "uri": uri, "text": text})
+
+        request = GenerationRequest(prompt=plan.prompt, max_tokens=plan.max_tokens, kind="edit",
+                                    stop=plan.stop, reference=plan.reference, cache_key=f"edit:{uri}",
+                                    uri=uri, cursor=plan.start)
+        result = await AsyncJob(ls.service, request, on_delta).result()
+        return edit_logic.edit_response(edit_id, raw["range"], result)
+
+    @server.feature(STATS_METHOD)
+    async def stats(ls: CodespecServer, params: Any) -> dict:
+        snapshot = await ls.service.acall(ls.service._snapshot)
+        snapshot["documents_open"] = len(ls.documents.documents)
+        snapshot["workspace_files_indexed"] = ls.indexed_files
+        snapshot["history"] = [{"kind": kind, "uri": uri, "text": text}
+                               for kind, uri, text in list(ls.service.history)[-20:]]
+        return snapshot
+
+    @server.command(ACCEPTED_COMMAND)
+    async def accepted(ls: CodespecServer, uri: str, text: str) -> None:
+        await asyncio.wrap_future(ls.service.record_history("accepted", text, uri))
+
+    @server.command(REINDEX_COMMAND)
+    async def reindex(ls: CodespecServer, *args: Any) -> None:
+        if ls.service.index is None:
+            ls.tell_user("codespec: the workspace index is off or unavailable", types.MessageType.Info)
+            return
+        if ls.indexing is not None and not ls.indexing.done():
+            await ls.indexing
+            return
+        ls.indexing = asyncio.create_task(run_indexing(ls))
+        await ls.indexing
+
+    @server.command(CLEAR_HISTORY_COMMAND)
+    async def clear_history(ls: CodespecServer, *args: Any) -> None:
+        await asyncio.wrap_future(ls.service.clear_history())
+
+    return server
+
+
+def start_service(options: ServerOptions) -> EngineService:
+    """Load the model (blocking: runs in a worker thread during initialize) and start the engine."""
+    from codespec.errors import CodespecError
+    from codespec.model import TargetModel
+
+    model = options.model or default_model()
+    if model is None:
+        raise CodespecError("no model: pass --model DIR or initializationOptions.model "
+                            "(this build ships no default model)")
+    target = TargetModel.load(model, device=options.device, dtype=options.dtype)
+    proposer_options = {"draft_model": options.draft} if options.draft else {}
+    service = EngineService(target, options.proposer, options.max_draft, options.cached_documents,
+                            proposer_options=proposer_options)
+    service.warm_up()
+    return service
+
+
+def default_model() -> str | None:
+    try:
+        from codespec.default_model import target_path
+    except ImportError:
+        return None
+    path = target_path()
+    return str(path) if path is not None else None
+
+
+async def complete_at(ls: CodespecServer, uri: str, position: types.Position,
+                      invoked: bool) -> tuple[str, types.Position] | None:
+    """The completion text at ``position`` (None when superseded, cancelled or empty)."""
+    document = ls.documents.get(uri)
+    text = document.text
+    offset = ls.offset_of(text, position)
+    options = ls.options
+    context = completion_context(text, offset, options.line_tokens, options.block_tokens,
+                                 options.prefix_chars, options.suffix_chars, invoked)
+    reference = typed_along(ls.suggestions.get(uri), text, offset)
+    previous = ls.inflight.pop(uri, None)
+    if previous is not None:
+        previous.cancel()  # a newer request for the same document supersedes the older one
+    request = GenerationRequest(prompt=completion_prompt(context), fim=(context.prefix, context.suffix), max_tokens=context.max_tokens,
+                                stop=context.stop, reference=reference, cache_key=uri, uri=uri,
+                                cursor=offset, deadline_s=options.deadline_ms / 1000)
+    job = AsyncJob(ls.service, request)
+    ls.inflight[uri] = job
+    try:
+        result = await job.result()
+    finally:
+        if ls.inflight.get(uri) is job:
+            del ls.inflight[uri]
+    completion = trim_completion(result.text, context)
+    if result.reason == "cancelled" or not completion:
+        return None
+    ls.suggestions[uri] = Suggestion(text[:offset], completion)
+    # The item is anchored where it was asked for; the document may have moved on since.
+    return completion, types.Position(position.line, position.character)
+
+
+def add_to_index(ls: CodespecServer, document) -> None:
+    service = ls.service
+    if service is None or service.index is None or document.indexed_text is not None:
+        return
+    uri, text, version = document.uri, document.text, document.version
+    document.indexed_text = text
+    service.call(lambda: service.index.add_document(uri, text, version))
+
+
+async def run_indexing(ls: CodespecServer) -> None:
+    """Index the workspace folders, reporting work-done progress when the client supports it."""
+    loop = asyncio.get_running_loop()
+    token = f"{PROGRESS_TOKEN_PREFIX}/{uuid.uuid4().hex[:8]}"
+    capabilities = ls.client_capabilities
+    use_progress = bool(capabilities.window and capabilities.window.work_done_progress)
+    if use_progress:
+        try:
+            await ls.work_done_progress.create_async(token)
+        except Exception as error:  # the client refused: index without a progress bar
+            log.info("progress not created: %s", error)
+            use_progress = False
+    if use_progress:
+        ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+            title="codespec: indexing workspace", cancellable=False, percentage=0))
+
+    def report(done: int, total: int) -> None:
+        ls.indexed_files = done
+        if use_progress:
+            percentage = int(100 * done / total) if total else 100
+            ls.work_done_progress.report(token, types.WorkDoneProgressReport(
+                message=f"{done}/{total} files", percentage=percentage))
+
+    def progress(done: int, total: int) -> None:  # engine thread
+        loop.call_soon_threadsafe(report, done, total)
+
+    summary = "done"
+    try:
+        await asyncio.wrap_future(indexing.index_workspace(
+            ls.service, ls.roots, ls.options.exclude, ls.options.max_file_bytes, progress))
+    except Exception as error:
+        summary = f"failed: {error}"
+        log.warning("workspace indexing failed: %s", error)
+    finally:
+        if use_progress:
+            ls.work_done_progress.end(token, types.WorkDoneProgressEnd(
+                message=f"{ls.indexed_files} files indexed ({summary})"))
+
+
+__all__ = ["build_server", "CodespecServer", "PositionError"]

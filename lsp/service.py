@@ -1,0 +1,459 @@
+"""The engine service both servers (LSP and websocket) and `codespec complete` share.
+
+One worker thread owns the model, the KV caches and the index (SQLite connections and torch stay
+on one thread). It round-robins the active requests **one decode cycle (one target forward) at a
+time**, so a long edit delays a completion by at most one cycle, and a cancelled request stops
+at its next cycle. Callers on an event loop get deltas and results through thread-safe callbacks
+(``AsyncJob`` wraps them for asyncio).
+
+Prompt caching: each document key keeps the KV cache of its last request; the engine reuses its
+longest common token prefix with the next prompt (as llama.cpp's prompt cache), so a keystroke
+costs a few tokens of prefill. A cache in use by a running request is not shared: a concurrent
+request on the same key gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from codespec.config import GenerationLimits, SamplingParams
+from codespec.errors import CodespecError
+from codespec.stats import RequestStats
+
+log = logging.getLogger(__name__)
+
+DeltaCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One completion or rewrite, already turned into a prompt."""
+
+    prompt: str
+    max_tokens: int
+    kind: str = "complete"  # "complete" | "edit": stats and what history records
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.0
+    reference: str | None = None  # reference draft: the text being rewritten, a prediction, a shown suggestion
+    cache_key: str | None = None  # document whose KV cache to reuse
+    uri: str | None = None  # for the index proposer's locality ranking
+    cursor: int | None = None  # code point offset of the cursor in ``uri``
+    deadline_s: float | None = None
+    proposer: str | None = None  # None: the service default
+    fim: tuple[str, str] | None = None  # (prefix, suffix) the prompt was built from: lets the service
+    # shrink the window to the model's context (keeping the text nearest the cursor)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts in the style of OpenAI's usage.completion_tokens_details."""
+
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens whose KV state was reused (no prefill)
+    completion_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    text: str
+    reason: str  # "eos" | "stop" | "length" | "context" | "deadline" | "cancelled"
+    usage: Usage
+    stats: dict  # RequestStats.summary(), design.md §3 names
+    proposer: str
+    elapsed_s: float
+
+
+class Job:
+    """A submitted request: cancel it, wait for it (thread or asyncio)."""
+
+    def __init__(self, request: GenerationRequest, on_delta: DeltaCallback | None) -> None:
+        self.request = request
+        self.on_delta = on_delta
+        self.future: concurrent.futures.Future[JobResult] = concurrent.futures.Future()
+        self._cancel = threading.Event()
+        self.submitted_s = time.perf_counter()
+        # worker-thread state
+        self.generator = None
+        self.proposer = None
+        self.cache = None
+        self.prompt_len = 0
+        self.cached_len = 0
+
+    def cancel(self) -> None:
+        """Stop at the next cycle (or before starting); the result's reason becomes "cancelled"."""
+        self._cancel.set()
+
+    def is_set(self) -> bool:  # the engine's Cancellation protocol
+        return self._cancel.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        return self.future.result(timeout)
+
+
+class AsyncJob:
+    """A Job seen from an event loop: deltas arrive as loop callbacks, the result is awaitable."""
+
+    def __init__(self, service: "EngineService", request: GenerationRequest,
+                 on_delta: DeltaCallback | None = None) -> None:
+        loop = asyncio.get_running_loop()
+
+        def deliver(text: str) -> None:
+            if on_delta is not None and not loop.is_closed():
+                try:
+                    loop.call_soon_threadsafe(on_delta, text)
+                except RuntimeError:  # the loop closed meanwhile (client gone)
+                    pass
+
+        self.job = service.submit(request, deliver)
+
+    def cancel(self) -> None:
+        self.job.cancel()
+
+    async def result(self) -> JobResult:
+        """The result; if the awaiting task is cancelled, the job is cancelled too."""
+        try:
+            return await asyncio.shield(asyncio.wrap_future(self.job.future))
+        except asyncio.CancelledError:
+            self.job.cancel()
+            raise
+
+
+class _CachePool:
+    """KV caches by document key, least recently used evicted beyond ``capacity``."""
+
+    def __init__(self, target, capacity: int) -> None:
+        self.target = target
+        self.capacity = capacity
+        self.caches: collections.OrderedDict[str, Any] = collections.OrderedDict()
+
+    def take(self, key: str | None):
+        cache = self.caches.pop(key or "", None)
+        return cache if cache is not None else self.target.new_cache()
+
+    def give_back(self, key: str | None, cache) -> None:
+        self.caches[key or ""] = cache
+        self.caches.move_to_end(key or "")
+        while len(self.caches) > self.capacity:
+            self.caches.popitem(last=False)
+
+    def clear(self) -> None:
+        self.caches.clear()
+
+
+@dataclass
+class ServiceStats:
+    """Totals since start, and the engine metrics of the last ``window`` requests."""
+
+    requests: collections.Counter = field(default_factory=collections.Counter)  # by kind
+    reasons: collections.Counter = field(default_factory=collections.Counter)  # by finish reason
+    errors: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+    history_entries: int = 0
+    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
+
+    def as_dict(self) -> dict:
+        merged = RequestStats()
+        for stats in self.recent:
+            merged = merged.merge(stats)
+        return {
+            "requests": dict(self.requests), "finish_reasons": dict(self.reasons), "errors": self.errors,
+            "prompt_tokens": self.prompt_tokens, "cached_prompt_tokens": self.cached_prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "accepted_prediction_tokens": self.accepted_prediction_tokens,
+            "rejected_prediction_tokens": self.rejected_prediction_tokens,
+            "history_entries": self.history_entries,
+            "engine": _json_safe(merged.summary()),
+        }
+
+
+class EngineService:
+    """Owns the target, the caches, the optional index and the scheduler thread."""
+
+    def __init__(self, target, proposer: str = "auto", max_draft: int = 16, cached_documents: int = 8,
+                 index=None, proposer_options: dict | None = None) -> None:
+        self.target = target
+        self.default_proposer = proposer
+        self.max_draft = max_draft
+        self.index = index
+        self.stats = ServiceStats()
+        self.history: collections.deque = collections.deque(maxlen=1024)  # (kind, uri, text), newest last
+        self._caches = _CachePool(target, cached_documents)
+        self._cond = threading.Condition()
+        self._pending: list[Job] = []
+        self._calls: list[tuple[Callable[[], Any], concurrent.futures.Future]] = []
+        self._active: list[Job] = []
+        self._closed = False
+        self._proposer_warnings: set[str] = set()
+        from lsp.proposing import ProposerFactory
+
+        self._proposers = ProposerFactory(target, proposer_options)
+        self._thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
+        self._thread.start()
+
+    # ---- API (any thread) -------------------------------------------------------------------
+    def submit(self, request: GenerationRequest, on_delta: DeltaCallback | None = None) -> Job:
+        job = Job(request, on_delta)
+        with self._cond:
+            if self._closed:
+                raise CodespecError("the engine service is closed")
+            self._pending.append(job)
+            self._cond.notify()
+        return job
+
+    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        """Run ``fn`` on the engine thread between two decode cycles (index updates, stats)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            if self._closed:
+                future.set_exception(CodespecError("the engine service is closed"))
+                return future
+            self._calls.append((fn, future))
+            self._cond.notify()
+        return future
+
+    async def acall(self, fn: Callable[[], Any]) -> Any:
+        return await asyncio.wrap_future(self.call(fn))
+
+    def warm_up(self) -> None:
+        """One short request through the default proposer: the first forward of a fresh process is
+        slow (allocations, kernel selection) and model proposers load lazily; pay that at start."""
+        request = GenerationRequest(prompt="def main():\n    return", max_tokens=4, cache_key="__warm_up__",
+                                    reference="def main():\n    return 0\n")
+        try:
+            self.submit(request).wait()
+        except CodespecError as error:
+            log.warning("warm-up request failed: %s", error)
+        self.call(lambda: self._caches.caches.pop("__warm_up__", None)).result()
+
+    def snapshot(self) -> dict:
+        """Stats as a JSON-safe dict (taken on the engine thread, so it is consistent)."""
+        return self.call(self._snapshot).result()
+
+    def record_history(self, kind: str, text: str, uri: str | None = None) -> concurrent.futures.Future:
+        return self.call(lambda: self._add_history(kind, text, uri))
+
+    def clear_history(self) -> concurrent.futures.Future:
+        def clear() -> None:
+            self.history.clear()
+            clear_index = getattr(self.index, "clear_history", None)
+            if clear_index is not None:
+                clear_index()
+        return self.call(clear)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            for job in self._pending + self._active:
+                job.cancel()
+            self._cond.notify()
+        self._thread.join(timeout=30)
+
+    # ---- engine thread ----------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:  # a bug here would hang every caller: fail them all loudly instead
+            log.exception("engine thread crashed")
+            with self._cond:
+                self._closed = True
+                jobs, self._pending, self._active = self._pending + self._active, [], []
+                calls, self._calls = self._calls, []
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(CodespecError("the engine thread crashed; see the server log"))
+            for _, future in calls:
+                if not future.done():
+                    future.set_exception(CodespecError("the engine thread crashed; see the server log"))
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._pending or self._active or self._calls or self._closed):
+                    self._cond.wait()
+                if self._closed and not (self._pending or self._active or self._calls):
+                    return
+                pending, self._pending = self._pending, []
+                calls, self._calls = self._calls, []
+            for fn, future in calls:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn())
+                    except BaseException as error:  # handed to the caller
+                        future.set_exception(error)
+            for job in pending:
+                self._start(job)
+            for job in list(self._active):  # one cycle each: round-robin at cycle granularity
+                self._step(job)
+
+    def _start(self, job: Job) -> None:
+        from codespec.decode import generate
+        from codespec.kv import common_prefix_len
+
+        request = job.request
+        if job.cancelled:
+            self._complete(job, "", "cancelled", RequestStats())
+            return
+        try:
+            prompt_ids = self._fit_prompt(request)
+            max_tokens = request.max_tokens
+            if request.kind == "edit" and request.reference:  # a rewrite is about as long as its reference
+                max_tokens += len(self.target.encode(request.reference))
+            max_tokens = max(1, min(max_tokens, self.target.max_context - len(prompt_ids)))
+            sampling = SamplingParams(temperature=request.temperature)
+            limits = GenerationLimits(max_tokens, tuple(request.stop), request.deadline_s, self.max_draft)
+            job.proposer = self._make_proposer(request)
+            job.cache = self._caches.take(request.cache_key)
+            job.prompt_len = len(prompt_ids)
+            job.cached_len = min(common_prefix_len(job.cache.token_ids, prompt_ids), max(len(prompt_ids) - 1, 0))
+            job.generator = generate(self.target, prompt_ids, job.proposer, sampling, limits, job, job.cache)
+        except Exception as error:
+            self._fail(job, error)
+            return
+        self._active.append(job)
+
+    def _fit_prompt(self, request: GenerationRequest) -> list[int]:
+        """Prompt ids; a FIM prompt too long for the context is rebuilt from a narrower window."""
+        prompt_ids = self.target.encode(request.prompt)
+        budget = self.target.max_context - min(request.max_tokens, self.target.max_context // 4) - 1
+        if request.fim is None or len(prompt_ids) <= budget:
+            return prompt_ids
+        from lsp.inline import fim_prompt
+
+        prefix, suffix = request.fim
+        for _ in range(8):
+            scale = 0.9 * budget / len(prompt_ids)
+            keep = int(len(prefix) * scale)
+            cut = prefix.find("\n", len(prefix) - keep)  # start the window at a line start
+            prefix = prefix[cut + 1:] if 0 <= cut < len(prefix) - 1 else prefix[len(prefix) - keep:]
+            suffix = suffix[:int(len(suffix) * scale)]
+            prompt_ids = self.target.encode(fim_prompt(prefix, suffix))
+            if len(prompt_ids) <= budget:
+                break
+        return prompt_ids
+
+    def _step(self, job: Job) -> None:
+        from codespec.decode import Finished, StepEvent, TextDelta
+
+        try:
+            while True:
+                event = next(job.generator)
+                if isinstance(event, TextDelta):
+                    if job.on_delta is not None:
+                        job.on_delta(event.text)
+                elif isinstance(event, StepEvent):
+                    return
+                elif isinstance(event, Finished):
+                    self._active.remove(job)
+                    self._caches.give_back(job.request.cache_key, job.cache)
+                    self._complete(job, event.text, event.reason, event.stats)
+                    return
+        except Exception as error:  # a failed request must not take the service down
+            self._active.remove(job)
+            job.cache = None  # its state is unknown: do not reuse it
+            self._fail(job, error)
+
+    def _complete(self, job: Job, text: str, reason: str, stats: RequestStats) -> None:
+        self._proposers.release(job.proposer)
+        request = job.request
+        accepted, rejected = _prediction_tokens(job.proposer, stats) if request.reference else (0, 0)
+        usage = Usage(job.prompt_len, job.cached_len, stats.tokens, accepted, rejected)
+        totals = self.stats
+        totals.requests[request.kind] += 1
+        totals.reasons[reason] += 1
+        totals.prompt_tokens += usage.prompt_tokens
+        totals.cached_prompt_tokens += usage.cached_prompt_tokens
+        totals.completion_tokens += usage.completion_tokens
+        totals.accepted_prediction_tokens += accepted
+        totals.rejected_prediction_tokens += rejected
+        totals.recent.append(stats)
+        if text and reason != "cancelled":
+            self._add_history("output" if request.kind == "complete" else "edit-output", text, request.uri)
+        name = getattr(job.proposer, "name", "none") if job.proposer is not None else "none"
+        result = JobResult(text, reason, usage, _json_safe(stats.summary()), name,
+                           time.perf_counter() - job.submitted_s)
+        job.future.set_result(result)
+
+    def _fail(self, job: Job, error: Exception) -> None:
+        self._proposers.release(job.proposer)
+        self.stats.errors += 1
+        if not isinstance(error, CodespecError):
+            log.exception("request failed", exc_info=error)
+        job.future.set_exception(error)
+
+    def _add_history(self, kind: str, text: str, uri: str | None) -> None:
+        self.history.append((kind, uri, text))
+        self.stats.history_entries += 1
+        if self.index is not None:
+            try:
+                self.index.add_history(kind, text, uri)
+            except Exception:  # history is a hint for drafting; never fail a request over it
+                log.exception("index.add_history failed")
+
+    def _snapshot(self) -> dict:
+        snapshot = self.stats.as_dict()
+        snapshot["active_requests"] = len(self._active)
+        snapshot["model"] = getattr(self.target, "name", "")
+        snapshot["proposer"] = self.default_proposer
+        snapshot["index"] = self.index is not None
+        return snapshot
+
+    def _make_proposer(self, request: GenerationRequest):
+        options: dict = {}
+        if request.reference:
+            options["reference"] = request.reference
+        if self.index is not None:
+            options.update(index=self.index, uri=request.uri, cursor=request.cursor)
+        wanted = request.proposer or self.default_proposer
+        chain = [wanted] + (["reference"] if request.reference else []) + ["context", "none"]
+        for name in dict.fromkeys(chain):
+            try:
+                return self._proposers.create(name, options)
+            except Exception as error:  # not installed yet, or missing an option: degrade, say so once
+                if name not in self._proposer_warnings:
+                    self._proposer_warnings.add(name)
+                    log.warning("proposer %r unavailable (%s); falling back", name, error)
+        raise CodespecError("no proposer could be created")
+
+
+def _prediction_tokens(proposer, stats: RequestStats) -> tuple[int, int]:
+    """Accepted/rejected reference tokens: from the proposer when it counts them, else from the
+    steps whose draft came from the reference."""
+    accepted = getattr(proposer, "accepted_prediction_tokens", None)
+    rejected = getattr(proposer, "rejected_prediction_tokens", None)
+    if isinstance(accepted, int) and isinstance(rejected, int):
+        return accepted, rejected
+    steps = [step for step in stats.steps if step.proposer.startswith("reference")]
+    accepted = sum(step.accepted for step in steps)
+    return accepted, sum(step.draft_len for step in steps) - accepted
+
+
+def _json_safe(value):
+    import math
+
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    return value

@@ -1,0 +1,167 @@
+"""The websocket endpoint (`codespec serve --ws`): the same engine service as the language server.
+
+One connection = one session: requests run concurrently (up to a per-connection limit), each
+streams ``delta`` messages and ends with exactly one of ``done``, ``cancelled`` or ``error``. All
+outgoing messages of a connection go through one writer task, so a request's deltas always
+precede its final message. A bad message gets an ``error`` and the connection stays open; a
+closed connection cancels its requests. Protocol: docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from codespec.errors import CodespecError
+from lsp.auth import refusal
+from lsp.edit import plan_text_edit
+from lsp.inline import END_MARKERS, completion_context, completion_prompt, trim_completion
+from lsp.options import ServerOptions, WsLimits
+from lsp.service import AsyncJob, EngineService, GenerationRequest
+from lsp.wsproto import (CancelMessage, CompleteMessage, EditMessage, ProtocolError, StatsMessage,
+                         error_message, parse_message)
+
+log = logging.getLogger(__name__)
+
+
+class Session:
+    """One client connection."""
+
+    def __init__(self, connection, service: EngineService, options: ServerOptions, limits: WsLimits) -> None:
+        self.connection = connection
+        self.service = service
+        self.options = options
+        self.limits = limits
+        self.jobs: dict[Any, AsyncJob | None] = {}  # request id -> job (None while being set up)
+        self.tasks: set[asyncio.Task] = set()
+        self.outbox: asyncio.Queue = asyncio.Queue()
+
+    async def run(self) -> None:
+        writer = asyncio.create_task(self._write())
+        try:
+            async for raw in self.connection:
+                self.dispatch(raw)
+        finally:
+            for job in self.jobs.values():
+                if job is not None:
+                    job.cancel()
+            for task in list(self.tasks):
+                task.cancel()
+            writer.cancel()
+
+    def send(self, message: dict) -> None:
+        self.outbox.put_nowait(message)
+
+    async def _write(self) -> None:
+        import websockets
+
+        while True:
+            message = await self.outbox.get()
+            try:
+                await self.connection.send(json.dumps(message))
+            except websockets.ConnectionClosed:
+                return
+
+    def dispatch(self, raw: str | bytes) -> None:
+        try:
+            message = parse_message(raw, self.limits.max_message_bytes)
+        except ProtocolError as error:
+            self.send(error_message(error.code, error.message, error.request_id))
+            return
+        if isinstance(message, CancelMessage):
+            job = self.jobs.get(message.id)
+            if message.id not in self.jobs:
+                self.send(error_message("unknown_id", f"no request {message.id!r} is running", message.id))
+            elif job is not None:
+                job.cancel()  # the request itself answers with "cancelled"
+            return
+        if isinstance(message, StatsMessage):
+            self._spawn(self._stats(message))
+            return
+        if message.id in self.jobs:
+            self.send(error_message("duplicate_id", f"request {message.id!r} is still running", message.id))
+            return
+        if len(self.jobs) >= self.limits.max_in_flight:
+            self.send(error_message("too_many_requests", f"at most {self.limits.max_in_flight} requests may run "
+                                    f"at once on one connection", message.id))
+            return
+        self.jobs[message.id] = None
+        self._spawn(self._generate(message))
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _stats(self, message: StatsMessage) -> None:
+        snapshot = await self.service.acall(self.service._snapshot)
+        self.send({"type": "stats", "id": message.id, "stats": snapshot})
+
+    async def _generate(self, message: CompleteMessage | EditMessage) -> None:
+        request_id = message.id
+        try:
+            request, context = self._request(message)
+
+            def on_delta(text: str) -> None:
+                self.send({"type": "delta", "id": request_id, "text": text})
+
+            job = AsyncJob(self.service, request, on_delta)
+            self.jobs[request_id] = job
+            result = await job.result()
+            text = trim_completion(result.text, context) if context is not None else result.text
+            body = {"id": request_id, "text": text, "finish_reason": result.reason,
+                    "usage": result.usage.as_dict(), "stats": result.stats, "proposer": result.proposer}
+            self.send({"type": "cancelled" if result.reason == "cancelled" else "done", **body})
+        except CodespecError as error:
+            self.send(error_message("invalid_request", str(error), request_id))
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # report, keep the connection and the server alive
+            log.exception("websocket request %r failed", request_id)
+            self.send(error_message("internal", f"{type(error).__name__}: {error}", request_id))
+        finally:
+            self.jobs.pop(request_id, None)
+
+    def _request(self, message: CompleteMessage | EditMessage):
+        options = self.options
+        key = f"ws:{message.path}" if message.path else None
+        if isinstance(message, EditMessage):
+            plan = plan_text_edit(message.text, message.instruction, message.prediction,
+                                  message.max_tokens or options.edit_tokens)
+            return GenerationRequest(prompt=plan.prompt, max_tokens=plan.max_tokens, kind="edit", stop=plan.stop,
+                                     reference=plan.reference, temperature=message.temperature,
+                                     cache_key=f"edit:{key}" if key else None, uri=message.path), None
+        text = message.prefix + message.suffix
+        context = completion_context(text, len(message.prefix), options.line_tokens, options.block_tokens,
+                                     options.prefix_chars, options.suffix_chars, invoked=True)
+        stop = context.stop if message.stop is None else (*message.stop, *END_MARKERS)
+        return GenerationRequest(prompt=completion_prompt(context), fim=(context.prefix, context.suffix),
+                                 max_tokens=message.max_tokens or context.max_tokens, stop=stop,
+                                 temperature=message.temperature, reference=message.prediction,
+                                 cache_key=key, uri=message.path, cursor=len(message.prefix),
+                                 deadline_s=options.deadline_ms / 1000), context
+
+
+async def start_ws_server(service: EngineService, token: str, host: str = "127.0.0.1", port: int = 0,
+                          options: ServerOptions = ServerOptions(), limits: WsLimits = WsLimits()):
+    """Start serving; returns the websockets Server (``server.sockets[0].getsockname()`` has the port)."""
+    from websockets.asyncio.server import serve
+
+    def process_request(connection, request):
+        refused = refusal(request.path, request.headers, token, limits.allowed_origins)
+        if refused is not None:
+            status, reason = refused
+            return connection.respond(status, reason)
+        return None
+
+    async def handler(connection) -> None:
+        await Session(connection, service, options, limits).run()
+
+    return await serve(handler, host, port, process_request=process_request,
+                       max_size=limits.max_frame_bytes, max_queue=64)
+
+
+def bound_port(server) -> int:
+    return server.sockets[0].getsockname()[1]

@@ -1,0 +1,182 @@
+"""The websocket protocol's messages: parsing and validation as plain functions (docs/protocol.md).
+
+Every way a message can be wrong maps to a ``ProtocolError`` with a stable ``code``; the server
+turns it into an ``error`` message and keeps the connection open.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from lsp.positions import LineIndex, PositionError
+
+MAX_STOP_STRINGS = 8
+MAX_TOKENS_LIMIT = 4096
+
+
+class ProtocolError(Exception):
+    def __init__(self, code: str, message: str, request_id: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+@dataclass(frozen=True)
+class CompleteMessage:
+    id: str | int
+    prefix: str
+    suffix: str
+    path: str | None
+    max_tokens: int | None
+    temperature: float
+    stop: tuple[str, ...] | None
+    prediction: str | None
+
+
+@dataclass(frozen=True)
+class EditMessage:
+    id: str | int
+    text: str
+    instruction: str | None
+    prediction: str | None
+    max_tokens: int | None
+    temperature: float
+    path: str | None
+
+
+@dataclass(frozen=True)
+class CancelMessage:
+    id: str | int
+
+
+@dataclass(frozen=True)
+class StatsMessage:
+    id: str | int | None
+
+
+Message = CompleteMessage | EditMessage | CancelMessage | StatsMessage
+
+
+def parse_message(raw: str | bytes, max_bytes: int) -> Message:
+    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise ProtocolError("message_too_large", f"message is {size} bytes; the limit is {max_bytes}")
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ProtocolError("invalid_json", f"message is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("invalid_request", "a message is a JSON object with a \"type\"")
+    request_id = data.get("id")
+    kind = data.get("type")
+    if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
+        raise ProtocolError("invalid_request", "id must be a string or an integer")
+    parsers = {"complete": _complete, "edit": _edit, "cancel": _cancel, "stats": _stats}
+    if kind not in parsers:
+        raise ProtocolError("unknown_type", f"unknown message type {kind!r}; expected one of "
+                            f"{', '.join(parsers)}", request_id)
+    if request_id is None and kind != "stats":
+        raise ProtocolError("invalid_request", f"a {kind} message needs an id")
+    try:
+        return parsers[kind](data)
+    except ProtocolError as error:
+        error.request_id = request_id
+        raise
+    except PositionError as error:
+        raise ProtocolError("invalid_position", str(error), request_id) from None
+
+
+def _text(data: dict, key: str, required: bool = False) -> str | None:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise ProtocolError("invalid_request", f"{key} is required (a string)")
+        return None
+    if not isinstance(value, str):
+        raise ProtocolError("invalid_request", f"{key} must be a string")
+    return value
+
+
+def _max_tokens(data: dict) -> int | None:
+    value = data.get("max_tokens")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS_LIMIT:
+        raise ProtocolError("invalid_request", f"max_tokens must be an integer in [1, {MAX_TOKENS_LIMIT}]")
+    return value
+
+
+def _temperature(data: dict) -> float:
+    value = data.get("temperature", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 <= value <= 2:
+        raise ProtocolError("invalid_request", "temperature must be a number in [0, 2] (0 = greedy)")
+    return float(value)
+
+
+def _stop(data: dict) -> tuple[str, ...] | None:
+    value = data.get("stop")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or len(value) > MAX_STOP_STRINGS or \
+            not all(isinstance(item, str) and item for item in value):
+        raise ProtocolError("invalid_request", f"stop must be up to {MAX_STOP_STRINGS} non-empty strings")
+    return tuple(value)
+
+
+def _split_document(data: dict) -> tuple[str, str]:
+    """``document`` + ``position`` (LSP-style, UTF-16) as an alternative to ``prefix``/``suffix``."""
+    document = _text(data, "document", required=True)
+    position = data.get("position")
+    if not isinstance(position, dict):
+        raise ProtocolError("invalid_request", "position must be an object {line, character}")
+    offset = LineIndex(document).offset(position.get("line"), position.get("character"))
+    return document[:offset], document[offset:]
+
+
+def _complete(data: dict) -> CompleteMessage:
+    if "document" in data:
+        if "prefix" in data or "suffix" in data:
+            raise ProtocolError("invalid_request", "send either prefix/suffix or document/position, not both")
+        prefix, suffix = _split_document(data)
+    else:
+        prefix = _text(data, "prefix", required=True)
+        suffix = _text(data, "suffix") or ""
+    return CompleteMessage(data["id"], prefix, suffix, _text(data, "path"), _max_tokens(data),
+                           _temperature(data), _stop(data), _text(data, "prediction"))
+
+
+def _edit(data: dict) -> EditMessage:
+    if "document" in data:
+        document = _text(data, "document", required=True)
+        rng = data.get("range")
+        if not isinstance(rng, dict) or not isinstance(rng.get("start"), dict) or not isinstance(rng.get("end"), dict):
+            raise ProtocolError("invalid_request", "range must be {start: {line, character}, end: {...}}")
+        index = LineIndex(document)
+        start = index.offset(rng["start"].get("line"), rng["start"].get("character"))
+        end = index.offset(rng["end"].get("line"), rng["end"].get("character"))
+        if end < start:
+            raise ProtocolError("invalid_position", "range end comes before its start")
+        text = document[start:end]
+    else:
+        text = _text(data, "text", required=True)
+    return EditMessage(data["id"], text, _text(data, "instruction"), _text(data, "prediction"),
+                       _max_tokens(data), _temperature(data), _text(data, "path"))
+
+
+def _cancel(data: dict) -> CancelMessage:
+    return CancelMessage(data["id"])
+
+
+def _stats(data: dict) -> StatsMessage:
+    return StatsMessage(data.get("id"))
+
+
+def error_message(code: str, message: str, request_id: Any = None) -> dict:
+    return {"type": "error", "id": request_id, "code": code, "message": message}
