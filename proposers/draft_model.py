@@ -48,6 +48,7 @@ class ModelDrafter:
         if not 0.0 <= min_confidence <= 1.0:
             raise ValueError(f"min_confidence must be in [0, 1], got {min_confidence}")
         self.vocab_size = vocab_size
+        self.input_vocab_size = vocab_size  # ids the drafter can embed; a draft model may have fewer
         self.max_context = max_context
         self.min_confidence = min_confidence
         self.cache: KVCache | None = None
@@ -89,6 +90,8 @@ class ModelDrafter:
             self._sync(tokens)
             pending = list(tokens[len(self.cache):])
             self.last_fed = len(pending)
+            if max(pending) >= self.input_vocab_size:
+                return EMPTY_DRAFT  # an id this drafter cannot embed (its table is narrower than the target's)
             for depth in range(max_len):
                 logits = self._fit_vocab(self._forward(pending, self.cache))  # [V]
                 if greedy:
@@ -154,6 +157,7 @@ class DraftModelProposer(ModelDrafter):
     def __init__(self, draft, target_vocab_size: int, min_confidence: float = 0.0) -> None:
         super().__init__(target_vocab_size, draft.max_context, min_confidence)
         self.draft = draft  # codespec.model.TargetModel
+        self.input_vocab_size = int(draft.model.get_input_embeddings().num_embeddings)
 
     @classmethod
     def from_setup(cls, setup) -> "DraftModelProposer":
@@ -195,6 +199,12 @@ def check_vocab_compatible(target, draft) -> None:
     target_vocab = target.tokenizer.get_vocab()
     draft_vocab = draft.tokenizer.get_vocab()
     if target_vocab == draft_vocab:
+        embedded = int(draft.model.get_input_embeddings().num_embeddings)
+        if embedded < len(target.tokenizer):
+            raise CodespecError(
+                f"draft model {draft.name!r} embeds only {embedded} token ids but the tokenizer has "
+                f"{len(target.tokenizer)}: it could not read every sequence the target produces"
+            )
         return
     by_id_target = {index: token for token, index in target_vocab.items()}
     by_id_draft = {index: token for token, index in draft_vocab.items()}
