@@ -1,1 +1,10 @@
-"""Workspace and session-history index: tokenized documents, suffix lookup, SQLite persistence."""
+"""Workspace and session-history index: tokenized documents, suffix lookup, SQLite persistence.
+
+``WorkspaceIndex`` is the facade (:mod:`index.store`); :mod:`index.ngram` explains the matching
+structure (a shallow pyahocorasick trie of reversed n-grams over sorted position arrays).
+"""
+
+from index.store import Candidate, IndexReport, WorkspaceIndex
+from index.tokens import TokenizerAdapter
+
+__all__ = ["Candidate", "IndexReport", "TokenizerAdapter", "WorkspaceIndex"]

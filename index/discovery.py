@@ -1,0 +1,212 @@
+"""Workspace discovery: which files under the roots are source worth indexing.
+
+Supported ``.gitignore`` subset (nested files included, each relative to its own directory):
+comments, blank lines, ``!`` negation, trailing ``/`` (directories only), leading or inner ``/``
+(anchored), ``*``, ``?``, ``[...]``, ``**`` (``**/x``, ``x/**``, ``a/**/b``), ``\\`` escapes; the
+last matching rule wins and an ignored directory is not entered. Exclude globs from the
+configuration use the same syntax, relative to each root. ``.git`` is always skipped.
+
+Links: a link whose target lies outside every root is never followed. Directory links inside the
+roots are not entered either (their targets are walked directly, and this rules out cycles).
+Binary (a NUL byte or invalid UTF-8) and oversize files are skipped with one log line each.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+log = logging.getLogger("codespec.index")
+
+
+@dataclass(frozen=True)
+class Rule:
+    regex: re.Pattern
+    negate: bool
+    dir_only: bool
+
+
+@dataclass(frozen=True)
+class Found:
+    path: Path
+    uri: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    path: Path
+    reason: str  # "binary", "oversize", "link outside roots", "unreadable: ..."
+
+
+def _glob_regex(pattern: str) -> str:
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("/**", i) and i + 3 == len(pattern):
+            out.append("/.*")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        char = pattern[i]
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            close = pattern.find("]", i + 2)
+            if close == -1:
+                out.append(re.escape(char))
+            else:
+                body = pattern[i + 1:close]
+                if body.startswith("!"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+                i = close
+        elif char == "\\" and i + 1 < len(pattern):
+            i += 1
+            out.append(re.escape(pattern[i]))
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return "".join(out)
+
+
+def parse_rules(lines: Sequence[str]) -> list[Rule]:
+    rules = []
+    for raw in lines:
+        line = raw.rstrip("\n").rstrip("\r")
+        if not line.strip() or line.startswith("#"):
+            continue
+        if not line.endswith("\\ "):
+            line = line.rstrip(" ")
+        negate = line.startswith("!")
+        if negate:
+            line = line[1:]
+        elif line.startswith("\\!") or line.startswith("\\#"):
+            line = line[1:]
+        dir_only = line.endswith("/")
+        line = line.rstrip("/")
+        if not line:
+            continue
+        anchored = "/" in line
+        body = _glob_regex(line.lstrip("/"))
+        regex = re.compile(("" if anchored else "(?:.*/)?") + body + "$", re.DOTALL)
+        rules.append(Rule(regex, negate, dir_only))
+    return rules
+
+
+class IgnoreMatcher:
+    """Stacked rule sets: (directory relative to the root, rules) from outermost to innermost."""
+
+    def __init__(self, extra: Sequence[Rule] = ()) -> None:
+        self.layers: list[tuple[str, list[Rule]]] = [("", list(extra))] if extra else []
+
+    def with_layer(self, base: str, rules: list[Rule]) -> "IgnoreMatcher":
+        child = IgnoreMatcher()
+        child.layers = self.layers + ([(base, rules)] if rules else [])
+        return child
+
+    def ignored(self, relative: str, is_dir: bool) -> bool:
+        verdict = False
+        for base, rules in self.layers:
+            if base:
+                if not relative.startswith(base + "/"):
+                    continue
+                local = relative[len(base) + 1:]
+            else:
+                local = relative
+            for rule in rules:
+                if rule.dir_only and not is_dir:
+                    continue
+                if rule.regex.match(local):
+                    verdict = not rule.negate
+        return verdict
+
+
+def _inside(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
+def _read_text(path: Path, max_bytes: int) -> tuple[str | None, str | None]:
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            return None, f"oversize ({size} bytes > {max_bytes})"
+        data = path.read_bytes()
+    except OSError as error:
+        return None, f"unreadable: {error}"
+    if len(data) > max_bytes:
+        return None, f"oversize ({len(data)} bytes > {max_bytes})"
+    if b"\0" in data:
+        return None, "binary (NUL byte)"
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError:
+        return None, "binary (not UTF-8)"
+
+
+def discover(roots: Sequence[Path], exclude: Sequence[str] = (), max_file_bytes: int = 1_000_000
+             ) -> Iterator[Found | Skipped]:
+    """Walk the roots in a stable order; yield each indexable file with its text, or why not."""
+    real_roots = [os.path.realpath(r) for r in roots]
+    excluded = parse_rules(exclude)
+    for root in roots:
+        root = Path(root)
+        stack: list[tuple[Path, str, IgnoreMatcher]] = [(root, "", IgnoreMatcher(excluded))]
+        while stack:
+            directory, relative_dir, matcher = stack.pop()
+            gitignore = directory / ".gitignore"
+            if gitignore.is_file():
+                try:
+                    rules = parse_rules(gitignore.read_text("utf-8", errors="replace").splitlines())
+                except OSError:
+                    rules = []
+                matcher = matcher.with_layer(relative_dir, rules)
+            try:
+                entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            except OSError as error:
+                log.info("index: skip %s: unreadable directory (%s)", directory, error)
+                yield Skipped(directory, f"unreadable: {error}")
+                continue
+            subdirs = []
+            for entry in entries:
+                relative = f"{relative_dir}/{entry.name}" if relative_dir else entry.name
+                path = Path(entry.path)
+                if entry.name == ".git":
+                    continue
+                if entry.is_symlink():
+                    target = os.path.realpath(entry.path)
+                    if not _inside(target, real_roots):
+                        log.info("index: skip %s: link to %s outside the roots", path, target)
+                        yield Skipped(path, "link outside roots")
+                        continue
+                    if os.path.isdir(target):
+                        continue  # walked directly; entering it could cycle
+                try:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    is_file = entry.is_file()
+                except OSError:
+                    continue
+                if matcher.ignored(relative, is_dir):
+                    continue
+                if is_dir:
+                    subdirs.append((path, relative, matcher))
+                elif is_file:
+                    text, reason = _read_text(path, max_file_bytes)
+                    if reason is not None:
+                        log.info("index: skip %s: %s", path, reason)
+                        yield Skipped(path, reason)
+                    else:
+                        yield Found(path, path.absolute().as_uri(), text)
+            stack.extend(reversed(subdirs))

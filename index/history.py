@@ -1,0 +1,70 @@
+"""Session history of one kind ("accepted", "generated", "replaced"): an append-only token buffer.
+
+Entries are appended with a separator after each, so a match never spans two entries and a
+continuation stops at its entry's end. Only the newest ``max_tokens`` are kept (oldest entries
+drop first): history predicts by recency, and a bound keeps its scan cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from index.ngram import Match, scan_longest
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    uri: str | None
+    time: float
+    tick: int
+
+
+class HistoryBuffer:
+    def __init__(self, kind: str, dtype: np.dtype, sep: int, max_tokens: int = 262_144) -> None:
+        self.kind, self.sep, self.max_tokens = kind, sep, max_tokens
+        self.tokens = np.zeros(0, dtype=dtype)
+        self.entry_starts = np.zeros(0, dtype=np.int64)  # [E] index of each entry's first token
+        self.entries: list[HistoryEntry] = []
+
+    @property
+    def source(self) -> str:
+        return f"history:{self.kind}"
+
+    def append(self, token_ids: np.ndarray, entry: HistoryEntry) -> None:
+        if not len(token_ids):
+            return
+        token_ids = token_ids[-(self.max_tokens - 1):]
+        self.entry_starts = np.append(self.entry_starts, len(self.tokens))
+        self.tokens = np.concatenate([self.tokens, token_ids, np.array([self.sep], dtype=self.tokens.dtype)])
+        self.entries.append(entry)
+        if len(self.tokens) > self.max_tokens:
+            drop = int(np.searchsorted(self.entry_starts, len(self.tokens) - self.max_tokens, side="left"))
+            cut = int(self.entry_starts[drop]) if drop < len(self.entry_starts) else len(self.tokens)
+            self.tokens = self.tokens[cut:].copy()
+            self.entry_starts = self.entry_starts[drop:] - cut
+            self.entries = self.entries[drop:]
+
+    def match(self, reversed_context, max_ngram: int, min_ngram: int) -> Match:
+        return scan_longest(self.tokens, reversed_context, max_ngram, min_ngram, sep=self.sep)
+
+    def entry_at(self, position: int) -> HistoryEntry:
+        return self.entries[int(np.searchsorted(self.entry_starts, position, side="right")) - 1]
+
+    def continuation(self, position: int, max_len: int) -> tuple[int, ...]:
+        window = self.tokens[position:position + max_len]
+        stop = np.flatnonzero(window == self.sep)
+        return tuple(window[:stop[0] if len(stop) else len(window)].tolist())
+
+    def check(self) -> None:
+        if len(self.entries) != len(self.entry_starts):
+            raise AssertionError(f"{self.source}: {len(self.entries)} entries, {len(self.entry_starts)} starts")
+        if len(self.entries):
+            ends = np.append(self.entry_starts[1:], len(self.tokens)) - 1
+            if self.entry_starts[0] != 0 or not np.all(self.tokens[ends] == self.sep):
+                raise AssertionError(f"{self.source}: entries are not separator-terminated")
+            if np.count_nonzero(self.tokens == self.sep) != len(self.entries):
+                raise AssertionError(f"{self.source}: stray separator inside an entry")
+        elif len(self.tokens):
+            raise AssertionError(f"{self.source}: tokens without entries")

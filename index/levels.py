@@ -1,0 +1,227 @@
+"""Documents, the immutable levels that index them, and the overlay of recently changed ones.
+
+See :mod:`index.store` for why the index is layered. This module owns the bookkeeping: which
+document lives where, which level entries are dead, when to build, merge or rebuild a level.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from index.ngram import NgramTable, scan_longest
+from index.persist import IndexDB, content_hash, table_fingerprint
+from index.tokens import TokenizerAdapter
+
+HOT_DOCUMENTS = 4  # most recently changed overlay documents stay scanned (they are being edited)
+OVERLAY_DOCUMENTS = 64  # more overlay documents than this also triggers a new level
+
+
+@dataclass(eq=False)
+class Doc:
+    uri: str
+    text: str
+    tokens: np.ndarray  # [T] token ids; a view into its level's array while it lives in one
+    version: int
+    hash: str | None  # content hash; None while edits are unsaved and it was not needed yet
+    changed: int  # clock tick of the last content change (recency)
+    tick: int = 0  # clock tick of the last use (LRU)
+    starts: np.ndarray | None = None  # [T] character start of each token, computed on first edit
+    level: "Level | None" = None
+    slot: int = -1
+    unsaved: bool = False
+
+    def __post_init__(self) -> None:
+        self.tick = self.tick or self.changed
+
+
+class Level:
+    def __init__(self, docs: Sequence[Doc], table: NgramTable, fingerprint: str) -> None:
+        self.docs = list(docs)
+        self.table = table
+        self.fingerprint = fingerprint
+        self.alive = np.ones(len(self.docs), dtype=bool)
+        self.changed = np.array([d.changed for d in self.docs], dtype=np.int64)
+        self.total = int(table.doc_lengths.sum())
+        self.live = self.total
+
+
+class LevelSet:
+    def __init__(self, adapter: TokenizerAdapter, max_ngram: int, min_ngram: int, trie_depth: int,
+                 overlay_tokens: int, db: IndexDB | None) -> None:
+        self.adapter, self.max_ngram, self.min_ngram = adapter, max_ngram, min_ngram
+        self.trie_depth, self.overlay_tokens, self.db = trie_depth, overlay_tokens, db
+        self.levels: list[Level] = []
+        self.overlay: dict[str, Doc] = {}  # in order of last change
+
+    # -- membership -----------------------------------------------------------------------------
+    def overlay_add(self, doc: Doc) -> None:
+        if doc.tokens.base is not None:
+            doc.tokens = doc.tokens.copy()  # do not pin a level's array
+        self.overlay.pop(doc.uri, None)
+        self.overlay[doc.uri] = doc
+
+    def detach(self, doc: Doc) -> None:
+        """Take a document out of matching (before an edit, eviction or removal)."""
+        if doc.level is not None:
+            doc.level.alive[doc.slot] = False
+            doc.level.live -= len(doc.tokens)
+            doc.level, doc.slot = None, -1
+        if self.overlay.get(doc.uri) is doc:
+            del self.overlay[doc.uri]
+
+    def live_tokens(self) -> int:
+        return sum(level.live for level in self.levels) + sum(len(d.tokens) for d in self.overlay.values())
+
+    def nbytes(self) -> int:
+        return sum(level.table.nbytes() for level in self.levels) + sum(d.tokens.nbytes for d in self.overlay.values())
+
+    # -- levels ---------------------------------------------------------------------------------
+    def add_level(self, docs: Sequence[Doc]) -> None:
+        if not docs:
+            return
+        arrays = [d.tokens for d in docs]
+        entries = [(d.uri, d.hash or content_hash(d.text)) for d in docs]
+        fingerprint = table_fingerprint(self.adapter.fingerprint, (self.max_ngram, self.min_ngram, self.trie_depth),
+                                        entries)
+        index_dtype = np.int32 if sum(map(len, arrays)) + len(arrays) < 2**31 else np.int64
+        stored = self.db.load_table(fingerprint, index_dtype) if self.db is not None else None
+        if stored is not None:
+            table = NgramTable(arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram, self.min_ngram,
+                               self.trie_depth, order=stored[0], trie=stored[1])
+        else:
+            table = NgramTable(arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram, self.min_ngram,
+                               self.trie_depth)
+        level = Level(docs, table, fingerprint)
+        for slot, doc in enumerate(docs):
+            self.detach(doc)
+            start = int(table.doc_starts[slot])
+            doc.tokens = table.tokens[start:start + len(doc.tokens)]
+            doc.level, doc.slot = level, slot
+        level.live = level.total
+        self.levels.append(level)
+        if self.db is not None and stored is None:
+            self.db.save_table(fingerprint, *table.parts(), keep=[lv.fingerprint for lv in self.levels])
+
+    def maintain(self) -> None:
+        """Move cold overlay documents into a level; drop, rebuild and merge levels."""
+        overlay = list(self.overlay.values())
+        cold = overlay[:-HOT_DOCUMENTS] if len(overlay) > HOT_DOCUMENTS else []
+        if cold and (sum(len(d.tokens) for d in overlay) > self.overlay_tokens or len(overlay) > OVERLAY_DOCUMENTS):
+            self.add_level(cold)
+        changed = True
+        while changed:
+            changed = False
+            for level in list(self.levels):
+                if level.live * 2 < level.total:  # mostly dead: rebuild from what is alive
+                    self._replace([level])
+                    changed = True
+                    break
+            if not changed and len(self.levels) > 1 and self.levels[-1].live * 4 >= self.levels[-2].live:
+                self._replace(self.levels[-2:])
+                changed = True
+
+    def _replace(self, old: list[Level]) -> None:
+        docs = [d for level in old for d, alive in zip(level.docs, level.alive) if alive]
+        for level in old:
+            self.levels.remove(level)
+        for doc in docs:
+            doc.level, doc.slot = None, -1
+        self.add_level(docs)
+
+    # -- matching -------------------------------------------------------------------------------
+    def match(self, reversed_context: list[int], same: Doc | None, cursor: int | None, cap: int
+              ) -> list[tuple[int, Doc, np.ndarray]]:
+        """(match length, document, continuation offsets) per document with a match, each
+        source's longest; at most ``cap`` offsets per source, the nearest / newest first."""
+        found = []
+        if same is not None:
+            match = scan_longest(same.tokens, reversed_context, self.max_ngram, self.min_ngram)
+            positions = match.positions
+            if cursor is not None:
+                positions = positions[positions != cursor]
+                if len(positions) > cap:
+                    positions = positions[np.argsort(np.abs(positions - cursor), kind="stable")[:cap]]
+            if len(positions):
+                found.append((match.length, same, positions[-cap:]))
+        for doc in self.overlay.values():
+            if doc is not same:
+                match = scan_longest(doc.tokens, reversed_context, self.max_ngram, self.min_ngram)
+                if match.length:
+                    found.append((match.length, doc, match.positions[-cap:]))
+        for level in self.levels:
+            found.extend(self._match_level(level, reversed_context, same, cap))
+        return found
+
+    def _match_level(self, level: Level, reversed_context: list[int], same: Doc | None, cap: int):
+        table = level.table
+        for length, lo, hi in table.match_ranges(reversed_context):
+            positions = table.order[lo:hi].astype(np.int64)
+            docs, offsets = table.locate(positions)
+            keep = level.alive[docs]
+            if same is not None and same.level is level:
+                keep &= docs != same.slot
+            if not keep.any():
+                continue  # only dead documents match this deep: back off to a shorter match
+            docs, offsets = docs[keep], offsets[keep]
+            if len(docs) > cap:  # newest documents first
+                chosen = np.argsort(-level.changed[docs], kind="stable")[:cap]
+                docs, offsets = docs[chosen], offsets[chosen]
+            out = []
+            for slot in np.unique(docs).tolist():
+                out.append((length, level.docs[slot], offsets[docs == slot]))
+            return out
+        return []
+
+    # -- checks ---------------------------------------------------------------------------------
+    def check(self, resident: dict[str, Doc]) -> None:
+        placed: dict[str, str] = {}
+        for number, level in enumerate(self.levels):
+            table = level.table
+            live = 0
+            for slot, (doc, alive) in enumerate(zip(level.docs, level.alive)):
+                if not alive:
+                    continue
+                live += int(table.doc_lengths[slot])
+                if resident.get(doc.uri) is not doc or doc.level is not level or doc.slot != slot:
+                    raise AssertionError(f"level {number}: live entry {doc.uri} is not that resident document")
+                start = int(table.doc_starts[slot])
+                if len(doc.tokens) != table.doc_lengths[slot] or not np.array_equal(
+                        doc.tokens, table.tokens[start:start + len(doc.tokens)]):
+                    raise AssertionError(f"level {number}: tokens of {doc.uri} disagree with the level")
+                if doc.uri in placed:
+                    raise AssertionError(f"{doc.uri} is in two places")
+                placed[doc.uri] = f"level {number}"
+            if live != level.live:
+                raise AssertionError(f"level {number}: live count {level.live}, entries say {live}")
+            _check_table(table, number)
+        for uri, doc in self.overlay.items():
+            if resident.get(uri) is not doc or doc.level is not None or uri in placed:
+                raise AssertionError(f"overlay entry {uri} is not a resident document outside the levels")
+            placed[uri] = "overlay"
+        missing = set(resident) - set(placed)
+        if missing:
+            raise AssertionError(f"resident documents not matched anywhere: {sorted(missing)[:3]}")
+
+
+def _check_table(table: NgramTable, number: int) -> None:
+    """``order`` is sorted by reversed context and each sampled trie group is exactly its prefix run."""
+    from index.ngram import _word_layout
+
+    bits, per_word = _word_layout(table.tokens.dtype)
+    words = table._first_words(table.order, bits, per_word)
+    if len(words) > 1 and not np.all(words[1:] >= words[:-1]):
+        raise AssertionError(f"level {number}: positions are not sorted by reversed context")
+    for key, gid in itertools.islice(table.automaton.items(), 256):
+        lo, hi = int(table.group_lo[gid]), int(table.group_hi[gid])
+        k = len(key)
+        prefix = words >> np.uint64(bits * (per_word - k))
+        value = 0
+        for ch in key:
+            value = (value << bits) | ord(ch)
+        inside = np.flatnonzero(prefix == np.uint64(value))
+        if len(inside) != hi - lo or (len(inside) and (inside[0] != lo or inside[-1] != hi - 1)):
+            raise AssertionError(f"level {number}: trie group {key!r} does not match its range")

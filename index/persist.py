@@ -1,0 +1,195 @@
+"""SQLite persistence (sqlite-utils, WAL): documents, history, acceptance stats, sorted tables.
+
+Every write happens inside one ``with conn:`` transaction, so a writer killed at any instant leaves
+either the old or the new state of each group of rows, never a mix: the database opens and agrees
+with itself. Tokens are stored as raw little-endian arrays next to the text and its content hash;
+rows are valid only for the tokenizer fingerprint recorded with them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+import sqlite_utils
+
+SCHEMA_VERSION = 1
+
+
+def content_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    uri: str
+    hash: str
+    version: int
+    text: str
+    token_ids: np.ndarray
+
+
+@dataclass(frozen=True)
+class StoredHistory:
+    id: int
+    kind: str
+    uri: str | None
+    text: str
+    time: float
+    token_ids: np.ndarray | None
+
+
+class IndexDB:
+    """The on-disk half of the index. One instance per process; not shared between threads."""
+
+    def __init__(self, path: str | Path, tokenizer_fingerprint: str, dtype: np.dtype) -> None:
+        self.path = Path(path)
+        self.dtype = np.dtype(dtype)
+        self.fingerprint = tokenizer_fingerprint
+        self.db = sqlite_utils.Database(self.path)
+        self.db.enable_wal()
+        self.conn: sqlite3.Connection = self.db.conn
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self._create()
+
+    def _create(self) -> None:
+        db = self.db
+        with self.conn:
+            if "schema_version" not in db.table_names():
+                db["schema_version"].create({"version": int}, pk="version")
+                self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
+            found = [r[0] for r in self.conn.execute("SELECT version FROM schema_version")]
+            if found != [SCHEMA_VERSION]:
+                raise RuntimeError(f"{self.path}: index schema {found}, this codespec reads {SCHEMA_VERSION}; "
+                                   "delete the file to rebuild it")
+            db["documents"].create({"uri": str, "hash": str, "version": int, "text": str, "tokens": bytes,
+                                    "tokenizer": str, "updated": float}, pk="uri", if_not_exists=True)
+            db["history"].create({"id": int, "kind": str, "uri": str, "text": str, "time": float,
+                                  "tokens": bytes, "tokenizer": str}, pk="id", if_not_exists=True)
+            db["stats"].create({"source": str, "drafted": int, "accepted": int, "updated": float},
+                               pk="source", if_not_exists=True)
+            db["tables"].create({"fingerprint": str, "positions": bytes, "trie": bytes, "groups": bytes,
+                                 "created": float}, pk="fingerprint", if_not_exists=True)
+
+    # -- documents ------------------------------------------------------------------------------
+    def load_documents(self, uris: Iterable[str]) -> Iterator[StoredDocument]:
+        """These documents, where their tokens were made by this tokenizer (others: re-tokenize)."""
+        uris = list(uris)
+        for chunk in range(0, len(uris), 500):
+            part = uris[chunk:chunk + 500]
+            rows = self.conn.execute(
+                f"SELECT uri, hash, version, text, tokens FROM documents WHERE tokenizer = ? "
+                f"AND uri IN ({', '.join('?' * len(part))})", [self.fingerprint, *part])
+            for uri, digest, version, text, blob in rows:
+                yield StoredDocument(uri, digest, version, text, np.frombuffer(blob, dtype=self.dtype))
+
+    def document(self, uri: str) -> StoredDocument | None:
+        row = self.conn.execute("SELECT uri, hash, version, text, tokens FROM documents "
+                                "WHERE uri = ? AND tokenizer = ?", [uri, self.fingerprint]).fetchone()
+        if row is None:
+            return None
+        return StoredDocument(row[0], row[1], row[2], row[3], np.frombuffer(row[4], dtype=self.dtype))
+
+    def document_hashes(self) -> dict[str, str]:
+        rows = self.conn.execute("SELECT uri, hash FROM documents WHERE tokenizer = ?", [self.fingerprint])
+        return dict(rows)
+
+    def save_documents(self, documents: Iterable[tuple[str, str, int, str, np.ndarray]]) -> None:
+        """(uri, hash, version, text, tokens) rows, all in one transaction."""
+        now = time.time()
+        rows = [(uri, digest, version, text, np.ascontiguousarray(tokens, dtype=self.dtype).tobytes(),
+                 self.fingerprint, now) for uri, digest, version, text, tokens in documents]
+        with self.conn:
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO documents (uri, hash, version, text, tokens, tokenizer, updated) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def delete_document(self, uri: str) -> None:
+        with self.conn:
+            self.conn.execute("DELETE FROM documents WHERE uri = ?", [uri])
+
+    # -- history --------------------------------------------------------------------------------
+    def add_history(self, kind: str, text: str, uri: str | None, when: float, tokens: np.ndarray) -> None:
+        with self.conn:
+            self.conn.execute("INSERT INTO history (kind, uri, text, time, tokens, tokenizer) "
+                              "VALUES (?, ?, ?, ?, ?, ?)",
+                              [kind, uri, text, when, np.ascontiguousarray(tokens, dtype=self.dtype).tobytes(),
+                               self.fingerprint])
+
+    def load_history(self, limit_per_kind: int) -> list[StoredHistory]:
+        """The newest entries of each kind, oldest first; tokens None where another tokenizer made them."""
+        rows = self.conn.execute(
+            "SELECT id, kind, uri, text, time, tokens, tokenizer FROM (SELECT *, ROW_NUMBER() OVER "
+            "(PARTITION BY kind ORDER BY id DESC) AS n FROM history) WHERE n <= ? ORDER BY id",
+            [limit_per_kind])
+        return [StoredHistory(i, kind, uri, text, when,
+                              np.frombuffer(blob, dtype=self.dtype) if fp == self.fingerprint and blob else None)
+                for i, kind, uri, text, when, blob, fp in rows]
+
+    # -- acceptance stats -----------------------------------------------------------------------
+    def add_stats(self, deltas: dict[str, tuple[int, int]]) -> None:
+        now = time.time()
+        with self.conn:
+            for source, (drafted, accepted) in deltas.items():
+                self.conn.execute(
+                    "INSERT INTO stats (source, drafted, accepted, updated) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT(source) DO UPDATE SET drafted = drafted + excluded.drafted, "
+                    "accepted = accepted + excluded.accepted, updated = excluded.updated",
+                    [source, drafted, accepted, now])
+
+    def load_stats(self) -> dict[str, tuple[int, int]]:
+        return {s: (d, a) for s, d, a in self.conn.execute("SELECT source, drafted, accepted FROM stats")}
+
+    # -- sorted n-gram tables (so a restart skips the sort) --------------------------------------
+    def save_table(self, fingerprint: str, positions: np.ndarray, trie: tuple, keep: Iterable[str]) -> None:
+        """A sorted table's parts: positions, the pickled automaton, group ranges."""
+        automaton, group_lo, group_hi = trie
+        keep = set(keep) | {fingerprint}
+        groups = np.concatenate([group_lo, group_hi]).astype(np.int64).tobytes()
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO tables (fingerprint, positions, trie, groups, created) "
+                              "VALUES (?, ?, ?, ?, ?)", [fingerprint, positions.tobytes(),
+                                                         pickle.dumps(automaton), groups, time.time()])
+            for (old,) in self.conn.execute("SELECT fingerprint FROM tables").fetchall():
+                if old not in keep:
+                    self.conn.execute("DELETE FROM tables WHERE fingerprint = ?", [old])
+
+    def load_table(self, fingerprint: str, dtype: np.dtype) -> tuple[np.ndarray, tuple] | None:
+        row = self.conn.execute("SELECT positions, trie, groups FROM tables WHERE fingerprint = ?",
+                                [fingerprint]).fetchone()
+        if row is None:
+            return None
+        groups = np.frombuffer(row[2], dtype=np.int64)
+        half = len(groups) // 2
+        return np.frombuffer(row[0], dtype=dtype), (pickle.loads(row[1]), groups[:half], groups[half:])
+
+    # -- checks ---------------------------------------------------------------------------------
+    def check(self) -> None:
+        """SQLite's own check plus: every stored hash matches its text, every token blob is whole."""
+        result = self.conn.execute("PRAGMA integrity_check").fetchone()[0]
+        if result != "ok":
+            raise AssertionError(f"sqlite integrity_check: {result}")
+        for uri, digest, text, blob in self.conn.execute("SELECT uri, hash, text, tokens FROM documents"):
+            if content_hash(text) != digest:
+                raise AssertionError(f"{uri}: stored hash does not match stored text")
+            if len(blob) % self.dtype.itemsize:
+                raise AssertionError(f"{uri}: token blob of {len(blob)} bytes is not whole tokens")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def table_fingerprint(tokenizer: str, params: tuple, entries: Iterable[tuple[str, str]]) -> str:
+    """Names a sorted table by what it was built from: tokenizer, parameters, (uri, hash) in order."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(json.dumps([tokenizer, list(params)]).encode())
+    for uri, content in entries:
+        digest.update(uri.encode("utf-8", "surrogatepass") + b"\0" + content.encode() + b"\0")
+    return digest.hexdigest()

@@ -1,0 +1,427 @@
+"""WorkspaceIndex: documents and session history in the target's tokens, with suffix lookup.
+
+Layout (an LSM tree in miniature, so edits show up in the very next lookup without re-sorting
+the workspace):
+
+- **levels**: immutable :class:`~index.ngram.NgramTable` s, each over a set of documents; the
+  workspace build makes one, later ones hold documents added or edited since. A document that is
+  edited, removed or evicted is marked dead in its level (a bit), and lives on in the overlay.
+  Sizes stay geometric (a level is merged into the one before it once it reaches a quarter of its
+  size), and a level less than half alive is rebuilt, so a lookup touches O(log n) levels.
+- **overlay**: documents changed since they were last put in a level; matched by a vectorised
+  scan (:func:`~index.ngram.scan_longest`), cheap because the overlay stays small. When it grows
+  past ``overlay_tokens``, all but the few most recently edited documents become a new level.
+- **history**: one append-only buffer per kind (accepted completions, generated outputs, replaced
+  text), scanned like the overlay.
+
+A document's tokens are a view into its level's concatenated array (no second copy). Edits
+re-encode a small window (:mod:`index.retokenize`). Persistence (:mod:`index.persist`) keeps
+documents, history, stats and each level's sorted table, so a restart on an unchanged workspace
+re-reads tokens and tables instead of tokenizing and sorting.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from index.discovery import Found, Skipped, discover
+from index.history import HistoryBuffer, HistoryEntry
+from index.levels import Doc, Level, LevelSet
+from index.persist import IndexDB, content_hash
+from index.ranking import Occurrence, rank
+from index.retokenize import splice
+from index.tokens import TokenizerAdapter
+
+log = logging.getLogger("codespec.index")
+
+HISTORY_KINDS = ("accepted", "generated", "replaced")
+PER_SOURCE_CAP = 32  # occurrences per source considered for ranking (nearest / newest first)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    token_ids: tuple[int, ...]  # the continuation after the match
+    match_len: int  # tokens of context matched
+    source: str  # document uri, or "history:<kind>"
+    position: int  # token offset of the continuation start in that source
+    score: float  # higher is better (locality, recency, frequency)
+
+
+@dataclass
+class IndexReport:
+    """What one ``index_workspace`` call did (counts of files, sizes in bytes and tokens)."""
+
+    files: int = 0
+    unchanged: int = 0  # already in memory with the same content
+    reused: int = 0  # tokens read back from the database (same content hash)
+    tokenized: int = 0
+    removed: int = 0  # previously indexed files no longer found under the roots
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    bytes: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+class WorkspaceIndex:
+    def __init__(self, tokenizer, db_path: str | Path | None = None, max_ngram: int = 8, min_ngram: int = 2,
+                 memory_budget_tokens: int | None = None, *, trie_depth: int = 3,
+                 overlay_tokens: int = 131_072, history_tokens: int = 262_144,
+                 flush_seconds: float = 1.0) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        self.adapter = TokenizerAdapter(tokenizer)
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.memory_budget_tokens = memory_budget_tokens
+        self.flush_seconds = flush_seconds
+        self.db = IndexDB(db_path, self.adapter.fingerprint, self.adapter.dtype) if db_path is not None else None
+        self._lock = threading.RLock()
+        self._clock = 0
+        self._docs: OrderedDict[str, Doc] = OrderedDict()  # resident documents, least recently used first
+        self._evicted: dict[str, str] = {}  # uri -> text, for evicted documents when there is no database
+        self._levels = LevelSet(self.adapter, max_ngram, min_ngram, trie_depth, overlay_tokens, self.db)
+        self._history = {k: HistoryBuffer(k, self.adapter.dtype, self.adapter.sep, history_tokens)
+                         for k in HISTORY_KINDS}
+        self._stats: dict[str, list[int]] = {}
+        self._pending_stats: dict[str, list[int]] = {}
+        self._last_flush = time.monotonic()
+        if self.db is not None:
+            self._stats = {s: [d, a] for s, (d, a) in self.db.load_stats().items()}
+            for row in self.db.load_history(history_tokens):
+                tokens = row.token_ids if row.token_ids is not None else self.adapter.encode_array(row.text)
+                self._history_buffer(row.kind).append(tokens, HistoryEntry(row.uri, row.time, self._tick()))
+
+    # -- documents ------------------------------------------------------------------------------
+    def add_document(self, uri: str, text: str, version: int = 0) -> None:
+        with self._lock:
+            current = self._docs.get(uri)
+            if current is not None and current.text == text:
+                current.version = version
+                self._touch(current)
+                return
+            doc = Doc(uri, text, self.adapter.encode_array(text), version, content_hash(text), self._tick())
+            self._install(doc)
+            if self.db is not None:
+                self.db.save_documents([(uri, doc.hash, version, text, doc.tokens)])
+            self._maintain(keep=doc)
+
+    def update_document(self, uri: str, start: int, end: int, new_text: str, version: int) -> None:
+        """Replace characters [start, end) by ``new_text``; what was replaced goes to history."""
+        with self._lock:
+            doc = self._resident(uri)
+            if doc.starts is None:
+                doc.starts = self.adapter.char_starts(doc.text, doc.tokens)
+            replaced = doc.text[start:end] if 0 <= start <= end <= len(doc.text) else ""
+            result = splice(self.adapter, doc.text, doc.tokens, doc.starts, start, end, new_text)
+            self._levels.detach(doc)
+            doc.text, doc.tokens, doc.starts = result.text, result.token_ids, result.starts
+            doc.version, doc.hash, doc.changed, doc.unsaved = version, None, self._tick(), True
+            self._levels.overlay_add(doc)
+            self._touch(doc)
+            if replaced.strip():
+                self.add_history("replaced", replaced, uri)
+            self._maintain(keep=doc)
+            self._flush_if_due()
+
+    def remove_document(self, uri: str) -> None:
+        with self._lock:
+            doc = self._docs.pop(uri, None)
+            if doc is not None:
+                self._levels.detach(doc)
+            self._evicted.pop(uri, None)
+            if self.db is not None:
+                self.db.delete_document(uri)
+
+    def document_text(self, uri: str) -> str:
+        with self._lock:
+            return self._resident(uri).text
+
+    def document_tokens(self, uri: str) -> list[int]:
+        with self._lock:
+            return self._resident(uri).tokens.tolist()
+
+    def documents(self) -> list[str]:
+        """URIs of resident documents."""
+        with self._lock:
+            return list(self._docs)
+
+    # -- history and stats ----------------------------------------------------------------------
+    def add_history(self, kind: str, text: str, uri: str | None = None) -> None:
+        with self._lock:
+            tokens = self.adapter.encode_array(text)
+            when = time.time()
+            self._history_buffer(kind).append(tokens, HistoryEntry(uri, when, self._tick()))
+            if self.db is not None and len(tokens):
+                self.db.add_history(kind, text, uri, when, tokens)
+
+    def record_outcome(self, source: str, drafted: int, accepted: int) -> None:
+        """Per-source acceptance counts (persisted in batches; flushed on close)."""
+        with self._lock:
+            for table in (self._stats, self._pending_stats):
+                totals = table.setdefault(source, [0, 0])
+                totals[0] += drafted
+                totals[1] += accepted
+            self._flush_if_due()
+
+    def source_stats(self, source: str) -> tuple[int, int]:
+        """(drafted, accepted) tokens recorded for a source over all sessions."""
+        with self._lock:
+            drafted, accepted = self._stats.get(source, (0, 0))
+            return drafted, accepted
+
+    # -- lookup ---------------------------------------------------------------------------------
+    def lookup(self, context: Sequence[int], max_len: int, uri: str | None = None, cursor: int | None = None,
+               max_candidates: int = 4) -> list[Candidate]:
+        """Continuations after the longest suffix match of ``context`` (at most ``max_ngram``
+        tokens, at least ``min_ngram``), best first. ``cursor`` is a token offset in ``uri``; the
+        occurrence at the cursor itself (the context matching itself) is skipped."""
+        with self._lock:
+            reversed_context = [int(t) for t in context[-self.max_ngram:]][::-1]
+            if len(reversed_context) < self.min_ngram or max_len <= 0 or max_candidates <= 0:
+                return []
+            same = self._docs.get(uri) if uri is not None else None
+            if same is not None:
+                self._touch(same)
+            found = self._levels.match(reversed_context, same, cursor, PER_SOURCE_CAP)
+            for buffer in self._history.values():
+                match = buffer.match(reversed_context, self.max_ngram, self.min_ngram)
+                if match.length:
+                    found.append((match.length, buffer, match.positions[-PER_SOURCE_CAP:]))
+            if not found:
+                return []
+            best = max(length for length, _, _ in found)
+            occurrences = []
+            for length, source, positions in found:
+                if length == best:
+                    occurrences.extend(self._occurrences(source, positions, max_len, same, cursor))
+            ranked = rank(occurrences, max_candidates, self._clock)
+            return [Candidate(r.occurrence.continuation, best, r.occurrence.source, r.occurrence.position, r.score)
+                    for r in ranked]
+
+    def _occurrences(self, source, positions: np.ndarray, max_len: int, same: Doc | None,
+                     cursor: int | None) -> list[Occurrence]:
+        out = []
+        if isinstance(source, HistoryBuffer):
+            for p in positions.tolist():
+                out.append(Occurrence(source.source, p, source.continuation(p, max_len), False, 0,
+                                      source.entry_at(p).tick))
+            return out
+        doc: Doc = source
+        is_same = doc is same
+        for p in positions.tolist():
+            distance = abs(p - cursor) if is_same and cursor is not None else 0
+            out.append(Occurrence(doc.uri, p, tuple(doc.tokens[p:p + max_len].tolist()), is_same, distance,
+                                  doc.changed))
+        return out
+
+    # -- workspace ------------------------------------------------------------------------------
+    def index_workspace(self, roots: list[Path], exclude: Sequence[str] = (), max_file_bytes: int = 1_000_000,
+                        progress: Callable[[int, int], None] | None = None) -> IndexReport:
+        """Index every source file under ``roots`` (see :mod:`index.discovery`). Files whose
+        content hash matches the database reuse its tokens; nothing unchanged is re-tokenized."""
+        with self._lock:
+            started = time.perf_counter()
+            report = IndexReport()
+            found: list[Found] = []
+            for item in discover([Path(r) for r in roots], exclude, max_file_bytes):
+                if isinstance(item, Skipped):
+                    report.skipped.append((str(item.path), item.reason))
+                else:
+                    found.append(item)
+            total = len(found)
+            stored = self.db.document_hashes() if self.db is not None else {}
+            fresh: list[Doc] = []
+            to_load, to_tokenize = {}, []
+            for item in found:
+                digest = content_hash(item.text)
+                report.bytes += len(item.text)
+                current = self._docs.get(item.uri)
+                if current is not None and (current.hash or content_hash(current.text)) == digest:
+                    report.unchanged += 1
+                    continue
+                if stored.get(item.uri) == digest:
+                    to_load[item.uri] = (item, digest)
+                else:
+                    to_tokenize.append((item, digest))
+            done = report.unchanged
+            batch_tick = self._tick()  # one workspace scan: same recency, so frequency decides
+            if to_load:
+                for row in self.db.load_documents(set(to_load)):
+                    item, digest = to_load[row.uri]
+                    fresh.append(Doc(item.uri, item.text, row.token_ids, row.version, digest, batch_tick))
+                    report.reused += 1
+                    done += 1
+                if progress:
+                    progress(done, total)
+            for batch_start in range(0, len(to_tokenize), 128):
+                batch = to_tokenize[batch_start:batch_start + 128]
+                arrays = self.adapter.encode_batch([item.text for item, _ in batch])
+                for (item, digest), tokens in zip(batch, arrays):
+                    doc = Doc(item.uri, item.text, tokens, 0, digest, batch_tick)
+                    doc.unsaved = True
+                    fresh.append(doc)
+                report.tokenized += len(batch)
+                done += len(batch)
+                if progress:
+                    progress(done, total)
+            for doc in fresh:
+                self._install(doc, overlay=False)
+            if fresh:
+                self._levels.add_level(fresh)
+            report.removed = self._prune(roots, {item.uri for item in found})
+            if self.db is not None:
+                self.db.save_documents((d.uri, d.hash, d.version, d.text, d.tokens) for d in fresh if d.unsaved)
+                for doc in fresh:
+                    doc.unsaved = False
+            report.files = total
+            report.tokens = sum(len(d.tokens) for d in self._docs.values())
+            self._maintain()
+            report.seconds = time.perf_counter() - started
+            return report
+
+    def _prune(self, roots: Sequence[Path], seen: set[str]) -> int:
+        prefixes = [Path(r).absolute().as_uri().rstrip("/") + "/" for r in roots]
+        stale = {u for u in self._docs if u not in seen and any(u.startswith(p) for p in prefixes)}
+        if self.db is not None:
+            stale |= {u for u in self.db.document_hashes() if u not in seen and any(u.startswith(p) for p in prefixes)}
+        for uri in stale:
+            self.remove_document(uri)
+        return len(stale)
+
+    # -- upkeep ---------------------------------------------------------------------------------
+    def check_integrity(self, deep: bool = True) -> None:
+        """Raise AssertionError if any two internal structures disagree. ``deep`` also re-encodes
+        every resident document and compares with its stored tokens (slow on big workspaces)."""
+        with self._lock:
+            self._levels.check(self._docs)
+            for uri, doc in self._docs.items():
+                if doc.uri != uri or doc.tokens is None or doc.text is None:
+                    raise AssertionError(f"{uri}: resident document without text or tokens")
+                if doc.starts is not None and len(doc.starts) != len(doc.tokens):
+                    raise AssertionError(f"{uri}: {len(doc.starts)} starts for {len(doc.tokens)} tokens")
+                if doc.hash is not None and doc.hash != content_hash(doc.text):
+                    raise AssertionError(f"{uri}: content hash is stale")
+                if deep:
+                    expected = self.adapter.encode_array(doc.text)
+                    if not np.array_equal(expected, doc.tokens):
+                        raise AssertionError(f"{uri}: tokens differ from a fresh encode of the text")
+                    if doc.starts is not None and not np.array_equal(
+                            self.adapter.char_starts(doc.text, expected), doc.starts):
+                        raise AssertionError(f"{uri}: token starts differ from a fresh encode")
+            for buffer in self._history.values():
+                buffer.check()
+            if self.memory_budget_tokens is not None and self._levels.live_tokens() > self.memory_budget_tokens \
+                    and len(self._docs) > 1:
+                raise AssertionError("resident tokens exceed the memory budget")
+            if self.db is not None:
+                self.db.check()
+
+    def flush(self) -> None:
+        """Write unsaved documents and pending stats, each group in one transaction."""
+        with self._lock:
+            if self.db is None:
+                return
+            unsaved = [d for d in self._docs.values() if d.unsaved]
+            for doc in unsaved:
+                doc.hash = doc.hash or content_hash(doc.text)
+            if unsaved:
+                self.db.save_documents((d.uri, d.hash, d.version, d.text, d.tokens) for d in unsaved)
+                for doc in unsaved:
+                    doc.unsaved = False
+            if self._pending_stats:
+                self.db.add_stats({s: (d, a) for s, (d, a) in self._pending_stats.items()})
+                self._pending_stats = {}
+            self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        with self._lock:
+            if self.db is not None:
+                self.flush()
+                self.db.close()
+                self.db = None
+                self._levels.db = None
+
+    def memory_bytes(self) -> int:
+        """Bytes held by token arrays, sorted tables, tries and texts (an estimate for reports)."""
+        with self._lock:
+            texts = sum(len(d.text) for d in self._docs.values() if d.text is not None)
+            return self._levels.nbytes() + texts + sum(b.tokens.nbytes for b in self._history.values())
+
+    def __enter__(self) -> "WorkspaceIndex":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------------------------
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _touch(self, doc: Doc) -> None:
+        doc.tick = self._tick()
+        self._docs.move_to_end(doc.uri)
+
+    def _history_buffer(self, kind: str) -> HistoryBuffer:
+        if kind not in self._history:
+            self._history[kind] = HistoryBuffer(kind, self.adapter.dtype, self.adapter.sep,
+                                                self._history["accepted"].max_tokens)
+        return self._history[kind]
+
+    def _install(self, doc: Doc, overlay: bool = True) -> None:
+        old = self._docs.pop(doc.uri, None)
+        if old is not None:
+            self._levels.detach(old)
+        self._evicted.pop(doc.uri, None)
+        self._docs[doc.uri] = doc
+        if overlay:
+            self._levels.overlay_add(doc)
+
+    def _resident(self, uri: str) -> Doc:
+        doc = self._docs.get(uri)
+        if doc is not None:
+            self._touch(doc)
+            return doc
+        stored = self.db.document(uri) if self.db is not None else None
+        if stored is not None:
+            doc = Doc(uri, stored.text, stored.token_ids.copy(), stored.version, stored.hash, self._tick())
+        elif uri in self._evicted:
+            text = self._evicted.pop(uri)
+            doc = Doc(uri, text, self.adapter.encode_array(text), 0, content_hash(text), self._tick())
+        else:
+            raise KeyError(f"no document {uri!r} in the index")
+        self._install(doc)
+        self._maintain(keep=doc)
+        return doc
+
+    def _maintain(self, keep: Doc | None = None) -> None:
+        budget = self.memory_budget_tokens
+        if budget is not None:
+            while self._levels.live_tokens() > budget and len(self._docs) > 1:
+                uri, victim = next(iter(self._docs.items()))
+                if victim is keep:
+                    self._docs.move_to_end(uri)
+                    uri, victim = next(iter(self._docs.items()))
+                self._evict(victim)
+        self._levels.maintain()
+
+    def _evict(self, doc: Doc) -> None:
+        if doc.unsaved and self.db is not None:
+            doc.hash = doc.hash or content_hash(doc.text)
+            self.db.save_documents([(doc.uri, doc.hash, doc.version, doc.text, doc.tokens)])
+        if self.db is None:
+            self._evicted[doc.uri] = doc.text
+        self._levels.detach(doc)
+        del self._docs[doc.uri]
+        log.debug("index: evicted %s (%d tokens)", doc.uri, len(doc.tokens))
+
+    def _flush_if_due(self) -> None:
+        if self.db is not None and time.monotonic() - self._last_flush >= self.flush_seconds:
+            self.flush()

@@ -1,0 +1,144 @@
+"""Tokenizer adapter: the target's tokenizer seen as ``text -> token ids (+ character starts)``.
+
+The index stores documents in the target's own tokens, so a lookup continuation is directly a
+draft. Two facts about byte-level BPE make bulk indexing and incremental edits cheap, and both are
+checked here rather than assumed:
+
+- every token decodes to a fixed byte string, so token start offsets are a cumulative sum over a
+  per-vocabulary byte-length table (no per-token offset objects from the tokenizer);
+- ids fit in ``uint16`` for vocabularies under 65,535, halving the memory of every token array.
+
+Anything with ``encode`` and offsets works; without a byte-length table, starts come from the
+tokenizer's offsets (slower, same result).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+_PROBE_TEXT = "def f(x):\n    return x + 1  # é ü 中文 \U0001f600\n\n\tclass A: pass\r\n"
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte <-> printable-unicode table, inverted (char -> byte)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    chars = printable[:]
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+class TokenizerAdapter:
+    """Wraps a transformers fast tokenizer (or a ``tokenizers.Tokenizer``).
+
+    ``dtype``/``sep``: token arrays use the narrowest integer type; ``sep`` is a value no real
+    token takes, used to separate documents in concatenated arrays.
+    """
+
+    def __init__(self, tokenizer) -> None:
+        if isinstance(tokenizer, TokenizerAdapter):
+            tokenizer = tokenizer.tokenizer
+        self.tokenizer = tokenizer
+        self._backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
+        if self._backend is None and hasattr(tokenizer, "encode_batch"):
+            self._backend = tokenizer  # a raw tokenizers.Tokenizer
+        if self._backend is not None:
+            self.vocab_size = self._backend.get_vocab_size(with_added_tokens=True)
+        else:
+            self.vocab_size = len(tokenizer)
+        self.dtype = np.dtype(np.uint16) if self.vocab_size < 65535 else np.dtype(np.int32)
+        self.sep = int(np.iinfo(self.dtype).max)  # sorts after every real token
+        self.byte_lengths = self._byte_length_table()
+        self.fingerprint = self._fingerprint()
+
+    # -- encoding -------------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        if self._backend is not None:
+            return self._backend.encode(text, add_special_tokens=False).ids
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        if self._backend is not None:
+            encoding = self._backend.encode(text, add_special_tokens=False)
+            return encoding.ids, [tuple(o) for o in encoding.offsets]
+        out = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(out["input_ids"]), [tuple(o) for o in out["offset_mapping"]]
+
+    def encode_array(self, text: str) -> np.ndarray:
+        return np.asarray(self.encode(text), dtype=self.dtype)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Many documents at once (the Rust backend tokenizes them in parallel)."""
+        if self._backend is not None and texts:
+            encodings = self._backend.encode_batch_fast(list(texts), add_special_tokens=False) \
+                if hasattr(self._backend, "encode_batch_fast") else \
+                self._backend.encode_batch(list(texts), add_special_tokens=False)
+            return [np.asarray(e.ids, dtype=self.dtype) for e in encodings]
+        return [self.encode_array(t) for t in texts]
+
+    def char_starts(self, text: str, token_ids: np.ndarray) -> np.ndarray:
+        """Character offset where each token starts (int64, one per token), for ``token_ids``
+        = the encoding of ``text``. A token that starts inside a multi-byte character gets the
+        start of that character."""
+        if self.byte_lengths is not None:
+            lengths = self.byte_lengths[token_ids.astype(np.int64)]
+            byte_starts = np.zeros(len(token_ids), dtype=np.int64)
+            np.cumsum(lengths[:-1], out=byte_starts[1:])
+            if text.isascii():
+                if len(token_ids) == 0 or byte_starts[-1] + lengths[-1] == len(text):
+                    return byte_starts
+            else:
+                raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+                if len(token_ids) == 0 or byte_starts[-1] + lengths[-1] == len(raw):
+                    char_of_byte = np.cumsum((raw & 0xC0) != 0x80) - 1
+                    return char_of_byte[byte_starts] if len(raw) else byte_starts
+        ids, offsets = self.encode_with_offsets(text)
+        if len(ids) != len(token_ids):
+            raise ValueError("token ids do not belong to this text")
+        return np.asarray([o[0] for o in offsets], dtype=np.int64)
+
+    # -- setup checks ---------------------------------------------------------------------------
+    def _byte_length_table(self) -> np.ndarray | None:
+        """Per-id UTF-8 byte length, if this is a byte-level BPE (verified on a probe text)."""
+        if self._backend is None:
+            return None
+        decoder = _byte_decoder()
+        table = np.zeros(self.vocab_size, dtype=np.int64)
+        vocab = self._backend.get_vocab(with_added_tokens=True)
+        added = {t.content for t in self._backend.get_added_tokens_decoder().values()} \
+            if hasattr(self._backend, "get_added_tokens_decoder") else set()
+        for piece, token_id in vocab.items():
+            if token_id >= self.vocab_size:
+                continue
+            if piece in added:
+                table[token_id] = len(piece.encode("utf-8"))
+            elif all(ch in decoder for ch in piece):
+                table[token_id] = len(piece)
+            else:
+                return None
+        ids, offsets = self.encode_with_offsets(_PROBE_TEXT)
+        raw = _PROBE_TEXT.encode("utf-8")
+        if int(table[ids].sum()) != len(raw):
+            return None
+        return table
+
+    def _fingerprint(self) -> str:
+        """Identifies the tokenization, so persisted tokens are reused only with the same one."""
+        digest = hashlib.blake2b(digest_size=16)
+        if self._backend is not None and hasattr(self._backend, "to_str"):
+            digest.update(self._backend.to_str().encode("utf-8"))
+        else:
+            digest.update(json.dumps(self.encode(_PROBE_TEXT)).encode())
+            digest.update(str(self.vocab_size).encode())
+        return digest.hexdigest()
