@@ -1,0 +1,60 @@
+"""Model-free replay: how a proposer would fare if the target emitted exactly a recorded output.
+
+At each step the proposer drafts up to K tokens; the leading draft tokens that equal the recorded
+continuation are "accepted" (w), and the step advances w + 1 tokens, as one target forward would
+(the +1 is the recovered or bonus token). Every step becomes a ``StepRecord``, so the figures
+come from the same ``RequestStats`` arithmetic as real decoding (design.md §3).
+
+The lookup ceiling is the §3 definition: the output is diffed against its reference at token
+level; each aligned block of b tokens costs ceil(b / (K + 1)) forwards (a perfect copy pointer),
+each unaligned token one forward.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import time
+from typing import Sequence
+
+from codespec.draft import EMPTY_DRAFT, Outcome, ProposeContext, Proposer
+from codespec.stats import RequestStats, StepRecord
+
+
+def replay(proposer: Proposer, prompt_ids: Sequence[int], output_ids: Sequence[int],
+           max_draft: int) -> RequestStats:
+    """Replay ``output_ids`` after ``prompt_ids`` through ``proposer``; one StepRecord per forward."""
+    sequence = list(prompt_ids)
+    output = list(output_ids)
+    stats = RequestStats()
+    position = 0
+    proposer.begin(tuple(prompt_ids))
+    try:
+        while position < len(output):
+            remaining = len(output) - position
+            max_len = min(max_draft, remaining - 1)  # as the engine: a draft past the budget is useless
+            started = time.perf_counter()
+            draft = EMPTY_DRAFT
+            if max_len > 0:
+                draft = proposer.propose(ProposeContext(sequence, len(prompt_ids), max_len)).truncated(max_len)
+            proposal_s = time.perf_counter() - started
+            accepted = 0
+            while accepted < len(draft) and draft.token_ids[accepted] == output[position + accepted]:
+                accepted += 1
+            emitted = tuple(output[position:position + accepted + 1])
+            sequence.extend(emitted)
+            position += len(emitted)
+            stats.steps.append(StepRecord(draft.proposer if len(draft) else "", len(draft), accepted,
+                                          len(emitted), proposal_s, 0.0, 0.0))
+            proposer.observe(Outcome(draft, accepted, emitted, len(sequence), proposal_s, 0.0))
+    finally:
+        proposer.end()
+    return stats
+
+
+def ceiling_forwards(reference_ids: Sequence[int], output_ids: Sequence[int], max_draft: int) -> int:
+    """Forwards a perfect copy pointer with max draft K needs for ``output_ids`` (design.md §3)."""
+    matcher = difflib.SequenceMatcher(None, list(reference_ids), list(output_ids), autojunk=False)
+    blocks = [block.size for block in matcher.get_matching_blocks() if block.size]
+    unaligned = len(output_ids) - sum(blocks)
+    return unaligned + sum(math.ceil(size / (max_draft + 1)) for size in blocks)

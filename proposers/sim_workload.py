@@ -1,0 +1,102 @@
+"""Workload records -> simulation cases (formats: shared/workloads/README.md).
+
+An edit record ``{id, instruction, before, after}`` replays ``after`` after the rewrite prompt,
+with ``before`` as the reference and as the indexed document. A completion record
+``{id, path, prefix, suffix, target}`` replays ``target`` after ``prefix`` (the context), with
+``prefix + suffix`` as the indexed document (cursor at the end of ``prefix``) and as the
+reference, its pointer starting at the cursor. Bad input is an error naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from codespec.errors import CodespecError
+
+
+@dataclass(frozen=True)
+class SimCase:
+    id: str
+    kind: str  # "edit" | "completion"
+    prompt: str  # the text before the output (edit prompt, or the completion's prefix)
+    output: str  # what the target is replayed as emitting
+    reference: str  # the copy pointer's text
+    reference_start: int  # character offset in ``reference`` where the output begins
+    uri: str  # the document this request is about, as indexed
+    document: str
+    cursor: int  # character offset in ``document``
+
+
+def edit_prompt(before: str, instruction: str | None) -> str:
+    """The engine's rewrite prompt (codespec.prompts), so baselines see what a real request has."""
+    try:
+        from codespec.prompts import rewrite_prompt
+    except ImportError:  # a build without the prompt module: the same layout, spelled out
+        header = "<|file_sep|>"
+        middle = f"{header}instruction.txt\n{instruction.strip()}\n" if instruction else ""
+        return f"{header}original.py\n{before}{middle}{header}edited.py\n"
+    return rewrite_prompt(before, instruction)
+
+
+def read_jsonl(path: Path, max_records: int | None = None) -> list[dict]:
+    if not path.is_file():
+        raise CodespecError(f"workload file {path} does not exist")
+    records = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise CodespecError(f"{path}:{number}: not JSON ({error.msg})") from None
+            if not isinstance(record, dict):
+                raise CodespecError(f"{path}:{number}: expected a JSON object per line")
+            records.append(record)
+            if max_records is not None and len(records) >= max_records:
+                break
+    return records
+
+
+def _text(record: dict, key: str, where: str) -> str:
+    value = record.get(key)
+    if not isinstance(value, str):
+        raise CodespecError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
+    return value
+
+
+def case_from_record(record: dict, where: str) -> SimCase:
+    record_id = str(record.get("id", where))
+    if "before" in record or "after" in record:
+        before, after = _text(record, "before", where), _text(record, "after", where)
+        instruction = record.get("instruction") if isinstance(record.get("instruction"), str) else None
+        return SimCase(record_id, "edit", edit_prompt(before, instruction), after, before, 0,
+                       f"edit:{record_id}", before, 0)
+    if "prefix" in record or "target" in record:
+        prefix, suffix = _text(record, "prefix", where), record.get("suffix", "")
+        if not isinstance(suffix, str):
+            raise CodespecError(f"{where}: field 'suffix' must be a string")
+        target = _text(record, "target", where)
+        uri = str(record.get("path") or f"completion:{record_id}")
+        return SimCase(record_id, "completion", prefix, target, prefix + suffix, len(prefix),
+                       uri, prefix + suffix, len(prefix))
+    raise CodespecError(f"{where}: neither an edit record (before/after) nor a completion record (prefix/target)")
+
+
+def load_cases(path: Path, max_records: int | None = None) -> list[SimCase]:
+    records = read_jsonl(path, max_records)
+    cases = [case_from_record(record, f"{path} record {number}") for number, record in enumerate(records, 1)]
+    if not cases:
+        raise CodespecError(f"workload file {path} holds no records")
+    return cases
+
+
+def load_workspace(path: Path) -> list[tuple[str, str]]:
+    """``{path, text}`` records -> (uri, text) pairs."""
+    files = []
+    for number, record in enumerate(read_jsonl(path), 1):
+        where = f"{path} record {number}"
+        files.append((_text(record, "path", where), _text(record, "text", where)))
+    return files

@@ -1,0 +1,144 @@
+"""`codespec simulate`: model-free replay of recorded edits and completions through proposers.
+
+No model runs: each record's output is replayed as if the target emitted exactly it (design.md
+§3, "simulate" mode), so coverage, mean accepted length, acceptance by depth and tokens per
+target forward are measured in seconds. Every run also replays the same token streams through
+transformers' prompt-lookup rule (``hf-rule``) and, for edits, reports the lookup ceiling.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from codespec.errors import CodespecError
+
+BASELINE = "hf-rule"
+LOOKUP_PROPOSERS = ("context", "reference", "index")
+MODEL_PROPOSERS = ("draft", "early-exit")
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "simulate", help="replay recorded edits/completions through proposers, without a model")
+    parser.add_argument("--workload", type=Path, required=True, help="JSONL of edit or completion records")
+    parser.add_argument("--workspace", type=Path, help="JSONL of {path, text} files to index (completions)")
+    parser.add_argument("--proposer", nargs="+", action="extend", default=None, metavar="NAME",
+                        help=f"proposers to replay (default: {', '.join(LOOKUP_PROPOSERS)}); "
+                             f"the {BASELINE} baseline is always added")
+    parser.add_argument("--max-draft", type=int, default=32, help="K: most draft tokens per step (default 32)")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--tokenizer", help="model directory whose tokenizer to use (default: the shipped model's)")
+    parser.add_argument("--max-records", type=int, help="replay only the first N records")
+    parser.set_defaults(run=run)
+
+
+@dataclass
+class TokenizerTarget:
+    """What a lookup proposer's ``from_setup`` reads from a target, without the model."""
+
+    tokenizer: object
+    name: str = "tokenizer-only"
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, token_ids) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return frozenset() if eos is None else frozenset([eos])
+
+
+def run(args) -> int:
+    from proposers.sim_run import simulate_workload
+    from proposers.sim_workload import load_cases, load_workspace
+
+    if args.max_draft < 1:
+        raise CodespecError(f"--max-draft must be >= 1, got {args.max_draft}")
+    names = list(dict.fromkeys(args.proposer or _default_proposers()))
+    for name in names:
+        if name in MODEL_PROPOSERS:
+            raise CodespecError(f"proposer {name!r} needs a model; simulate is model-free "
+                                f"(use `codespec bench` for model proposers)")
+    tokenizer = load_tokenizer(args.tokenizer)
+    cases = load_cases(args.workload, args.max_records)
+    workspace = load_workspace(args.workspace) if args.workspace else []
+    report = simulate_workload(cases, names, tokenizer, args.max_draft, workspace,
+                               workload=args.workload.stem)
+    print(format_table(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def _default_proposers() -> list[str]:
+    names = ["context", "reference"]
+    try:
+        import index  # noqa: F401
+
+        if hasattr(index, "WorkspaceIndex"):
+            names.append("index")
+    except ImportError:
+        pass
+    return names
+
+
+def load_tokenizer(path: str | None):
+    from transformers import AutoTokenizer
+
+    if path is None:
+        from codespec.cli import default_model_path
+
+        path = default_model_path()
+        if path is None:
+            raise CodespecError("no shipped default model in this build: pass --tokenizer MODEL_DIR")
+    if not Path(path).is_dir():
+        raise CodespecError(f"--tokenizer {path}: not a directory (give a local model or tokenizer directory)")
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as error:  # OSError, ValueError: no tokenizer files there
+        raise CodespecError(f"no tokenizer could be loaded from {path}: {error}") from None
+
+
+def format_table(report: dict) -> str:
+    """A readable table: one row per proposer, the baseline ratio, the ceiling for edits."""
+    ceiling = report["ceiling"]["tokens_per_forward"]
+    baseline = report["proposers"].get(BASELINE, {}).get("tokens_per_forward") or math.nan
+    lines = [
+        f"workload {report['workload']}: {report['records']} records, max draft {report['max_draft']} tokens, "
+        f"model-free replay (tokens per forward: 1.00 = plain decoding)",
+        f"{'proposer':<12} {'tok/fwd':>8} {'x ' + BASELINE:>10} {'of ceil':>8} {'coverage':>9} {'MAL':>7} "
+        f"{'acc@1':>6} {'acc@8':>6} {'p50 ms':>8} {'p99 ms':>8}",
+    ]
+    for name, row in report["proposers"].items():
+        depth = row["acceptance_by_depth"]
+        tpf = row["tokens_per_forward"]
+        of_ceiling = f"{tpf / ceiling:8.0%}" if ceiling else f"{'-':>8}"
+        lines.append(
+            f"{name:<12} {tpf:8.2f} {tpf / baseline:10.2f} {of_ceiling} {row['coverage']:9.1%} "
+            f"{row['mean_accepted_length']:7.2f} {_at(depth, 0):>6} {_at(depth, 7):>6} "
+            f"{_ms(row['proposal_ms_p50']):>8} {_ms(row['proposal_ms_p99']):>8}"
+        )
+    if ceiling:
+        lines.append(f"lookup ceiling (design.md §3): {ceiling:.2f} tokens per forward")
+    return "\n".join(lines)
+
+
+def _at(values: list, index: int) -> str:
+    return f"{values[index]:.2f}" if index < len(values) else "-"
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+if __name__ == "__main__":  # pragma: no cover - `codespec simulate` is the entry point
+    from codespec.cli import main
+
+    sys.exit(main(["simulate", *sys.argv[1:]]))

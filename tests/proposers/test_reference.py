@@ -1,0 +1,189 @@
+"""The copy pointer: literal small cases, then whole-engine greedy equivalence with a tiny model."""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+
+import pytest
+
+from codespec.draft import Draft, Outcome, ProposeContext
+from codespec.registry import ProposerSetup, create_proposer
+from proposers.lookup_sim import replay
+from proposers.reference import ReferenceLookup, best_anchor
+from proposers.token_bytes import TokenBytes
+
+STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+def _corpus() -> list[str]:
+    return [open(os.path.join(STDLIB, name), encoding="utf-8").read()
+            for name in ("textwrap.py", "difflib.py", "heapq.py")]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from codespec.shapes import build_tokenizer
+
+    return build_tokenizer(_corpus(), 1024)
+
+
+@pytest.fixture(scope="module")
+def codec(tokenizer):
+    return TokenBytes(tokenizer)
+
+
+def step_to(pointer: ReferenceLookup, output_ids: list[int], max_len: int = 64) -> Draft:
+    """Walk ``output_ids`` through the pointer as the engine would (drafts verified against the
+    recorded output), then return the draft it proposes next."""
+    replay(pointer, [], output_ids, max_len)
+    return pointer.propose(ProposeContext(list(output_ids), 0, max_len))
+
+
+def test_exact_copy_drafts_whole_spans_and_counts_prediction_tokens(codec):
+    reference = "def area(width, height):\n    return width * height\n" * 6
+    output_ids = codec.encode(reference)
+    pointer = ReferenceLookup(reference, codec)
+    stats = replay(pointer, [], output_ids, 32)
+    assert len(stats.steps) == -(-len(output_ids) // 33)  # every forward: 32 accepted + 1 bonus
+    assert all(step.accepted == step.draft_len for step in stats.steps)
+    assert pointer.accepted_prediction_tokens == len(output_ids) - len(stats.steps)
+    assert pointer.rejected_prediction_tokens == 0
+
+
+def cut_after(codec, output: str, text_end: int) -> list[int]:
+    """The output's tokens up to the first token boundary at or after character ``text_end``."""
+    output_ids = codec.encode(output)
+    target = len(output[:text_end].encode())
+    for count in range(len(output_ids) + 1):
+        if len(codec.join(output_ids[:count])) >= target:
+            return output_ids[:count]
+    return output_ids
+
+
+def test_repeated_lines_keep_the_occurrence_being_copied(codec):
+    block = "    total = total + value\n    count = count + 1\n"
+    reference = "def f(values):\n" + block + block + block + "    return total\n"
+    # The output inserts a comment inside the *third* copy of the block.
+    output = "def f(values):\n" + block + block + "    total = total + value\n    # seen\n" \
+             "    count = count + 1\n    return total\n"
+    pointer = ReferenceLookup(reference, codec)
+    emitted = cut_after(codec, output, output.index(" count", output.index("# seen")))
+    draft = step_to(pointer, emitted)
+    third_count = len(("def f(values):\n" + block + block + "    total = total + value\n").encode())
+    assert third_count <= pointer.position <= third_count + len(b"    ")  # the third copy's line
+    assert codec.join(emitted) + codec.join(draft.token_ids) == output.encode()
+
+
+def test_insertion_resumes_after_the_inserted_line(codec):
+    reference = "def f(x):\n    y = x * 2\n    return y\n\n\ndef g(y):\n    return y\n"
+    output = "def f(x):\n    y = x * 2\n    y = y + 1\n    return y\n\n\ndef g(y):\n    return y\n"
+    pointer = ReferenceLookup(reference, codec)
+    output_ids = codec.encode(output)
+    stats = replay(pointer, [], output_ids, 64)
+    inserted = len(codec.encode("    y = y + 1\n"))
+    # One forward copies up to the insertion, the inserted tokens cost at most one forward each,
+    # and once the pointer has re-anchored the rest of the file comes in one more.
+    assert len(stats.steps) <= inserted + 3
+    emitted = cut_after(codec, output, output.index(" return y"))
+    draft = step_to(ReferenceLookup(reference, codec), emitted)
+    assert codec.join(emitted) + codec.join(draft.token_ids) == output.encode()
+
+
+def test_deletion_skips_the_deleted_text(codec):
+    reference = "import os\nimport sys\nimport json\n\n\ndef main():\n    print(os.getcwd())\n"
+    output = "import os\nimport json\n\n\ndef main():\n    print(os.getcwd())\n"
+    pointer = ReferenceLookup(reference, codec)
+    draft = step_to(pointer, codec.encode("import os\nimport json"))
+    assert pointer.position == len(b"import os\nimport sys\nimport json")
+    assert codec.join(draft.token_ids) == b"\n\n\ndef main():\n    print(os.getcwd())\n"
+    stats = replay(ReferenceLookup(reference, codec), [], codec.encode(output), 64)
+    assert len(stats.steps) <= 4
+
+
+def test_output_tokens_split_differently_from_the_reference_stay_aligned(codec):
+    reference = "    return value\n"
+    reference_ids = codec.encode(reference)
+    split_ids = codec.encode("    ret") + codec.encode("urn value\n")
+    assert split_ids != reference_ids  # the same text, other token boundaries
+    pointer = ReferenceLookup(reference, codec)
+    emitted = codec.encode("    ret")
+    context = ProposeContext(list(emitted), 0, 16)
+    draft = pointer.propose(context)
+    assert pointer.aligned and pointer.position == len(b"    ret")
+    # The rest is the reference re-tokenized from inside its " return" token.
+    assert codec.join(draft.token_ids) == b"urn value\n"
+    assert draft.token_ids == tuple(codec.encode("urn value\n"))
+
+
+def test_observe_counts_only_its_own_drafts(codec):
+    pointer = ReferenceLookup("abc def ghi\n", codec)
+    ids = codec.encode("abc def ghi\n")
+    pointer.begin([])
+    draft = pointer.propose(ProposeContext([], 0, 4))
+    pointer.observe(Outcome(draft, 1, tuple(ids[:2]), 2))
+    pointer.observe(Outcome(Draft(tuple(ids[2:4]), "context"), 2, tuple(ids[2:5]), 5))
+    assert (pointer.accepted_prediction_tokens, pointer.rejected_prediction_tokens) == (1, len(draft) - 1)
+
+
+def test_anchor_trades_match_length_against_distance():
+    text = b"x = 1\ny = 2\nx = 1\ny = 2\nx = 1\n"
+    tail = b"zz\nx = 1"
+    lengths = [2, 4, 6]  # suffixes b"= 1"... at token boundaries
+    # Equal lengths everywhere: the occurrence nearest the centre wins, before or after it.
+    assert best_anchor(text, tail, lengths, 14, 100, 100, 1.0)[1:] == (17, 6)
+    # Far from the centre a longer match must be much longer: here " = 1" next to the centre
+    # beats "\nx = 1" 13 bytes away, unless distance weighs little.
+    assert best_anchor(text, tail, lengths, 4, 100, 100, 1.0)[1:] == (5, 4)
+    assert best_anchor(text, tail, lengths, 4, 100, 100, 0.25)[1:] == (17, 6)
+    # Nothing of the tail occurs: no anchor.
+    assert best_anchor(text, b"qq", [2], 0, 100, 100, 1.0)[0] == float("-inf")
+
+
+def test_from_setup_needs_the_reference_text(tokenizer):
+    class Target:
+        pass
+
+    target = Target()
+    target.tokenizer = tokenizer
+    with pytest.raises(ValueError, match="reference"):
+        create_proposer("reference", ProposerSetup(target, {}))
+    pointer = create_proposer("reference", ProposerSetup(target, {"reference": "pass\n"}))
+    assert isinstance(pointer, ReferenceLookup)
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tmp_path_factory):
+    from codespec.model import TargetModel
+    from codespec.shapes import save_random_model
+
+    directory = save_random_model(tmp_path_factory.mktemp("tiny"), _corpus(), "tiny", vocab_size=512,
+                                  seed=3, init_std=0.2)
+    return TargetModel.load(str(directory), device="cpu", dtype="float32")
+
+
+def test_greedy_output_is_identical_with_the_copy_pointer(tiny_target):
+    from codespec.config import GenerationLimits
+    from codespec.decode import generate_all
+
+    prompt_ids = tiny_target.encode("def merge(left, right):\n    result = []\n")
+    limits = GenerationLimits(max_new_tokens=96, max_draft_len=32)
+    plain = generate_all(tiny_target, prompt_ids, None, limits=limits)
+    # A reference that has nothing to do with the output: drafts fail, output unchanged.
+    unrelated = ReferenceLookup("while queue:\n    item = queue.pop()\n" * 4, tiny_target.tokenizer)
+    assert generate_all(tiny_target, prompt_ids, unrelated, limits=limits).token_ids == plain.token_ids
+    # The target's own greedy output as the reference: long drafts are accepted, same tokens.
+    # (A random model's tokens are rarely the canonical tokenization of their text, so the
+    # reference is given with the target's own ids, as a client sending prediction tokens would.)
+    reference = tiny_target.decode(plain.token_ids)
+
+    def encode(text: str) -> list[int]:
+        return list(plain.token_ids) if text == reference else tiny_target.encode(text)
+
+    forced = ReferenceLookup(reference, encode, tokenizer=tiny_target.tokenizer)
+    copied = generate_all(tiny_target, prompt_ids, forced, limits=limits)
+    assert copied.token_ids == plain.token_ids
+    summary = copied.stats.summary()
+    assert summary["target_forwards"] <= len(plain.token_ids) // 4
+    assert summary["mean_accepted_length"] >= 8
+    assert forced.accepted_prediction_tokens >= len(plain.token_ids) // 2

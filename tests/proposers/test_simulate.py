@@ -1,0 +1,132 @@
+"""`codespec simulate`: the replay arithmetic, the hf-rule baseline, the ceiling, the CLI and its JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from codespec.cli import main
+from codespec.draft import EMPTY_DRAFT, Draft, NoDraft, ProposeContext
+from proposers.hf_rule import PromptLookupRule
+from proposers.lookup_sim import ceiling_forwards, replay
+
+WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
+JSON_KEYS = {"coverage", "mean_accepted_length", "tokens_per_forward", "acceptance_by_depth",
+             "proposal_ms_p50", "proposal_ms_p99"}
+
+
+class Oracle:
+    """Drafts the true continuation (up to ``max_len``): every forward advances K + 1 tokens."""
+
+    name = "oracle"
+
+    def __init__(self, output):
+        self.output = list(output)
+
+    def begin(self, prompt_ids):
+        self.prompt_len = len(prompt_ids)
+
+    def propose(self, context: ProposeContext) -> Draft:
+        done = len(context.token_ids) - self.prompt_len
+        return Draft(tuple(self.output[done:done + context.max_len]), self.name)
+
+    def observe(self, outcome):
+        pass
+
+    def end(self):
+        pass
+
+
+def test_replay_counts_forwards_like_the_engine():
+    output = list(range(100, 170))  # 70 tokens
+    assert len(replay(NoDraft(), [1, 2], output, 8).steps) == 70
+    stats = replay(Oracle(output), [1, 2], output, 8)
+    assert [step.emitted for step in stats.steps] == [9] * 7 + [7]  # the last draft is cut by the budget
+    assert stats.summary()["tokens_per_forward"] == 70 / 8
+
+
+def test_hf_rule_takes_the_leftmost_bigram_then_unigram_and_ten_tokens():
+    rule = PromptLookupRule()
+    rule.begin(())
+    sequence = [5, 6, 1, 2, 3, 4, 1, 2, 9, 8, 7, 1, 2]
+    draft = rule.propose(ProposeContext(sequence, 0, 32))
+    assert draft.token_ids == (3, 4, 1, 2, 9, 8, 7, 1, 2)  # leftmost "1 2"; the sequence ends first
+    sequence = [7] * 3 + list(range(20, 40)) + [99, 20]
+    rule = PromptLookupRule()
+    assert rule.propose(ProposeContext(sequence, 0, 32)).token_ids == tuple(range(21, 31))  # n=1, 10 tokens
+    assert rule.propose(ProposeContext(sequence, 0, 4)).token_ids == (21, 22, 23, 24)
+    assert PromptLookupRule().propose(ProposeContext([1, 2, 3], 0, 8)) is EMPTY_DRAFT
+
+
+def test_ceiling_charges_blocks_by_draft_length_and_unaligned_tokens_one_each():
+    reference = list(range(100))
+    assert ceiling_forwards(reference, reference, 32) == 4  # ceil(100 / 33)
+    output = reference[:50] + [500, 501] + reference[50:]
+    assert ceiling_forwards(reference, output, 32) == 2 + 2 + 2  # two blocks of 50, two inserted tokens
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    from codespec.shapes import build_tokenizer
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    corpus = [open(os.path.join(stdlib, name), encoding="utf-8").read() for name in ("textwrap.py", "difflib.py")]
+    directory = tmp_path_factory.mktemp("tok")
+    build_tokenizer(corpus, 1024).save_pretrained(directory)
+    return directory
+
+
+def _edit(record_id: str, before: str, after: str) -> dict:
+    return {"source": "test", "id": record_id, "lang": "python", "instruction": "fix", "before": before,
+            "after": after}
+
+
+def test_cli_writes_exactly_the_agreed_json(tokenizer_dir, tmp_path, capsys):
+    body = "".join(f"def handler_{n}(request):\n    return respond(request, {n})\n\n\n" for n in range(12))
+    records = [_edit("a", body, body.replace("respond(request, 7)", "respond(request, 7, retry=True)")),
+               _edit("b", body, body.replace("def handler_3", "def handler_three"))]
+    workload = tmp_path / "edits-small.jsonl"
+    workload.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "report.json"
+    code = main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
+                 "--proposer", "reference", "context", "--max-draft", "32", "--json", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert set(report) == {"workload", "records", "max_draft", "ceiling", "proposers"}
+    assert (report["workload"], report["records"], report["max_draft"]) == ("edits-small", 2, 32)
+    assert set(report["proposers"]) == {"reference", "context", "hf-rule"}
+    for row in report["proposers"].values():
+        assert set(row) == JSON_KEYS
+    reference = report["proposers"]["reference"]["tokens_per_forward"]
+    assert reference > 2.5 * report["proposers"]["hf-rule"]["tokens_per_forward"]
+    assert report["ceiling"]["tokens_per_forward"] > 10
+    assert "hf-rule" in capsys.readouterr().out
+
+
+def test_cli_names_the_bad_line(tokenizer_dir, tmp_path, capsys):
+    workload = tmp_path / "broken.jsonl"
+    workload.write_text(json.dumps(_edit("a", "x = 1\n", "x = 2\n")) + "\n{not json\n")
+    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir)]) == 2
+    assert "broken.jsonl:2" in capsys.readouterr().err
+    assert main(["simulate", "--workload", str(tmp_path / "missing.jsonl"), "--tokenizer", str(tokenizer_dir)]) == 2
+    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
+                 "--proposer", "draft"]) == 2
+    assert "needs a model" in capsys.readouterr().err
+
+
+def test_real_edits_reference_beats_the_baseline(tokenizer_dir, tmp_path):
+    source = WORKLOADS / "humanevalfix-python.jsonl"
+    if not source.is_file():
+        pytest.skip(f"{source} absent (the shared workloads are not part of the repository)")
+    out = tmp_path / "hef.json"
+    assert main(["simulate", "--workload", str(source), "--tokenizer", str(tokenizer_dir), "--max-records", "12",
+                 "--proposer", "reference", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = report["proposers"]
+    assert report["records"] == 12
+    assert rows["reference"]["tokens_per_forward"] > 1.5 * rows["hf-rule"]["tokens_per_forward"]
+    assert rows["reference"]["tokens_per_forward"] > 0.9 * report["ceiling"]["tokens_per_forward"]
