@@ -1,0 +1,145 @@
+"""Literal lookups: longest match wins, nearest / newest preferred, token-boundary matches, history."""
+
+from __future__ import annotations
+
+import pytest
+
+from index import WorkspaceIndex
+
+
+def ids(adapter, text):
+    return adapter.encode(text)
+
+
+def decode(tokenizer, token_ids):
+    return tokenizer.decode(list(token_ids))
+
+
+@pytest.fixture(params=["overlay", "level"])
+def make_index(request, index_tokenizer):
+    """Both homes of a document: the scanned overlay, and an immutable level (overlay_tokens=0
+    moves every document but the few most recently changed ones into levels)."""
+
+    def make(**kwargs):
+        if request.param == "level":
+            kwargs.setdefault("overlay_tokens", 0)
+        return WorkspaceIndex(index_tokenizer, **kwargs)
+
+    make.mode = request.param
+    return make
+
+
+def settle(index, count=5):
+    """Push earlier documents out of the hot overlay set by adding unrelated filler documents."""
+    for n in range(count):
+        index.add_document(f"mem://filler{n}", f"zz{n} = {n} * {n}\n")
+
+
+def test_longest_match_wins(make_index, index_adapter, index_tokenizer):
+    index = make_index(max_ngram=32)
+    index.add_document("mem://a", "value = alpha beta gamma delta(first_choice)\n")
+    index.add_document("mem://b", "value = gamma delta(second_choice)\n" * 3)
+    settle(index)
+    found = index.lookup(ids(index_adapter, "x = alpha beta gamma delta("), max_len=8)
+    assert found[0].source == "mem://a"
+    assert decode(index_tokenizer, found[0].token_ids).startswith("first")
+    shorter = len(ids(index_adapter, " gamma delta("))
+    assert found[0].match_len >= len(ids(index_adapter, " alpha beta gamma delta(")) > shorter
+    assert all(c.match_len == found[0].match_len for c in found)
+    index.check_integrity()
+
+
+def test_nearest_occurrence_in_same_document_first(make_index, index_adapter, index_tokenizer):
+    index = make_index()
+    lines = ["result = compute(left_value)\n"] + [f"pad_{n} = {n}\n" for n in range(40)] + \
+            ["result = compute(right_value)\n"] + [f"tail_{n} = {n}\n" for n in range(40)]
+    text = "".join(lines)
+    index.add_document("mem://doc", text)
+    index.add_document("mem://other", "result = compute(other_value)\n")
+    settle(index)
+    context = ids(index_adapter, "result = compute(")
+    near_second = len(ids(index_adapter, text[:text.index("tail_0")]))
+    near_first = len(ids(index_adapter, text[:text.index("pad_0")]))
+    second = index.lookup(context, 8, uri="mem://doc", cursor=near_second)
+    first = index.lookup(context, 8, uri="mem://doc", cursor=near_first)
+    assert decode(index_tokenizer, second[0].token_ids).startswith("right")
+    assert decode(index_tokenizer, first[0].token_ids).startswith("left")
+    assert first[0].source == second[0].source == "mem://doc"
+    assert any(c.source == "mem://other" for c in first)
+    assert first[0].score > max(c.score for c in first if c.source != "mem://doc")
+
+
+def test_most_recent_document_preferred(make_index, index_adapter, index_tokenizer):
+    index = make_index()
+    index.add_document("mem://old", "handler = make_handler(old_style)\n")
+    index.add_document("mem://new", "handler = make_handler(new_style)\n")
+    settle(index)
+    found = index.lookup(ids(index_adapter, "h = make_handler("), 3)
+    assert [c.source for c in found[:2]] == ["mem://new", "mem://old"]
+    index.update_document("mem://old", 0, 0, "# touched\n", version=2)
+    found = index.lookup(ids(index_adapter, "h = make_handler("), 3)
+    assert found[0].source == "mem://old"
+
+
+def test_match_across_token_boundary(make_index, index_adapter):
+    """The context ends inside an identifier (as the document's tokens split it), and the
+    continuation starts mid-word: matching is on tokens, not words."""
+    index = make_index()
+    text = "def configure_everything(settings):\n    return settings.unusualattribute + 1\n"
+    index.add_document("mem://doc", text)
+    settle(index)
+    tokens = index.document_tokens("mem://doc")
+    word_start = text.index("unusualattribute")
+    starts = index_adapter.char_starts(text, index_adapter.encode_array(text)).tolist()
+    inside = [i for i, s in enumerate(starts) if word_start < s < word_start + len("unusualattribute")]
+    assert inside, "the test word must span several tokens"
+    cut = inside[0]
+    found = index.lookup(tokens[:cut], 5)
+    assert found[0].token_ids == tuple(tokens[cut:cut + 5])
+    assert found[0].position == cut and found[0].source == "mem://doc"
+
+
+def test_cursor_occurrence_and_short_contexts_are_skipped(make_index, index_adapter):
+    index = make_index()
+    text = "unique_name = 1\nunique_name = 2\n"
+    index.add_document("mem://doc", text)
+    tokens = index.document_tokens("mem://doc")
+    cut = len(ids(index_adapter, "unique_name = 1\nunique_name ="))
+    found = index.lookup(tokens[:cut], 2, uri="mem://doc", cursor=cut)
+    assert found and all(c.position != cut for c in found)
+    assert index.lookup(tokens[:1], 4) == []
+    assert index.lookup(tokens[:cut], 0) == []
+
+
+def test_history_sources_and_replaced_text(make_index, index_adapter, index_tokenizer):
+    index = make_index()
+    index.add_history("accepted", "response = client.send_request(payload, timeout=30)\n", uri="mem://x")
+    found = index.lookup(ids(index_adapter, "r = client.send_request("), 12)
+    assert found[0].source == "history:accepted"
+    assert decode(index_tokenizer, found[0].token_ids).startswith("payload, ti")
+    index.add_document("mem://doc", "limit = compute_limit(original_argument)\n")
+    start = index.document_text("mem://doc").index("original_argument")
+    index.update_document("mem://doc", start, start + len("original_argument"), "new", version=1)
+    found = index.lookup(ids(index_adapter, "x = compute_limit("), 8)
+    sources = {c.source: decode(index_tokenizer, c.token_ids) for c in found}
+    assert sources["mem://doc"].startswith("new")
+    assert "history:replaced" not in sources  # replaced text alone has no "compute_limit(" before it
+    found = index.lookup(ids(index_adapter, "original_"), 3)
+    assert found[0].source == "history:replaced"
+    index.check_integrity()
+
+
+def test_edits_are_visible_to_the_next_lookup(make_index, index_adapter, index_tokenizer):
+    index = make_index()
+    index.add_document("mem://doc", "alpha = first_function(one)\n")
+    settle(index)
+    index.update_document("mem://doc", 0, len("alpha = first_function(one)"), "alpha = second_function(two)", 1)
+    stale = index.lookup(ids(index_adapter, "x = first_function("), 3)
+    assert [c.source for c in stale] == ["history:replaced"]  # the old text lives on only as history
+    found = index.lookup(ids(index_adapter, "x = second_function("), 8)
+    assert decode(index_tokenizer, found[0].token_ids).startswith("two")
+    index.remove_document("mem://doc")
+    assert all(c.source != "mem://doc" for c in index.lookup(ids(index_adapter, "x = second_function("), 3))
+    with pytest.raises(KeyError):
+        index.document_text("mem://doc")
+    index.check_integrity()
