@@ -154,13 +154,16 @@ class LinearCost:
         det = self.sw * (self.skk + lam) - self.sk * self.sk
         a = (self.st * (self.skk + lam) - self.sk * (self.skt + lam * slope_prior)) / det
         b = (self.sw * (self.skt + lam * slope_prior) - self.sk * self.st) / det
-        floor = 1e-3 * mean_t  # drafting is never free: keeps the best k finite
-        if b < floor:
-            b = floor
+        slope_floor = 1e-3 * mean_t  # drafting is never free: keeps the best k finite
+        if b < slope_floor:
+            b = slope_floor
             a = (self.st - b * self.sk) / self.sw
-        if a < 0.0:
-            a = 0.0
-            b = max(self.skt / self.skk if self.skk > 0 else mean_t, floor)
+        # Noise can push the intercept to zero or below; a step always has a fixed cost, and a zero
+        # one would make plain decoding look infinitely fast (or drafting free).
+        intercept_floor = 0.1 * mean_t if self.shape == "flat" else 0.0
+        if a < intercept_floor:
+            a = intercept_floor
+            b = max((self.st - a * self.sw) / self.sk if self.sk > 0 else slope_prior, slope_floor)
         return a, b
 
     def predict(self, k: int, default: tuple[float, float] = (1.0, 0.02)) -> float:

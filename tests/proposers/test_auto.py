@@ -1,0 +1,304 @@
+"""The auto policy: pure decision logic on synthetic statistics, then behaviour on scripted streams
+through the real decode loop (a tiny random Llama as the target)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from codespec.config import GenerationLimits, SamplingParams
+from codespec.decode import generate_all
+from codespec.draft import Draft, MatchInfo
+from codespec.registry import ProposerSetup, create_proposer
+from engine_harness import ScriptedProposer, always_wrong, oracle, plain_greedy
+from proposers.auto import AutoProposer, PolicyConfig
+from proposers.policy import (AcceptanceTable, Candidate, DepthAcceptance, LinearCost, ProbeSchedule, best_length,
+                              bucket, choose, expected_tokens)
+
+VERIFY = (1.0, 0.01)  # a forward costs 1 s plus 0.01 s per scored draft token
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# -- pure decision logic ---------------------------------------------------------------------
+def test_expected_tokens_counts_the_recovered_or_bonus_token():
+    assert expected_tokens([0.5, 0.5], 0) == 1.0
+    assert expected_tokens([0.5, 0.5], 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens([1.0] * 8, 8) == 9.0
+
+
+def test_reliable_lookup_gets_the_longest_draft():
+    choice = best_length(Candidate("reference", [0.995] * 96, 96), VERIFY)
+    assert choice.draft_len >= 64
+    decision, _ = choose([Candidate("reference", [0.995] * 96, 96)], VERIFY)
+    assert decision.name == "reference" and decision.draft_len >= 64
+
+
+def test_draft_length_shrinks_with_acceptance():
+    lengths = [best_length(Candidate("c", [a] * 64, 64), VERIFY).draft_len for a in (0.99, 0.9, 0.7, 0.4)]
+    assert lengths == sorted(lengths, reverse=True) and lengths[0] > lengths[-1]
+
+
+def test_nothing_pays_means_plain_decoding():
+    decision, best = choose([Candidate("context", [0.02] * 8, 8)], VERIFY)
+    assert decision.name is None and decision.draft_len == 0
+    assert best.name == "context"  # still reported, for probing and logs
+
+
+def test_weak_lookup_falls_back_to_a_model():
+    weak_lookup = Candidate("context", [0.1] * 8, 8)
+    model = Candidate("draft", [0.8] * 16, 16, proposal_s=(0.0, 0.05))
+    decision, _ = choose([weak_lookup, model], VERIFY)
+    assert decision.name == "draft" and decision.draft_len > 1
+
+
+def test_expensive_model_loses_to_plain_decoding():
+    model = Candidate("early-exit", [0.3] * 16, 16, proposal_s=(0.0, 0.5))  # half a forward per token
+    decision, _ = choose([model], VERIFY)
+    assert decision.name is None
+
+
+def test_margin_keeps_a_marginal_gain_off():
+    # E(1) = 1.05 for 1.01 s: 4% better than 1 token/s, under the 5% margin.
+    decision, _ = choose([Candidate("c", [0.0504], 1)], VERIFY, margin=0.05)
+    assert decision.name is None
+    decision, _ = choose([Candidate("c", [0.0504], 1)], VERIFY, margin=0.0)
+    assert decision.name == "c"
+
+
+def test_depth_acceptance_extrapolates_from_the_last_seen_depth():
+    table = DepthAcceptance(decay=1.0)
+    for _ in range(50):
+        table.record(passed=3, rejected_next=True)  # always exactly three right
+    estimates = table.estimates(6, prior=0.5, strength=2.0)
+    assert estimates[0] > 0.95 and estimates[2] > 0.95
+    assert estimates[3] < 0.05
+    assert estimates[4] == pytest.approx(estimates[3]) and estimates[5] == pytest.approx(estimates[3])
+
+
+def test_censored_shadow_records_do_not_count_as_rejections():
+    table = DepthAcceptance(decay=1.0)
+    table.record(passed=2, rejected_next=False)  # the emitted run ended before the draft did
+    assert table.reached == [1.0, 1.0] and table.passed == [1.0, 1.0]
+
+
+def test_buckets_shrink_toward_their_proposer():
+    table = AcceptanceTable(decay=1.0)
+    for _ in range(40):
+        table.record("context", 1, passed=0, rejected_next=True)  # 1-token matches: wrong
+        table.record("context", 12, passed=8, rejected_next=False)  # long matches: right
+    short = table.estimates("context", 1, 4)
+    long = table.estimates("context", 12, 4)
+    unseen = table.estimates("context", 5, 4)
+    assert short[0] < 0.1 < 0.9 < long[0]
+    assert short[0] < unseen[0] < long[0]  # an unseen bucket gets the proposer-level estimate
+    assert [bucket(n) for n in (0, 1, 2, 3, 4, 7, 8, 15, 16, 400)] == \
+        ["-", "1", "2-3", "2-3", "4-7", "4-7", "8-15", "8-15", "16+", "16+"]
+
+
+def test_linear_cost_recovers_intercept_and_slope():
+    fit = LinearCost("flat", decay=1.0, ridge=1e-6)
+    for k in range(0, 33, 4):
+        fit.add(k, 2.0 + 0.5 * k)
+    a, b = fit.fit()
+    assert a == pytest.approx(2.0, rel=1e-3) and b == pytest.approx(0.5, rel=1e-3)
+
+
+def test_linear_cost_from_one_length_follows_its_prior_shape():
+    per_token = LinearCost("proportional")
+    per_token.add(4, 0.4)
+    assert per_token.predict(8) == pytest.approx(0.8, rel=1e-6)
+    forward = LinearCost("flat")
+    forward.add(0, 1.0)
+    assert forward.predict(0) == pytest.approx(1.0) and forward.predict(10) == pytest.approx(1.2)
+    assert LinearCost().fit() is None
+
+
+def test_noisy_costs_never_make_a_forward_free():
+    """Two noisy points that extrapolate to a negative intercept: the fit keeps a positive one, so
+    plain decoding never looks infinitely fast."""
+    fit = LinearCost("flat", decay=1.0, ridge=1e-6)
+    fit.add(20, 0.001)
+    fit.add(96, 0.010)
+    a, b = fit.fit()
+    assert a > 0 and b > 0
+    assert choose([Candidate("c", [1.0] * 96, 96)], (a, b))[0].name == "c"
+
+
+def test_probe_interval_doubles_and_resets():
+    schedule = ProbeSchedule(base_interval=2, max_interval=8)
+    due = [schedule.plain_step() for _ in range(2)]
+    assert due == [False, True]
+    schedule.probed()
+    assert schedule.interval == 4 and not any(schedule.plain_step() for _ in range(3)) and schedule.plain_step()
+    schedule.probed()
+    schedule.probed()
+    assert schedule.interval == 8  # capped
+    schedule.speculated()
+    assert schedule.interval == 2 and schedule.idle_steps == 0
+
+
+# -- behaviour on streams ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def stream(tiny_target):
+    from conftest import stdlib_corpus
+
+    prompt = tiny_target.encode(stdlib_corpus()[1][:200])
+    reference = plain_greedy(tiny_target, prompt, 160)
+    return prompt, reference, [*prompt, *reference]
+
+
+def run(target, prompt, proposer, max_new=160, max_draft=16):
+    limits = GenerationLimits(max_new_tokens=max_new, max_draft_len=max_draft)
+    return generate_all(target, prompt, proposer, SamplingParams(), limits)
+
+
+class MatchedScript(ScriptedProposer):
+    """A scripted lookup that reports a match length (as context/reference/index do)."""
+
+    def __init__(self, name, script, match_len=4):
+        super().__init__(name, script)
+        self.match_len = match_len
+        self.begins = self.ends = 0
+        self.drafts = []
+
+    def begin(self, prompt_ids):
+        super().begin(prompt_ids)
+        self.begins += 1
+
+    def propose(self, context):
+        draft = super().propose(context)
+        draft = Draft(draft.token_ids, self.name, match=MatchInfo(self.match_len, self.name))
+        self.drafts.append(draft)
+        return draft
+
+    def end(self):
+        self.ends += 1
+
+
+def test_always_wrong_lookup_is_switched_off(tiny_target, stream):
+    prompt, reference, full = stream
+    wrong = MatchedScript("wrong", always_wrong(full, tiny_target.vocab_size))
+    auto = AutoProposer(lookups=[wrong])
+    finished = run(tiny_target, prompt, auto)
+    assert finished.token_ids == reference
+    later = auto.decisions[40:]
+    assert sum(d.name is not None for d in later) == 0  # off for good: its shadow score stays bad
+    assert finished.stats.summary()["coverage"] < 0.15
+
+
+def test_reliable_lookup_earns_long_drafts(tiny_target, stream):
+    prompt, reference, full = stream
+    right = MatchedScript("right", oracle(full), match_len=20)
+    auto = AutoProposer(lookups=[right])
+    finished = run(tiny_target, prompt, auto, max_new=160, max_draft=96)
+    assert finished.token_ids == reference
+    lengths = [step.draft_len for step in finished.stats.steps]
+    assert max(lengths) >= 64
+    assert finished.stats.summary()["tokens_per_forward"] > 20
+
+
+def test_lookup_that_recovers_is_switched_back_on(tiny_target, stream):
+    """Wrong for the first 60 output tokens, right afterwards: shadow scores turn speculation back on."""
+    prompt, reference, full = stream
+    wrong = always_wrong(full, tiny_target.vocab_size)
+    right = oracle(full)
+    switch = len(prompt) + 60
+    script = lambda sequence, max_len: (wrong if len(sequence) < switch else right)(sequence, max_len)
+    auto = AutoProposer(lookups=[MatchedScript("flaky", script)])
+    finished = run(tiny_target, prompt, auto, max_new=160)
+    assert finished.token_ids == reference
+    steps = finished.stats.steps
+    produced, off_before, on_after = 0, 0, 0
+    for step in steps:
+        if 30 <= produced < 60:
+            off_before += step.draft_len == 0
+        if produced >= 90:
+            on_after += step.accepted > 0
+        produced += step.emitted
+    assert off_before >= 20 and on_after >= 3
+
+
+def test_adversarial_model_is_switched_off_and_probed_with_backoff(tiny_target, stream):
+    prompt, reference, full = stream
+    model = ScriptedProposer("bad-model", always_wrong(full, tiny_target.vocab_size))
+    auto = AutoProposer(models=[model], config=PolicyConfig(probe_interval=8, probe_max_interval=64))
+    finished = run(tiny_target, prompt, auto, max_new=150)
+    assert finished.token_ids == reference[:150]
+    drafted_at = [index for index, decision in enumerate(auto.decisions) if decision.name is not None]
+    assert len(drafted_at) < 0.2 * len(auto.decisions)  # coverage dropped
+    late_probes = [index for index in drafted_at if index >= 20]
+    assert len(late_probes) >= 2  # ... but it keeps probing
+    gaps = [b - a for a, b in zip(late_probes, late_probes[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] > gaps[0]  # ever less often while probes fail
+
+
+def test_probe_finds_a_model_that_became_good(tiny_target, stream):
+    prompt, reference, full = stream
+    wrong = always_wrong(full, tiny_target.vocab_size)
+    right = oracle(full)
+    switch = len(prompt) + 40
+    script = lambda sequence, max_len: (wrong if len(sequence) < switch else right)(sequence, max_len)
+    auto = AutoProposer(models=[ScriptedProposer("model", script)], config=PolicyConfig(probe_interval=8))
+    finished = run(tiny_target, prompt, auto, max_new=160)
+    assert finished.token_ids == reference
+    tail = finished.stats.steps[-8:]
+    assert all(step.proposer == "model" and step.accepted == step.draft_len for step in tail if step.draft_len)
+    assert sum(step.draft_len > 0 for step in tail) >= 6
+
+
+def test_weak_lookup_falls_back_to_the_model(tiny_target, stream):
+    prompt, reference, full = stream
+    lookup = MatchedScript("lookup", always_wrong(full, tiny_target.vocab_size))
+    model = ScriptedProposer("model", oracle(full))
+    auto = AutoProposer(lookups=[lookup], models=[model])
+    finished = run(tiny_target, prompt, auto)
+    assert finished.token_ids == reference
+    used = [step.proposer for step in finished.stats.steps if step.draft_len]
+    assert used.count("model") > 0.8 * len(used) and used.count("lookup") <= 3
+
+
+def test_every_sub_proposer_sees_every_step(tiny_target, stream):
+    """begin/end once per request, one observe per engine step, each with the sub-proposer's own
+    draft and the real emitted tokens (the chosen one gets the engine's outcome)."""
+    prompt, reference, full = stream
+    good = MatchedScript("good", oracle(full), match_len=8)
+    bad = MatchedScript("bad", always_wrong(full, tiny_target.vocab_size), match_len=8)
+    model = MatchedScript("model", oracle(full))
+    auto = AutoProposer(lookups=[good, bad], models=[model])
+    for _ in range(2):
+        finished = run(tiny_target, prompt, auto, max_new=60, max_draft=8)
+        assert finished.token_ids == reference[:60]
+    for sub in (good, bad, model):
+        assert sub.begins == 2 and sub.ends == 2
+        assert len(sub.outcomes) == len(finished.stats.steps)  # reset by begin(): the second request
+        sequence = list(prompt)
+        for outcome in sub.outcomes:
+            sequence.extend(outcome.emitted)
+            assert outcome.sequence_len == len(sequence)
+            assert outcome.draft.token_ids[: outcome.accepted] == tuple(outcome.emitted[: outcome.accepted])
+            assert outcome.accepted == len(outcome.draft) or outcome.accepted >= len(outcome.emitted) or \
+                outcome.draft.token_ids[outcome.accepted] != outcome.emitted[outcome.accepted]
+    assert all(len(outcome.draft) == 0 or outcome.accepted == 0 for outcome in bad.outcomes)
+    assert any(len(outcome.draft) for outcome in bad.outcomes)  # it drafted, and was told how it fared
+
+
+def test_auto_from_setup_with_a_draft_model(tiny_target, tiny_model_dir, stream):
+    """The registry builds auto with context, the draft model and early exit; greedy output is
+    unchanged and the draft model's cache stays a prefix of the sequence whoever drafted."""
+    prompt, reference, full = stream
+    auto = create_proposer("auto", ProposerSetup(tiny_target, {"draft_model": str(tiny_model_dir)}))
+    assert [sub.name for sub in auto.subs] == ["context", "draft", "early-exit"]
+    finished = run(tiny_target, prompt, auto, max_new=80, max_draft=8)
+    assert finished.token_ids == reference[:80]
+    draft = auto._sub("draft").proposer
+    sequence = [*prompt, *finished.token_ids]
+    assert draft.cache.token_ids == sequence[: len(draft.cache)]
+    restricted = create_proposer("auto", ProposerSetup(tiny_target, {"auto_candidates": "context"}))
+    assert [sub.name for sub in restricted.subs] == ["context"]
