@@ -1,0 +1,77 @@
+"""Workspace discovery: .gitignore subset, excludes, binary / oversize / link-escape skips."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from index import WorkspaceIndex
+from index.discovery import Found, Skipped, discover, parse_rules
+
+
+def _names(root, items):
+    return sorted(str(i.path.relative_to(root)) for i in items if isinstance(i, Found))
+
+
+def test_gitignore_subset(tmp_path):
+    root = tmp_path / "ws"
+    files = ["keep.py", "build/out.py", "src/app.py", "src/app.log", "src/important.log", "src/gen/x.py",
+             "docs/a.md", "docs/deep/b.md", "deep/nested/tmp/y.py", "top.py", "sub/top.py", "src/.cache/z.py"]
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"# {name}\n")
+    (root / ".gitignore").write_text("# comment\n\nbuild/\n*.log\n!important.log\n/top.py\n**/tmp/\n"
+                                     "docs/**/*.md\n.cache\n")
+    (root / "src" / ".gitignore").write_text("gen/\n")
+    (root / ".git").mkdir()
+    (root / ".git" / "config.py").write_text("x = 1\n")
+    found = _names(root, discover([root]))
+    assert found == sorted([".gitignore", "keep.py", "src/.gitignore", "src/app.py", "src/important.log",
+                            "sub/top.py"])  # docs/**/*.md also matches docs/a.md, as in git
+    found = _names(root, discover([root], exclude=["keep.*", "sub/"]))
+    assert "sub/top.py" not in found and "keep.py" not in found and "src/app.py" in found
+
+
+def test_rule_parsing_edge_cases():
+    rules = parse_rules(["a?c", "[xy]z", "\\!bang", "lib/**", "trailing   "])
+    def ignored(path):
+        verdict = False
+        for rule in rules:
+            if rule.regex.match(path):
+                verdict = not rule.negate
+        return verdict
+    assert ignored("abc") and ignored("d/abc") and not ignored("abbc")
+    assert ignored("xz") and not ignored("zz")
+    assert ignored("!bang")
+    assert ignored("lib/a/b.py") and not ignored("other/lib")
+    assert ignored("trailing")
+
+
+def test_binary_oversize_and_link_escape(tmp_path, caplog, index_tokenizer):
+    root = tmp_path / "ws"
+    outside = tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "ok.py").write_text("value = 1\n")
+    (root / "blob.bin").write_bytes(b"\x00\x01\x02abc")
+    (root / "latin.txt").write_bytes(b"caf\xe9\n")
+    (root / "big.py").write_text("x = 1\n" * 1000)
+    (outside / "secret.py").write_text("secret = 1\n")
+    (outside / "dir").mkdir()
+    (outside / "dir" / "more.py").write_text("more = 1\n")
+    os.symlink(outside / "secret.py", root / "escape.py")
+    os.symlink(outside / "dir", root / "escape_dir")
+    os.symlink(root / "ok.py", root / "alias.py")  # a link inside the roots is fine
+    with caplog.at_level(logging.INFO, logger="codespec.index"):
+        items = list(discover([root], max_file_bytes=1000))
+    assert _names(root, items) == ["alias.py", "ok.py"]
+    reasons = {i.path.name: i.reason for i in items if isinstance(i, Skipped)}
+    assert reasons["blob.bin"].startswith("binary") and reasons["latin.txt"].startswith("binary")
+    assert reasons["big.py"].startswith("oversize")
+    assert reasons["escape.py"] == reasons["escape_dir"] == "link outside roots"
+    for name in ("blob.bin", "latin.txt", "big.py", "escape.py", "escape_dir"):
+        assert sum(name in r.getMessage() for r in caplog.records) == 1  # one log line each
+    index = WorkspaceIndex(index_tokenizer)
+    report = index.index_workspace([root], max_file_bytes=1000)
+    assert report.files == 2 and len(report.skipped) == 5
+    assert all("secret" not in index.document_text(u) for u in index.documents())

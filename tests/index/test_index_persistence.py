@@ -1,0 +1,164 @@
+"""Persistence: round trip, restart without re-tokenizing, a killed writer, integrity checks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from index import ngram as ngram_module
+from index import WorkspaceIndex
+
+
+def _workspace(root, files=6):
+    root.mkdir(parents=True, exist_ok=True)
+    for n in range(files):
+        body = "".join(f"def function_{n}_{k}(argument):\n    return argument * {k} + {n}\n\n" for k in range(30))
+        (root / f"module_{n}.py").write_text(body)
+    return root
+
+
+def test_round_trip(tmp_path, index_tokenizer, index_adapter):
+    db = tmp_path / "index.db"
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        index.add_document("mem://a", "first = make_thing(alpha)\n", version=3)
+        index.update_document("mem://a", 0, 5, "second", version=4)
+        index.add_history("accepted", "accepted_value = compute_accepted(42)\n", uri="mem://a")
+        index.record_outcome("mem://a", drafted=10, accepted=7)
+        index.record_outcome("history:accepted", drafted=4, accepted=4)
+        expected_tokens = index.document_tokens("mem://a")
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        assert index.document_text("mem://a") == "second = make_thing(alpha)\n"
+        assert index.document_tokens("mem://a") == expected_tokens
+        assert index.source_stats("mem://a") == (10, 7)
+        assert index.source_stats("history:accepted") == (4, 4)
+        found = index.lookup(index_adapter.encode("x = compute_accepted("), 4)
+        assert found[0].source == "history:accepted"
+        found = index.lookup(index_adapter.encode("y = make_thing("), 4)
+        assert found[0].source == "mem://a"
+        index.check_integrity()
+
+
+def test_restart_reuses_tokens_and_tables(tmp_path, index_tokenizer, monkeypatch):
+    root = _workspace(tmp_path / "ws")
+    db = tmp_path / "index.db"
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        report = index.index_workspace([root])
+        assert (report.files, report.tokenized, report.reused) == (6, 6, 0)
+        before = index.lookup(index.document_tokens((root / "module_2.py").as_uri())[:20], 8)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an unchanged workspace must not be re-tokenized or re-sorted")
+
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        monkeypatch.setattr(index.adapter, "encode_batch", refuse)
+        monkeypatch.setattr(index.adapter, "encode_array", refuse)
+        monkeypatch.setattr(ngram_module, "sort_positions", refuse)
+        report = index.index_workspace([root])
+        assert (report.files, report.tokenized, report.reused) == (6, 0, 6)
+        assert index.lookup(index.document_tokens((root / "module_2.py").as_uri())[:20], 8) == before
+        monkeypatch.undo()
+        index.check_integrity()
+    (root / "module_1.py").write_text("changed_body = 1\n")
+    (root / "module_5.py").unlink()
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        report = index.index_workspace([root])
+        assert (report.files, report.tokenized, report.reused, report.removed) == (5, 1, 4, 1)
+        assert index.document_text((root / "module_1.py").as_uri()) == "changed_body = 1\n"
+        with pytest.raises(KeyError):
+            index.document_text((root / "module_5.py").as_uri())
+        index.check_integrity()
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from transformers import PreTrainedTokenizerFast
+    from index import WorkspaceIndex
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(sys.argv[1])
+    index = WorkspaceIndex(tokenizer, db_path=sys.argv[2], flush_seconds=0.0)
+    body = "".join(f"line_{k} = value_{k} + {k}\\n" for k in range(400))
+    n = 0
+    while True:
+        index.add_document(f"mem://doc{n % 7}", body + f"# revision {n}\\n", version=n)
+        index.update_document(f"mem://doc{n % 7}", 0, 6, f"edit{n}_", version=n + 1)
+        index.add_history("generated", f"generated_output_{n} = {n}\\n", uri="mem://x")
+        index.record_outcome("mem://doc0", drafted=3, accepted=2)
+        n += 1
+        print(n, flush=True)
+""")
+
+
+def test_killed_writer_leaves_a_consistent_database(tmp_path, index_tokenizer):
+    tokenizer_dir = tmp_path / "tokenizer"
+    index_tokenizer.save_pretrained(tokenizer_dir)
+    db = tmp_path / "index.db"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    writer = subprocess.Popen([sys.executable, str(script), str(tokenizer_dir), str(db)],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        for line in writer.stdout:
+            if int(line) >= 25 or time.monotonic() > deadline:
+                break
+        time.sleep(0.05)  # land somewhere inside the next writes
+        writer.send_signal(signal.SIGKILL)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert writer.returncode == -signal.SIGKILL
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        index.check_integrity()  # includes sqlite's integrity_check and hash/blob checks
+        for n in range(7):
+            text = index.document_text(f"mem://doc{n}")
+            assert index.document_tokens(f"mem://doc{n}") == index.adapter.encode(text)
+        drafted, accepted = index.source_stats("mem://doc0")
+        assert drafted % 3 == 0 and accepted == drafted // 3 * 2
+        index.check_integrity()
+
+
+def test_integrity_check_detects_disagreement(index_tokenizer):
+    index = WorkspaceIndex(index_tokenizer, overlay_tokens=0)
+    for n in range(8):
+        index.add_document(f"mem://{n}", f"name_{n} = function_{n}(argument_{n})\n" * 3)
+    index.check_integrity()
+    doc = index._docs["mem://0"]
+    level = doc.level
+    assert level is not None
+    saved = level.table.order.copy()
+    level.table.order[:] = level.table.order[::-1]  # unsorted positions
+    with pytest.raises(AssertionError, match="sorted"):
+        index.check_integrity(deep=False)
+    level.table.order[:] = saved
+    index.check_integrity()
+    doc.tokens[0] = (int(doc.tokens[0]) + 1) % 500  # the level and a fresh encode now disagree
+    with pytest.raises(AssertionError):
+        index.check_integrity()
+
+
+def test_table_from_persisted_parts_matches_scan():
+    """The trie + sorted positions answer exactly what a brute-force scan answers."""
+    rng = np.random.default_rng(7)
+    for dtype, sep in ((np.dtype(np.uint16), 65535), (np.dtype(np.int32), 2**31 - 1)):
+        for trial in range(60):
+            arrays = [rng.integers(0, 4, rng.integers(0, 30)).astype(dtype) for _ in range(rng.integers(1, 5))]
+            depth = int(rng.integers(1, 4))
+            table = ngram_module.NgramTable(arrays, dtype, sep, 6, 2, trie_depth=depth)
+            again = ngram_module.NgramTable(arrays, dtype, sep, 6, 2, trie_depth=depth, order=table.order)
+            reversed_context = rng.integers(0, 4, rng.integers(0, 9)).tolist()[::-1]
+            for candidate in (table, again):
+                ranges = candidate.match_ranges(reversed_context)
+                scanned = ngram_module.scan_longest(candidate.tokens, reversed_context, 6, 2, sep=sep)
+                if not ranges:
+                    assert scanned.length == 0
+                    continue
+                length, lo, hi = ranges[0]
+                assert length == scanned.length
+                assert sorted(candidate.order[lo:hi].tolist()) == sorted(scanned.positions.tolist())
