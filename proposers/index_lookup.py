@@ -1,0 +1,85 @@
+"""Index lookup: draft from the workspace and session history, or from the request itself.
+
+Two sources are asked every step: ``WorkspaceIndex.lookup`` (workspace documents and history,
+ranked same-document-near-the-cursor first, then recency, then frequency) and the request's own
+prompt + output (the context-lookup rule). The longest suffix match wins, because a longer match
+predicts the continuation better than any ranking does; on a tie the index's ranking decides and
+the request's own text comes last.
+
+While the output keeps copying one place of the current document, the ranking's "cursor" follows
+that place, so with repeated lines the occurrence being copied stays first. Each outcome is
+reported to the index per source (``record_outcome``) for its acceptance statistics.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Sequence
+
+from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
+from proposers.context import ContextLookup
+
+CONTEXT_SOURCE = "context"
+
+
+class IndexLookup:
+    name = "index"
+
+    def __init__(self, index, uri: str | None = None, cursor: int | None = None, max_candidates: int = 4,
+                 use_context: bool = True) -> None:
+        """``cursor``: character offset in document ``uri`` (as editors send it)."""
+        self.index = index
+        self.uri = uri if uri is not None and uri in index.documents() else None
+        self.max_candidates = max_candidates
+        self.context = ContextLookup(index.max_ngram, index.min_ngram) if use_context else None
+        self._start_cursor = self._token_offset(cursor) if self.uri is not None and cursor is not None else None
+        self.begin(())
+
+    @classmethod
+    def from_setup(cls, setup) -> "IndexLookup":
+        options = setup.options
+        if options.get("index") is None:
+            raise ValueError("the index proposer needs options['index']: a WorkspaceIndex")
+        return cls(options["index"], uri=options.get("uri"), cursor=options.get("cursor"),
+                   max_candidates=int(options.get("max_candidates", 4)))
+
+    def begin(self, prompt_ids: Sequence[int]) -> None:
+        self._cursor = self._start_cursor
+        if self.context is not None:
+            self.context.begin(prompt_ids)
+
+    def propose(self, context: ProposeContext) -> Draft:
+        candidates = self.index.lookup(context.token_ids, context.max_len, self.uri, self._cursor,
+                                       self.max_candidates)
+        own = self.context.propose(context) if self.context is not None else EMPTY_DRAFT
+        best = next((c for c in candidates if c.token_ids), None)
+        if own.token_ids and (best is None or own.match.match_len > best.match_len):
+            return Draft(own.token_ids, self.name, match=MatchInfo(own.match.match_len, CONTEXT_SOURCE,
+                                                                   own.match.position))
+        if best is None:
+            return EMPTY_DRAFT
+        return Draft(tuple(best.token_ids[:context.max_len]), self.name,
+                     match=MatchInfo(best.match_len, best.source, best.position))
+
+    def observe(self, outcome: Outcome) -> None:
+        draft = outcome.draft
+        if draft.proposer != self.name or draft.match is None or not len(draft):
+            return
+        self.index.record_outcome(draft.match.source, len(draft), outcome.accepted)
+        if draft.match.source == self.uri and outcome.accepted:
+            # Copying from this document: rank the place just copied first next time. (The index
+            # skips an occurrence exactly at the cursor, which is the completion's own position.)
+            self._cursor = draft.match.position + len(outcome.emitted) + 1
+
+    def end(self) -> None:
+        if self.context is not None:
+            self.context.end()
+
+    def _token_offset(self, char_offset: int) -> int:
+        """Token offset in ``self.uri`` of the token that starts at or before ``char_offset``."""
+        import numpy as np
+
+        text = self.index.document_text(self.uri)
+        tokens = np.asarray(self.index.document_tokens(self.uri))
+        starts = self.index.adapter.char_starts(text, tokens).tolist()
+        return bisect_right(starts, char_offset) - 1 if starts and char_offset < len(text) else len(starts)
