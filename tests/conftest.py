@@ -1,0 +1,41 @@
+"""Shared fixtures: tiny random-initialised Llama models with real tokenizers, built on the fly.
+
+Random weights are right for engine correctness: losslessness must hold for any target. A large
+init scale keeps logits well separated, so argmax near-ties (where a batched K+1 forward and a
+single-token forward may round differently) are rare; equivalence tests still report the gap.
+"""
+
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+
+# Tiny models gain nothing from threads, and on a shared 2-core machine spin-waiting threads cost
+# a lot: one thread keeps the suite's run time stable.
+torch.set_num_threads(1)
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+CORPUS_FILES = ["json/encoder.py", "json/decoder.py", "textwrap.py", "shlex.py"]
+
+
+def stdlib_corpus() -> list[str]:
+    return [(STDLIB / name).read_text(encoding="utf-8") for name in CORPUS_FILES]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from codespec.shapes import save_random_model
+
+    directory = tmp_path_factory.mktemp("tiny-llama")
+    return save_random_model(directory, stdlib_corpus(), shape=(64, 2, 4, 2, 128), vocab_size=384,
+                             seed=1, init_std=0.25, max_context=512)
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_model_dir):
+    from codespec.model import TargetModel
+
+    return TargetModel.load(str(tiny_model_dir), device="cpu")
