@@ -1,0 +1,119 @@
+"""Writes docs/default-model.md from the training result and the evaluation metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from codespec.training.trainer import DRAFT_SHAPE, TARGET_SHAPE, TrainConfig, TrainResult
+
+
+def _pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _block(text: str) -> str:
+    return "```python\n" + text.rstrip("\n") + "\n```"
+
+
+def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict, params: dict,
+               threads: int) -> None:
+    config = TrainConfig()
+    losses, agreement = metrics["loss_nats"], metrics["top1_agreement"]
+    layers = TARGET_SHAPE.layers
+    loss_rows = "\n".join(
+        f"| target exit after layer {l}{' (full model)' if l == layers else ''} | {losses[f'exit_{l}']:.3f} | "
+        f"{_pct(agreement[f'exit_{l}']) if l < layers else '100% (itself)'} |"
+        for l in range(1, layers + 1))
+    samples = metrics["samples"]
+    minutes = result.wall_s / 60
+    text = f"""# The default model pair
+
+codespec ships a small Python code model (the default **target**) and a smaller **draft** model with the
+same tokenizer, so it runs offline on a fresh machine. Both are `LlamaForCausalLM` checkpoints loaded
+with `from_pretrained` from `codespec/models/default/{{target,draft}}` (bf16 safetensors; loaded as
+float32 on CPU). They were trained by `codespec train-default` (this file is written by that command).
+They are tiny: good enough that completions look like Python, that edit prompts copy their input,
+and that the draft-model and early-exit fallbacks behave realistically; not a useful assistant. Point
+`--model` at a real checkpoint (e.g. Qwen2.5-Coder) for real completions: the prompt formats in
+`codespec/prompts.py` are the same.
+
+## Models
+
+| | layers | hidden | heads (kv) | MLP | parameters | decode step (CPU, 1 thread) |
+|---|---|---|---|---|---|---|
+| target | {TARGET_SHAPE.layers} | {TARGET_SHAPE.hidden} | {TARGET_SHAPE.heads} ({TARGET_SHAPE.kv_heads}) | {TARGET_SHAPE.intermediate} | {params['target']:,} | {metrics['step_ms']['target']:.1f} ms |
+| draft | {DRAFT_SHAPE.layers} | {DRAFT_SHAPE.hidden} | {DRAFT_SHAPE.heads} ({DRAFT_SHAPE.kv_heads}) | {DRAFT_SHAPE.intermediate} | {params['draft']:,} | {metrics['step_ms']['draft']:.1f} ms |
+
+Tied input/output embeddings, vocabulary 4,096 (byte-level BPE, `tokenizers`), RoPE, context 1,024
+(trained on rows of up to 512 tokens). The draft costs about a fifth of the target's multiply-adds per
+token. Special tokens: `<|endoftext|>` (id 0, EOS), `<|fim_prefix|>`, `<|fim_middle|>`,
+`<|fim_suffix|>`, `<|fim_pad|>`, `<|repo_name|>`, `<|file_sep|>` (Qwen2.5-Coder's names). A source
+text that literally contains one of these strings is tokenized as the special token.
+
+## Training
+
+- Data: the Python standard library's own `.py` files minus its tests ({corpus_info['train_files']} files,
+  {corpus_info['train_chars']:,} characters, {corpus_info['train_tokens']:,} tokens; PSF licence).
+  {corpus_info['heldout_files']} files are held out by a hash of their path (`codespec/training/corpus.py`);
+  every number below is measured on them. `shared/workloads` is never used.
+- Curriculum: synthetic copy in the rewrite format over random spans of the 64, then 512, then 4,096
+  most frequent tokens (each stage until its copy loss is low; {result.copy_steps} steps, target only),
+  then {result.steps - result.copy_steps} steps of the mixture: natural code 45%, rewrite examples 30%
+  (half exact copies without an instruction, half small synthetic edits with an instruction: renamed
+  identifier, deleted, inserted or changed line), FIM 20% (one line, part of a line, or 2-5 lines),
+  synthetic copy 5%.
+- Target loss: next-token cross-entropy plus a LayerSkip-style early-exit loss (weight
+  {config.exit_weight} each): the residual stream after layers 1..{layers - 1}, through the final norm and
+  the LM head, also predicts the next token (on every {config.exit_stride}rd position). The draft trains on
+  the same rows (mixture phase only) with plain cross-entropy.
+- AdamW (betas 0.9/0.95, weight decay 0.1), peak LR {config.peak_lr}, {config.warmup_steps} warmup steps,
+  cosine decay to {config.min_lr_ratio:g}x over the mixture; bf16 autocast; seed 0; 1 torch thread.
+- Tokens seen: {result.tokens_seen:,} (target). Steps: {result.steps}.
+- **Wall time: {minutes:.1f} minutes** of training ({result.wall_s:.0f} s) on a shared 2-core CPU machine,
+  plus about a minute of preparation (tokenizer, corpus) and a few minutes of evaluation.
+
+## Held-out quality
+
+| model | loss (nats/token) | greedy top-1 agreement with the target |
+|---|---|---|
+{loss_rows}
+| draft | {losses['draft']:.3f} | {_pct(agreement['draft'])} |
+
+Measured over {metrics['positions']:,} held-out token positions (512-token windows).
+
+- **Copy rate** (rewrite prompt, no instruction, greedy output identical to the input then EOS):
+  **{_pct(metrics['copy_rate'])}** of {metrics['copy_functions']} held-out functions.
+- **FIM** (one body line of a held-out function removed): completion is valid Python
+  **{_pct(metrics['fim_valid_rate'])}**, exact **{_pct(metrics['fim_exact_rate'])}** of {metrics['fim_functions']}.
+- **Next-line exact match** (greedy, from up to 1,500 characters of preceding text):
+  **{_pct(metrics['next_line_exact'])}** of 100 held-out lines.
+
+## Samples (greedy)
+
+Completion of
+
+{_block(samples['completion']['prompt'])}
+
+gives
+
+{_block(samples['completion']['output'])}
+
+FIM: prefix
+
+{_block(samples['fim']['prefix'])}
+
+suffix
+
+{_block(samples['fim']['suffix'])}
+
+expected line `{samples['fim']['expected'].rstrip()}`, model's line `{samples['fim']['output'].rstrip()}`.
+
+## Reproduce
+
+```
+codespec train-default            # writes codespec/models/default/ and this file
+codespec train-default --export-only   # re-export + re-evaluate the last checkpoint
+```
+"""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")

@@ -1,0 +1,98 @@
+"""The steps of ``train-default`` in order: corpus, tokenizer, rows, models, training, export, card."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from codespec.training import corpus
+from codespec.training.examples import ExampleMaker
+from codespec.training.tokenizer import train_tokenizer
+from codespec.training.trainer import (DRAFT_SHAPE, TARGET_SHAPE, TrainConfig, TrainResult, build_llama,
+                                       export, load_checkpoint, train)
+
+log = logging.getLogger(__name__)
+VOCAB_SIZE = 4096
+
+
+def default_out() -> Path:
+    return Path(__file__).resolve().parent.parent / "models" / "default"
+
+
+class Pipeline:
+    def __init__(self, seed: int, threads: int, work: Path, out: Path | None) -> None:
+        self.seed = seed
+        self.work = Path(work)
+        self.out = Path(out) if out is not None else default_out()
+        torch.set_num_threads(threads)
+        self.threads = threads
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.log_file = open(self.work / "train.log", "a", encoding="utf-8")
+
+    def say(self, message: str) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {message}"
+        print(line, flush=True)
+        self.log_file.write(line + "\n")
+        self.log_file.flush()
+
+    def prepare(self) -> None:
+        started = time.perf_counter()
+        files = corpus.stdlib_files()
+        self.train_files, self.heldout_files = corpus.split_files(files)
+        texts = [f.text for f in self.train_files]
+        self.tokenizer = train_tokenizer(texts, VOCAB_SIZE)
+        eos = self.tokenizer.eos_token_id
+        stream: list[int] = []
+        for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]:
+            stream += ids
+            stream.append(eos)
+        self.stream = stream
+        special = set(self.tokenizer.all_special_ids)
+        counts = Counter(stream)
+        frequent = [i for i, _ in counts.most_common() if i not in special]
+        frequent += [i for i in range(len(self.tokenizer)) if i not in special and i not in counts]
+        functions = [body for f in self.train_files for body in corpus.functions(f.text)]
+        self.maker = ExampleMaker(self.tokenizer, texts, functions, stream, frequent, random.Random(self.seed))
+        self.target = build_llama(TARGET_SHAPE, len(self.tokenizer), eos, TrainConfig.max_context, self.seed)
+        self.draft = build_llama(DRAFT_SHAPE, len(self.tokenizer), eos, TrainConfig.max_context, self.seed + 7)
+        self.corpus_info = {
+            "train_files": len(self.train_files), "heldout_files": len(self.heldout_files),
+            "train_chars": sum(len(t) for t in texts), "train_tokens": len(stream),
+            "train_functions": len(functions),
+        }
+        self.say(f"prepared in {time.perf_counter() - started:.1f} s: {json.dumps(self.corpus_info)}")
+
+    def train(self, mix_steps: int) -> TrainResult:
+        config = TrainConfig(seed=self.seed, mix_steps=mix_steps)
+        self.say(f"training (copy curriculum, then {mix_steps} mixture steps): target {count(self.target)} params, draft {count(self.draft)}")
+        return train(self.target, self.draft, self.maker, config, self.work, log=self.say)
+
+    def restore(self) -> TrainResult:
+        result = load_checkpoint(self.work, self.target, self.draft)
+        self.say(f"restored checkpoint at step {result.steps}")
+        return result
+
+    def export(self) -> None:
+        export(self.target, self.tokenizer, self.out / "target")
+        export(self.draft, self.tokenizer, self.out / "draft")
+        self.say(f"exported to {self.out}")
+
+    def evaluate_and_write_card(self, result: TrainResult, card_path: Path) -> None:
+        from codespec.training.card import write_card
+        from codespec.training.evaluate import evaluate
+
+        metrics = evaluate(self.out / "target", self.out / "draft", self.heldout_files, self.say)
+        write_card(card_path, result, metrics, self.corpus_info,
+                   {"target": count(self.target), "draft": count(self.draft)}, self.threads)
+        (self.work / "metrics.json").write_text(json.dumps(metrics, indent=1))
+        self.say(f"model card written to {card_path}")
+
+
+def count(model) -> int:
+    return sum(p.numel() for p in model.parameters())

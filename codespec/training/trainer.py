@@ -1,0 +1,247 @@
+"""Train the target (with a LayerSkip-style early-exit loss) and the draft on the same rows.
+
+Schedule: a synthetic copy curriculum (small vocabulary, widened in stages; each stage ends when
+its copy loss is low or at its step cap), then the natural mixture with cosine decay. Checkpoints
+are written periodically so a run stopped early can still be exported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from codespec.training.examples import IGNORE, ExampleMaker
+
+
+@dataclass(frozen=True)
+class Shape:
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+
+
+TARGET_SHAPE = Shape(256, 4, 4, 2, 704)
+DRAFT_SHAPE = Shape(128, 2, 4, 2, 352)
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    mix_steps: int = 1400  # steps of the natural mixture after the copy curriculum
+    total_steps: int = 0  # set when the curriculum ends (curriculum steps + mix_steps)
+    copy_stages: tuple = ((64, 0.4, 700), (512, 0.4, 300), (4096, 0.5, 200))  # vocab, loss goal, step cap
+    copy_batch: tuple = (32, 128)  # rows, tokens per row
+    mix_batch: tuple = (8, 512)
+    mixture: tuple = (("natural", 0.45), ("rewrite", 0.30), ("fim", 0.20), ("copy", 0.05))
+    peak_lr: float = 1.5e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    exit_weight: float = 0.25  # per early-exit layer
+    exit_stride: int = 3  # early-exit loss on every 3rd position (the LM head is a large part of the cost)
+    checkpoint_every: int = 200
+    log_every: int = 20
+    max_context: int = 1024
+
+
+@dataclass
+class TrainResult:
+    steps: int = 0
+    tokens_seen: int = 0
+    copy_steps: int = 0
+    wall_s: float = 0.0
+    final_loss: float = float("nan")
+    history: list = field(default_factory=list)
+
+
+def build_llama(shape: Shape, vocab_size: int, eos_id: int, max_context: int, seed: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+        intermediate_size=shape.intermediate, max_position_embeddings=max_context,
+        initializer_range=0.02, bos_token_id=None, eos_token_id=eos_id, pad_token_id=None,
+        tie_word_embeddings=True, rope_theta=10000.0,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.bos_token_id = None
+    model.generation_config.pad_token_id = None
+    return model
+
+
+@contextmanager
+def capture_layer_outputs(model, layer_indices):
+    """Collect the residual stream after the given decoder layers during one forward."""
+    outputs: dict[int, torch.Tensor] = {}
+    handles = []
+    for index in layer_indices:
+        def hook(_module, _args, output, index=index):
+            outputs[index] = output[0] if isinstance(output, tuple) else output
+        handles.append(model.model.layers[index].register_forward_hook(hook))
+    try:
+        yield outputs
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def exit_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """An early exit: an intermediate residual stream through the final norm and the LM head."""
+    return model.lm_head(model.model.norm(hidden))
+
+
+def target_loss(model, ids: torch.Tensor, targets: torch.Tensor, exit_weight: float, stride: int,
+                offset: int) -> tuple[torch.Tensor, float]:
+    """Next-token CE at the last layer plus weighted CE at each earlier exit (subsampled positions)."""
+    exits = list(range(model.config.num_hidden_layers - 1))
+    with capture_layer_outputs(model, exits) as hidden_by_layer:
+        logits = model(input_ids=ids).logits  # [B, T, V]
+    final = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
+    total = final
+    sub_targets = targets[:, offset::stride]  # [B, T/stride]
+    for index in exits:
+        hidden = hidden_by_layer[index][:, offset::stride]  # [B, T/stride, D]
+        early = exit_logits(model, hidden)  # [B, T/stride, V]
+        total = total + exit_weight * F.cross_entropy(early.flatten(0, 1).float(), sub_targets.flatten(),
+                                                      ignore_index=IGNORE)
+    return total, final.item()
+
+
+def make_optimizer(model, lr: float):
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+
+
+def lr_at(step: int, mix_start: int | None, config: TrainConfig) -> float:
+    """Warmup, constant through the copy curriculum, then cosine decay over the mixture phase."""
+    if step < config.warmup_steps:
+        return config.peak_lr * (step + 1) / config.warmup_steps
+    if mix_start is None:
+        return config.peak_lr
+    progress = min(1.0, (step - mix_start) / max(1, config.total_steps - mix_start))
+    floor = config.min_lr_ratio
+    return config.peak_lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def batch(maker: ExampleMaker, rng: random.Random, kinds: list[str], weights: list[float],
+          rows: int, length: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+    picked = [rng.choices(kinds, weights)[0] for _ in range(rows)]
+    built = [maker.row(kind, length, vocab) for kind in picked]
+    ids = torch.tensor([row.ids[:-1] for row in built])  # [B, T]
+    targets = torch.tensor([row.targets[1:] for row in built])  # [B, T]
+    return ids, targets
+
+
+def train(target, draft, maker: ExampleMaker, config: TrainConfig, checkpoint_dir: Path,
+          log=print) -> TrainResult:
+    rng = random.Random(config.seed + 1)
+    torch.manual_seed(config.seed)
+    target.train()
+    draft.train()
+    target_opt = make_optimizer(target, config.peak_lr)
+    draft_opt = make_optimizer(draft, config.peak_lr)
+    result = TrainResult()
+    start = time.perf_counter()
+    stage, stage_steps, mix_start = 0, 0, None
+    recent: list[float] = []
+    step = 0
+    while mix_start is None or step < config.total_steps:
+        if mix_start is None:
+            vocab, goal, cap = config.copy_stages[stage]
+            ids, targets = batch(maker, rng, ["copy"], [1.0], *config.copy_batch, vocab)
+        else:
+            kinds, weights = zip(*config.mixture)
+            ids, targets = batch(maker, rng, list(kinds), list(weights), *config.mix_batch, 4096)
+        lr = lr_at(step, mix_start, config)
+        draft_lr = lr if mix_start is None else lr * min(1.0, (step - mix_start + 1) / config.warmup_steps)
+        for opt, value in ((target_opt, lr), (draft_opt, draft_lr)):
+            for group in opt.param_groups:
+                group["lr"] = value
+
+        # bf16 matmuls (autocast keeps fp32 weights and optimizer state) are ~2x faster on CPU.
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss, final = target_loss(target, ids, targets, config.exit_weight, config.exit_stride,
+                                      step % config.exit_stride)
+        target_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
+        target_opt.step()
+
+        draft_ce = torch.tensor(float("nan"))
+        if mix_start is not None:  # the draft skips the copy curriculum: it is a plain small LM
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                draft_logits = draft(input_ids=ids).logits  # [B, T, V]
+                draft_ce = F.cross_entropy(draft_logits.flatten(0, 1).float(), targets.flatten(),
+                                           ignore_index=IGNORE)
+            draft_opt.zero_grad(set_to_none=True)
+            draft_ce.backward()
+            torch.nn.utils.clip_grad_norm_(draft.parameters(), 1.0)
+            draft_opt.step()
+
+        result.steps = step + 1
+        result.tokens_seen += ids.numel()
+        result.final_loss = final
+        recent = (recent + [final])[-20:]
+        if mix_start is None:
+            stage_steps += 1
+            if (len(recent) == 20 and sum(recent) / 20 < goal) or stage_steps >= cap:
+                log(f"step {step}: copy stage vocab={vocab} done after {stage_steps} steps "
+                    f"(copy loss {sum(recent) / len(recent):.3f})")
+                stage, stage_steps, recent = stage + 1, 0, []
+                if stage == len(config.copy_stages):
+                    mix_start = step + 1
+                    result.copy_steps = step + 1
+                    config.total_steps = mix_start + config.mix_steps
+        if step % config.log_every == 0:
+            elapsed = time.perf_counter() - start
+            entry = {"step": step, "loss": round(final, 4), "draft_loss": round(draft_ce.item(), 4),
+                     "lr": round(lr, 6), "phase": "copy" if mix_start is None else "mix",
+                     "tokens": result.tokens_seen, "elapsed_s": round(elapsed, 1),
+                     "tokens_per_s": round(result.tokens_seen / elapsed, 1)}
+            result.history.append(entry)
+            log(json.dumps(entry))
+        if (step + 1) % config.checkpoint_every == 0:
+            result.wall_s = time.perf_counter() - start
+            save_checkpoint(checkpoint_dir, target, draft, result, config)
+        step += 1
+    result.wall_s = time.perf_counter() - start
+    save_checkpoint(checkpoint_dir, target, draft, result, config)
+    return result
+
+
+def save_checkpoint(directory: Path, target, draft, result: TrainResult, config: TrainConfig) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / "checkpoint.pt.tmp"
+    torch.save({"target": target.state_dict(), "draft": draft.state_dict(),
+                "result": asdict(result), "config": asdict(config)}, tmp)
+    tmp.replace(directory / "checkpoint.pt")
+
+
+def load_checkpoint(directory: Path, target, draft) -> TrainResult:
+    state = torch.load(directory / "checkpoint.pt", map_location="cpu", weights_only=False)
+    target.load_state_dict(state["target"])
+    draft.load_state_dict(state["draft"])
+    return TrainResult(**state["result"])
+
+
+def export(model, tokenizer, directory: Path) -> None:
+    """bf16 safetensors (half the bytes; loads as float32 on CPU) + the tokenizer."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model = model.to(torch.bfloat16).eval()
+    model.save_pretrained(directory, safe_serialization=True)
+    tokenizer.save_pretrained(directory)
+    model.to(torch.float32)
