@@ -10,11 +10,15 @@ reference from where the output is now", as long as the draft stays aligned. The
   the reference's tokenization (it emitted ``ret`` + ``urn`` where the reference has ``return``)
   stays aligned: the reference is re-tokenized from the new offset until its tokenization meets
   the original one again;
-- after a mismatch (an insertion, deletion or replacement in the output) re-anchors: the longest
-  suffix of the output's recent bytes that occurs in the reference within a window around the
-  last confirmed position, the occurrence nearest that position winning, so that with repeated
-  lines the pointer keeps the occurrence it was on. A match too short to mean anything starts
-  no draft: the pointer waits for more output.
+- after a mismatch (an insertion, deletion or replacement) re-anchors: each suffix of the
+  output's recent bytes (cut at its token boundaries) is looked up in the reference within a
+  window around the place where the output departed, nearest occurrence first, and scores its
+  length minus ``distance_weight`` x log2(1 + distance). Longer wins, nearer wins between equals,
+  and a far occurrence must be much longer to win, so with repeated lines the pointer keeps the
+  occurrence it was on. Without a convincing match it guesses the edit's shape: right after the
+  departure, one reference token replaced by one output token (the commonest bug fix); later,
+  an insertion that has just ended (the reference resumes where the output left it). A position
+  becomes the new centre only after tokens copied from it were accepted.
 
 Counts of accepted and rejected reference tokens are kept as OpenAI reports them
 (``accepted_prediction_tokens``, ``rejected_prediction_tokens``).
@@ -36,8 +40,8 @@ CONFIRM_TOKENS = 2  # tokens matched in a row before a position becomes the re-a
 class ReferenceLookup:
     name = "reference"
 
-    def __init__(self, reference: str, encode: Any, start: int = 0, window_behind: int = 2048,
-                 window_ahead: int = 8192, min_score: float = 0.0, distance_weight: float = 1.0,
+    def __init__(self, reference: str, encode: Any, start: int = 0, window_behind: int = 65536,
+                 window_ahead: int = 65536, min_score: float = -2.0, distance_weight: float = 0.5,
                  tokenizer: Any = None) -> None:
         """``encode``: a transformers tokenizer, an object wrapping one (TokenizerAdapter), or a
         function text -> ids (a bound ``tokenizer.encode``; else pass ``tokenizer`` too, whose
