@@ -92,7 +92,9 @@ async def _serve_ws(args, options) -> int:
     await stop.wait()
     server.close()
     await server.wait_closed()
-    service.close()
+    from lsp.server import close_service
+
+    close_service(service)
     return 0
 
 

@@ -40,7 +40,7 @@ def complete_once(args) -> int:
     from lsp.cli import _index_folders
     from lsp.inline import completion_context, completion_prompt, trim_completion
     from lsp.options import ServerOptions
-    from lsp.server import start_service
+    from lsp.server import close_service, start_service
     from lsp.service import GenerationRequest
 
     path, line, column = parse_location(args.location)
@@ -87,7 +87,7 @@ def complete_once(args) -> int:
             report["speedup_wall"] = _ratio(plain.elapsed_s, result.elapsed_s)
             report["speedup_decode"] = _ratio(result.stats["tokens_per_s"], plain.stats["tokens_per_s"])
     finally:
-        service.close()
+        close_service(service)
     if args.json:
         print(json.dumps(report))
     else:

@@ -21,6 +21,9 @@ from typing import Any
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+
+from codespec.errors import CodespecError
 from lsp import edit as edit_logic
 from lsp import indexing
 from lsp.documents import Debouncer, DocumentStore
@@ -38,6 +41,7 @@ ACCEPTED_COMMAND = "codespec.accepted"
 REINDEX_COMMAND = "codespec.reindex"
 CLEAR_HISTORY_COMMAND = "codespec.clearHistory"
 PROGRESS_TOKEN_PREFIX = "codespec/indexing"
+REQUEST_FAILED = -32803  # LSP 3.17 RequestFailed: valid request, the server could not serve it
 
 
 class CodespecServer(LanguageServer):
@@ -79,6 +83,22 @@ class CodespecServer(LanguageServer):
         service.call(lambda: service.index.update_document(uri, start, end, new_text, version))
 
 
+def client_errors(handler):
+    """Turn what the client got wrong into InvalidParams and engine refusals into RequestFailed,
+    with the message; anything else stays an internal error (and is logged by pygls)."""
+    import functools
+
+    @functools.wraps(handler)
+    async def wrapped(*args, **kwargs):
+        try:
+            return await handler(*args, **kwargs)
+        except (PositionError, KeyError, edit_logic.EditParamsError) as error:
+            raise JsonRpcInvalidParams(str(error).strip("'\"")) from None
+        except CodespecError as error:
+            raise JsonRpcException(str(error), code=REQUEST_FAILED) from None
+    return wrapped
+
+
 def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServer:
     server = CodespecServer(base_options)
 
@@ -87,7 +107,8 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         ls.options, messages = parse_options(params.initialization_options, ls.base_options)
         for message in messages:
             ls.tell_user(message)
-        ls.encoding = str(getattr(ls.workspace, "position_encoding", None) or "utf-16").lower()
+        encoding = getattr(ls.workspace, "position_encoding", None) or "utf-16"
+        ls.encoding = str(getattr(encoding, "value", encoding)).lower()
         ls.roots = [path for path in (indexing.uri_to_path(folder.uri) for folder in params.workspace_folders or [])
                     if path is not None]
         if not ls.roots and params.root_uri and (root := indexing.uri_to_path(params.root_uri)) is not None:
@@ -108,10 +129,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: CodespecServer, params: Any) -> None:
         if ls.service is not None:
-            ls.service.close()
-            index = ls.service.index
-            if index is not None and hasattr(index, "close"):
-                index.close()  # the engine thread has stopped: no concurrent use left
+            close_service(ls.service)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: CodespecServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -150,6 +168,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
             job.cancel()
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    @client_errors
     async def inline_completion(ls: CodespecServer, params: types.InlineCompletionParams):
         invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
         found = await complete_at(ls, params.text_document.uri, params.position, invoked)
@@ -159,11 +178,11 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         return [types.InlineCompletionItem(
             insert_text=text,
             range=types.Range(position, position),
-            command=types.Command("codespec: accepted", ACCEPTED_COMMAND,
-                                  [params.text_document.uri, text]),
+            command=accepted_command(params.text_document.uri, text),
         )]
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
+    @client_errors
     async def completion(ls: CodespecServer, params: types.CompletionParams):
         if not ls.options.completion_fallback:
             return None
@@ -175,10 +194,11 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
             label=label, kind=types.CompletionItemKind.Text, detail="codespec",
             filter_text=label, text_edit=types.TextEdit(types.Range(position, position), text),
-            command=types.Command("codespec: accepted", ACCEPTED_COMMAND, [params.text_document.uri, text]),
+            command=accepted_command(params.text_document.uri, text),
         )])
 
     @server.feature(EDIT_METHOD)
+    @client_errors
     async def edit(ls: CodespecServer, params: Any) -> dict:
         raw = edit_logic.as_dict(params)
         uri = edit_logic.text_document_uri(raw)
@@ -224,6 +244,22 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         await asyncio.wrap_future(ls.service.clear_history())
 
     return server
+
+
+def close_service(service: EngineService) -> None:
+    """Flush and close the index on the engine thread (SQLite objects belong to it), then stop."""
+    index = service.index
+    if index is not None and hasattr(index, "close"):
+        try:
+            service.call(index.close).result()
+        except Exception as error:
+            log.warning("closing the index failed: %s", error)
+    service.close()
+
+
+def accepted_command(uri: str, text: str) -> types.Command:
+    """Run by the editor when the user accepts an item: the text goes to session history."""
+    return types.Command(title="codespec: accepted", command=ACCEPTED_COMMAND, arguments=[uri, text])
 
 
 def start_service(options: ServerOptions) -> EngineService:

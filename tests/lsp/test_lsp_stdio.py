@@ -1,0 +1,188 @@
+"""The language server over stdio, driven by pytest-lsp as a real client (one server per module)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import sys
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import ClientServerConfig
+
+from lsp.inline import completion_context, completion_prompt, trim_completion
+from lsp.options import ServerOptions
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+LIMITS = {"lineTokens": 12, "blockTokens": 20, "editTokens": 48, "deadlineMs": 600_000}
+WAIT_S = 120  # a hang guard only; every wait below ends on an event
+SOURCE = 'import os\n\n\ndef join_all(parts):\n    """Join 😀 parts."""\n    return os.path.join(*parts)\n\n\ndef main(argv):\n    result = join_all(argv)\n'
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("workspace")
+    (root / "util.py").write_text(SOURCE)
+    (root / "other.py").write_text("def helper(value):\n    return value * 2\n")
+    return root
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(lsp_model_dir, workspace):
+    config = ClientServerConfig(server_command=[sys.executable, "-m", "codespec.cli", "serve"])
+    client = await config.start()
+    capabilities = types.ClientCapabilities(
+        window=types.WindowClientCapabilities(work_done_progress=True),
+        text_document=types.TextDocumentClientCapabilities(
+            inline_completion=types.InlineCompletionClientCapabilities(dynamic_registration=False),
+            synchronization=types.TextDocumentSyncClientCapabilities(did_save=True),
+        ),
+        workspace=types.WorkspaceClientCapabilities(workspace_folders=True),
+    )
+    result = await client.initialize_session(types.InitializeParams(
+        capabilities=capabilities,
+        root_uri=workspace.as_uri(),
+        workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="workspace")],
+        initialization_options={"model": str(lsp_model_dir), "device": "cpu", "limits": {**LIMITS, "maxDraft": -3},
+                                "debounceMs": 10, "index": {"path": str(workspace / "index.db")}},
+    ))
+    client.initialize_result = result
+    client.edit_deltas = collections.defaultdict(list)  # editId -> texts, in arrival order
+    client.first_delta = collections.defaultdict(lambda: asyncio.get_running_loop().create_future())
+
+    @client.feature("codespec/editDelta")
+    def on_delta(ls, params):
+        client.edit_deltas[params.editId].append(params.text)
+        if not client.first_delta[params.editId].done():
+            client.first_delta[params.editId].set_result(params.text)
+
+    yield client
+    await client.shutdown_session()
+    await client.stop()
+
+
+def engine_completion(target, text: str, offset: int) -> str:
+    """What the engine returns for the same context, decoded plainly (greedy is lossless)."""
+    from codespec.config import GenerationLimits
+    from codespec.decode import generate_all
+
+    options = ServerOptions()
+    context = completion_context(text, offset, LIMITS["lineTokens"], LIMITS["blockTokens"],
+                                 options.prefix_chars, options.suffix_chars, invoked=True)
+    finished = generate_all(target, target.encode(completion_prompt(context)), None,
+                            limits=GenerationLimits(context.max_tokens, context.stop))
+    return trim_completion(finished.text, context)
+
+
+def open_document(client, uri: str, text: str, version: int = 1) -> None:
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=version, text=text)))
+
+
+async def inline(client, uri: str, line: int, character: int):
+    return await client.text_document_inline_completion_async(types.InlineCompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, character),
+        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+
+
+async def test_initialize_declares_features_and_reports_bad_options(client):
+    capabilities = client.initialize_result.capabilities
+    assert capabilities.inline_completion_provider is not None
+    assert capabilities.text_document_sync.change == types.TextDocumentSyncKind.Incremental
+    commands = capabilities.execute_command_provider.commands
+    assert {"codespec.accepted", "codespec.reindex", "codespec.clearHistory"} <= set(commands)
+    # maxDraft = -3 fell back to the default, with a message to the user
+    assert any("limits.maxDraft" in message.message for message in client.messages)
+
+
+async def test_inline_completion_matches_engine(client, lsp_target, workspace):
+    uri = (workspace / "util.py").as_uri()
+    open_document(client, uri, SOURCE)
+    line, character = 9, len("    result = ")
+    result = await inline(client, uri, line, character)
+    offset = SOURCE.index("join_all(argv)")
+    expected = engine_completion(lsp_target, SOURCE, offset)
+    assert expected, "the tiny model should say something here"
+    assert len(result) == 1
+    item = result[0]
+    assert item.insert_text == expected
+    assert item.range.start == item.range.end == types.Position(line, character)
+    assert item.command.command == "codespec.accepted"
+
+
+async def test_incremental_changes_reach_completions(client, lsp_target, workspace):
+    uri = (workspace / "other.py").as_uri()
+    text = "def helper(value):\n    return value * 2\n"
+    open_document(client, uri, text)
+    # insert an emoji (two UTF-16 units) then text after it, in two incremental changes
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[
+            types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(1, 11), types.Position(1, 16)), text="'😀'"),
+            types.TextDocumentContentChangePartial(
+                range=types.Range(types.Position(1, 15), types.Position(1, 15)), text=" + str("),
+        ]))
+    expected_text = "def helper(value):\n    return '😀' + str( * 2\n"
+    offset = expected_text.index(" * 2")
+    result = await inline(client, uri, 1, len("    return '") + 2 + len("' + str("))
+    expected = engine_completion(lsp_target, expected_text, offset)
+    assert [item.insert_text for item in result] == ([expected] if expected else [])
+
+
+async def test_edit_streams_deltas_that_add_up_to_the_edit(client, workspace):
+    uri = (workspace / "util.py").as_uri()
+    response = await asyncio.wait_for(client.protocol.send_request_async("codespec/edit", {
+        "textDocument": {"uri": uri}, "editId": "e-stream",
+        "range": {"start": {"line": 3, "character": 0}, "end": {"line": 5, "character": 31}},
+        "instruction": "rename parts to pieces"}), WAIT_S)
+    edit = response.edits[0]
+    assert edit.range.start.line == 3 and edit.range.end.line == 5
+    deltas = client.edit_deltas["e-stream"]
+    assert deltas and "".join(deltas) == edit.newText
+    usage = response.usage
+    assert usage.completion_tokens > 0
+    assert usage.accepted_prediction_tokens + usage.rejected_prediction_tokens >= 0
+
+
+async def test_cancel_edit_returns_request_cancelled(client, workspace):
+    uri = (workspace / "util.py").as_uri()
+    started = client.first_delta["e-cancel"]
+    long_original = {"start": {"line": 0, "character": 0}, "end": {"line": 10, "character": 0}}
+    pending = asyncio.ensure_future(client.protocol.send_request_async("codespec/edit", {
+        "textDocument": {"uri": uri}, "editId": "e-cancel", "range": long_original}, msg_id="edit-to-cancel"))
+    await asyncio.wait_for(started, WAIT_S)  # generation is under way
+    client.protocol.notify("$/cancelRequest", types.CancelParams(id="edit-to-cancel"))
+    with pytest.raises(JsonRpcException) as raised:
+        await asyncio.wait_for(pending, WAIT_S)
+    assert raised.value.code == -32800  # RequestCancelled
+    # the server is still fine afterwards, and the engine job did stop as cancelled
+    follow_up = await inline(client, uri, 9, len("    result = "))
+    assert isinstance(follow_up, list)
+    stats = await client.protocol.send_request_async("codespec/stats", {})
+    assert stats.finish_reasons._asdict().get("cancelled", 0) >= 1
+
+
+async def test_accepted_completion_lands_in_history(client, workspace):
+    uri = (workspace / "util.py").as_uri()
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        command="codespec.accepted", arguments=[uri, "join_all(argv)  # accepted"]))
+    stats = await client.protocol.send_request_async("codespec/stats", {})
+    accepted = [entry for entry in stats.history if entry.kind == "accepted"]
+    assert accepted and accepted[-1].text == "join_all(argv)  # accepted" and accepted[-1].uri == uri
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(command="codespec.clearHistory"))
+    stats = await client.protocol.send_request_async("codespec/stats", {})
+    assert stats.history == []
+
+
+async def test_out_of_range_position_is_an_error_not_a_crash(client, workspace):
+    uri = (workspace / "util.py").as_uri()
+    with pytest.raises(JsonRpcException):
+        await inline(client, uri, 500, 0)
+    with pytest.raises(JsonRpcException):  # inside the surrogate pair of the emoji on line 4
+        await inline(client, uri, 4, len('    """Join ') + 1)
+    stats = await client.protocol.send_request_async("codespec/stats", {})
+    assert stats.documents_open >= 1
