@@ -12,8 +12,11 @@ from codespec.draft import Draft, MatchInfo
 from codespec.registry import ProposerSetup, create_proposer
 from engine_harness import ScriptedProposer, always_wrong, oracle, plain_greedy
 from proposers.auto import AutoProposer, PolicyConfig
+from proposers.draft_model import DraftModelProposer
 from proposers.policy import (AcceptanceTable, Candidate, DepthAcceptance, LinearCost, ProbeSchedule, best_length,
                               bucket, choose, expected_tokens)
+
+from test_draft_model import SAMPLING, SMALL_VOCAB, exact_joint, run_samples, small_vocab_pair, views_failing  # noqa: F401
 
 VERIFY = (1.0, 0.01)  # a forward costs 1 s plus 0.01 s per scored draft token
 
@@ -302,3 +305,22 @@ def test_auto_from_setup_with_a_draft_model(tiny_target, tiny_model_dir, stream)
     assert draft.cache.token_ids == sequence[: len(draft.cache)]
     restricted = create_proposer("auto", ProposerSetup(tiny_target, {"auto_candidates": "context"}))
     assert [sub.name for sub in restricted.subs] == ["context"]
+
+
+def test_auto_sampling_is_exact(small_vocab_pair):
+    """Under sampling, auto (context lookup + a draft model, its statistics carried across the runs
+    so the choice keeps changing) still samples the target's distribution: chi-square on the joint
+    and marginals of the first three tokens, 1,000 seeded runs, 0.1% critical values."""
+    target, draft = small_vocab_pair
+    prompt = [3, 7, 1, 3, 7]
+    expected = exact_joint(target, prompt, SamplingParams(**SAMPLING))
+    context = create_proposer("context", ProposerSetup(target, {"min_ngram": 1}))
+    # A negative margin makes auto speculate even where plain decoding would be faster here (the
+    # draft is as big as the target), so both sources and the switching between them get verified.
+    auto = AutoProposer(lookups=[context], models=[DraftModelProposer(draft, SMALL_VOCAB)],
+                        config=PolicyConfig(margin=-0.9))
+    samples = 1000
+    counts = run_samples(target, auto, prompt, samples)
+    assert not views_failing(counts, expected, samples)
+    used = {decision.name for decision in auto.decisions}
+    assert {"context", "draft"} <= used  # both kinds of draft were verified along the way

@@ -189,11 +189,15 @@ NEW_TOKENS = 3
 
 
 def exact_joint(target: TargetModel, prompt, sampling: SamplingParams) -> dict[tuple[int, ...], float]:
-    """P(first NEW_TOKENS output tokens) by enumerating the (top-k limited) support."""
+    """P(first NEW_TOKENS output tokens) by enumerating the (top-k limited) support; a sequence
+    that reaches EOS earlier is a shorter cell."""
     joint = {(): 1.0}
     for _ in range(NEW_TOKENS):
         grown = {}
         for prefix, mass in joint.items():
+            if prefix and prefix[-1] in target.eos_token_ids:  # the engine stops after EOS
+                grown[prefix] = mass
+                continue
             logits = target.forward([*prompt, *prefix], target.new_cache(), keep_last=1)[0]  # [V]
             probs = process_logits(logits, sampling)  # [V]
             for token in torch.nonzero(probs).flatten().tolist():
@@ -223,7 +227,8 @@ def chi_square(counts: dict, expected_probs: dict, samples: int) -> tuple[float,
 def marginal(distribution: dict, position: int) -> dict:
     out: dict = {}
     for cell, value in distribution.items():
-        out[cell[position]] = out.get(cell[position], 0) + value
+        key = cell[position] if position < len(cell) else None  # None: ended at EOS before
+        out[key] = out.get(key, 0) + value
     return out
 
 
