@@ -1,0 +1,58 @@
+"""`codespec generate`: the contract other checks rely on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+STATS_KEYS = {"tokens", "target_forwards", "tokens_per_forward", "mean_accepted_length", "coverage",
+              "acceptance_by_depth", "proposal_ms_p50", "verify_ms_p50", "ttft_ms", "tokens_per_s"}
+PROMPT = "def area(width, height):\n    return width * height\n\n\ndef area(width, height):\n"
+
+
+def codespec(*args, env_extra=None):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "codespec.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_json_output_and_baseline(tiny_model_dir):
+    runs = {}
+    for proposer in ("none", "context"):
+        result = codespec("generate", "--model", str(tiny_model_dir), "--prompt", PROMPT,
+                          "--max-new-tokens", "24", "--proposer", proposer, "--draft-len", "4", "--json")
+        assert result.returncode == 0, result.stderr
+        runs[proposer] = json.loads(result.stdout)
+    for run in runs.values():
+        assert {"text", "token_ids", "stats"} <= set(run)
+        assert STATS_KEYS <= set(run["stats"])
+        assert run["stats"]["tokens"] == len(run["token_ids"]) == 24
+    assert runs["none"]["stats"]["tokens_per_forward"] == 1.0
+    assert runs["context"]["token_ids"] == runs["none"]["token_ids"]
+
+
+def test_streams_text_and_reports_stats(tiny_model_dir):
+    result = codespec("generate", "--model", str(tiny_model_dir), "--prompt", PROMPT, "--max-new-tokens", "8")
+    assert result.returncode == 0, result.stderr
+    assert "tokens/forward" in result.stderr
+
+
+def test_prompt_file_and_sampling(tiny_model_dir, tmp_path):
+    prompt_file = tmp_path / "prompt.py"
+    prompt_file.write_text(PROMPT, encoding="utf-8")
+    args = ("generate", "--model", str(tiny_model_dir), "--prompt-file", str(prompt_file), "--max-new-tokens", "10",
+            "--temperature", "0.8", "--top-p", "0.9", "--top-k", "50", "--seed", "3", "--json")
+    first, second = codespec(*args), codespec(*args)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["token_ids"] == json.loads(second.stdout)["token_ids"]
+
+
+def test_bad_values_and_missing_model_exit_with_a_message(tiny_model_dir):
+    bad = codespec("generate", "--model", str(tiny_model_dir), "--prompt", "x", "--temperature", "-2")
+    assert bad.returncode == 2 and "temperature" in bad.stderr
+    missing = codespec("generate", "--model", "/nonexistent/model", "--prompt", "x")
+    assert missing.returncode == 2 and "not found" in missing.stderr
+    unknown = codespec("generate", "--model", str(tiny_model_dir), "--prompt", "x", "--proposer", "nope")
+    assert unknown.returncode == 2 and "unknown proposer" in unknown.stderr

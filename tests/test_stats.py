@@ -1,0 +1,34 @@
+"""Metric arithmetic on literal step records (design.md §3)."""
+
+from __future__ import annotations
+
+import math
+
+from codespec.stats import RequestStats, StepRecord, acceptance_by_depth, percentile
+
+
+def step(draft_len, accepted, emitted=None):
+    return StepRecord("p" if draft_len else "", draft_len, accepted,
+                      accepted + 1 if emitted is None else emitted, 0.001, 0.002, 0.0)
+
+
+def test_acceptance_by_depth_is_conditional():
+    steps = [step(3, 3), step(3, 1), step(3, 0), step(2, 2)]
+    # depth 1: 4 reached, 3 passed; depth 2: 3 reached, 2 passed; depth 3: only (3, 3) reached it.
+    assert acceptance_by_depth(steps) == [3 / 4, 2 / 3, 1 / 1]
+
+
+def test_summary_counts_undrafted_steps():
+    stats = RequestStats(steps=[step(0, 0), step(0, 0), step(4, 3), step(4, 0)])
+    summary = stats.summary()
+    assert summary["tokens"] == 1 + 1 + 4 + 1
+    assert summary["target_forwards"] == 4
+    assert summary["tokens_per_forward"] == 7 / 4
+    assert summary["mean_accepted_length"] == (4 + 1) / 2
+    assert summary["coverage"] == 0.5
+    assert math.isclose(summary["proposal_ms_p50"], 1.0)
+
+
+def test_percentile_interpolates():
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert math.isnan(percentile([], 50))
