@@ -217,11 +217,24 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
 
     @server.feature(STATS_METHOD)
     async def stats(ls: CodespecServer, params: Any) -> dict:
-        snapshot = await ls.service.acall(ls.service._snapshot)
-        snapshot["documents_open"] = len(ls.documents.documents)
+        service = ls.service
+        open_texts = {uri: document.text for uri, document in ls.documents.documents.items()}
+
+        def collect() -> dict:  # on the engine thread: queued index updates have been applied
+            snapshot = service._snapshot()
+            index = service.index
+            snapshot["documents"] = [
+                {"uri": uri, "indexed": index is not None and _index_text(index, uri) == text}
+                for uri, text in open_texts.items()]
+            snapshot["index_documents"] = len(index.documents()) if index is not None else 0
+            return snapshot
+
+        snapshot = await service.acall(collect)
+        snapshot["documents_open"] = len(open_texts)
+        snapshot["pending_index_updates"] = sorted(ls.debouncer.pending) if ls.debouncer else []
         snapshot["workspace_files_indexed"] = ls.indexed_files
         snapshot["history"] = [{"kind": kind, "uri": uri, "text": text}
-                               for kind, uri, text in list(ls.service.history)[-20:]]
+                               for kind, uri, text in list(service.history)[-20:]]
         return snapshot
 
     @server.command(ACCEPTED_COMMAND)
@@ -244,6 +257,13 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         await asyncio.wrap_future(ls.service.clear_history())
 
     return server
+
+
+def _index_text(index, uri: str) -> str | None:
+    try:
+        return index.document_text(uri)
+    except Exception:  # not in the index
+        return None
 
 
 def close_service(service: EngineService) -> None:

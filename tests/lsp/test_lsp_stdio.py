@@ -98,6 +98,23 @@ async def test_initialize_declares_features_and_reports_bad_options(client):
     assert any("limits.maxDraft" in message.message for message in client.messages)
 
 
+async def test_indexing_reports_progress(client):
+    def finished() -> list:
+        return [values for token, values in client.progress_reports.items()
+                if str(token).startswith("codespec/indexing")
+                and any(isinstance(value, types.WorkDoneProgressEnd) for value in values)]
+
+    while not finished():  # each check is followed at once by registering the next wait: no race
+        await asyncio.wait_for(client.protocol.wait_for_notification_async("$/progress"), WAIT_S)
+    values = finished()[0]
+    assert isinstance(values[0], types.WorkDoneProgressBegin)
+    reports = [value for value in values if isinstance(value, types.WorkDoneProgressReport)]
+    assert reports and reports[-1].percentage == 100
+    assert "2 files indexed" in values[-1].message
+    stats = await client.protocol.send_request_async("codespec/stats", {})
+    assert stats.index_documents >= 2
+
+
 async def test_inline_completion_matches_engine(client, lsp_target, workspace):
     uri = (workspace / "util.py").as_uri()
     open_document(client, uri, SOURCE)
@@ -131,6 +148,11 @@ async def test_incremental_changes_reach_completions(client, lsp_target, workspa
     result = await inline(client, uri, 1, len("    return '") + 2 + len("' + str("))
     expected = engine_completion(lsp_target, expected_text, offset)
     assert [item.insert_text for item in result] == ([expected] if expected else [])
+    # after save (which flushes the debounce) the index holds exactly the edited text
+    client.text_document_did_save(types.DidSaveTextDocumentParams(
+        text_document=types.TextDocumentIdentifier(uri=uri)))
+    stats = await client.protocol.send_request_async("codespec/stats", {})
+    assert [entry.indexed for entry in stats.documents if entry.uri == uri] == [True]
 
 
 async def test_edit_streams_deltas_that_add_up_to_the_edit(client, workspace):
