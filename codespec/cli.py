@@ -115,7 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def quiet_libraries() -> None:
+    """Progress bars from model loading would corrupt streamed stdout and LSP stdio."""
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
 def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
