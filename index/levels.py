@@ -18,6 +18,7 @@ from index.tokens import TokenizerAdapter
 
 HOT_DOCUMENTS = 4  # most recently changed overlay documents stay scanned (they are being edited)
 OVERLAY_DOCUMENTS = 64  # more overlay documents than this also triggers a new level
+RANGE_SAMPLE = 4096  # most level entries examined per lookup
 
 
 @dataclass(eq=False)
@@ -89,12 +90,9 @@ class LevelSet:
                                         entries)
         index_dtype = np.int32 if sum(map(len, arrays)) + len(arrays) < 2**31 else np.int64
         stored = self.db.load_table(fingerprint, index_dtype) if self.db is not None else None
-        if stored is not None:
-            table = NgramTable(arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram, self.min_ngram,
-                               self.trie_depth, order=stored[0], trie=stored[1])
-        else:
-            table = NgramTable(arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram, self.min_ngram,
-                               self.trie_depth)
+        order, groups = stored if stored is not None else (None, None)
+        table = NgramTable(arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram, self.min_ngram,
+                           self.trie_depth, order=order, groups=groups)
         level = Level(docs, table, fingerprint)
         for slot, doc in enumerate(docs):
             self.detach(doc)
@@ -104,7 +102,7 @@ class LevelSet:
         level.live = level.total
         self.levels.append(level)
         if self.db is not None and stored is None:
-            self.db.save_table(fingerprint, *table.parts(), keep=[lv.fingerprint for lv in self.levels])
+            self.db.save_table(fingerprint, table.order, table.groups(), keep=[lv.fingerprint for lv in self.levels])
 
     def maintain(self) -> None:
         """Move cold overlay documents into a level; drop, rebuild and merge levels."""
@@ -159,7 +157,8 @@ class LevelSet:
     def _match_level(self, level: Level, reversed_context: list[int], same: Doc | None, cap: int):
         table = level.table
         for length, lo, hi in table.match_ranges(reversed_context):
-            positions = table.order[lo:hi].astype(np.int64)
+            step = -(-(hi - lo) // RANGE_SAMPLE)  # a short, common match: look at an even sample
+            positions = table.order[lo:hi:step].astype(np.int64)
             docs, offsets = table.locate(positions)
             keep = level.alive[docs]
             if same is not None and same.level is level:
@@ -212,7 +211,7 @@ def _check_table(table: NgramTable, number: int) -> None:
     from index.ngram import _word_layout
 
     bits, per_word = _word_layout(table.tokens.dtype)
-    words = table._first_words(table.order, bits, per_word)
+    words = table._prefix_words(table.order, bits, per_word, per_word, masked=True)
     if len(words) > 1 and not np.all(words[1:] >= words[:-1]):
         raise AssertionError(f"level {number}: positions are not sorted by reversed context")
     for key, gid in itertools.islice(table.automaton.items(), 256):
@@ -221,7 +220,7 @@ def _check_table(table: NgramTable, number: int) -> None:
         prefix = words >> np.uint64(bits * (per_word - k))
         value = 0
         for ch in key:
-            value = (value << bits) | ord(ch)
+            value = (value << bits) | (ord(ch) - 1)
         inside = np.flatnonzero(prefix == np.uint64(value))
         if len(inside) != hi - lo or (len(inside) and (inside[0] != lo or inside[-1] != hi - 1)):
             raise AssertionError(f"level {number}: trie group {key!r} does not match its range")

@@ -4,15 +4,17 @@
 preceded by the longest possible suffix of the current context? Reverse every context and the
 question becomes a *prefix* query, which a trie answers by walking from the root: pyahocorasick's
 ``longest_prefix(reversed_context)`` returns the longest match length in one C call. Keys are
-reversed n-grams written as strings of ``chr(token_id)``, stored with ``STORE_INTS`` (an int in
+reversed n-grams written as strings of ``chr(token_id + 1)`` (+1: numpy's fixed-width strings,
+used to build keys in bulk, cannot end in NUL), stored with ``STORE_INTS`` (an int in
 the node, no Python object per key). The value of a key is a *group id*: every position whose
 reversed preceding context starts with that key lies in one contiguous range ``[lo, hi)`` of
 ``order``, the array of all positions sorted by their reversed preceding ``max_ngram`` tokens
 (a suffix array of the reversed text, cut at depth ``max_ngram``).
 
-The trie is deliberately shallow (``trie_depth``, default 3). Measured on 4.7 MB of standard-library
+The trie is deliberately shallow (``trie_depth``, default 2). Measured on 4.7 MB of standard-library
 source with a 512-token BPE, a trie of all reversed 8-grams takes about 108 bytes per indexed token
-(6.2 M nodes of 32 bytes + edges) against 5 bytes at depth 3. Past the trie, matching continues by
+(6.2 M nodes of 32 bytes + edges) against 5 bytes at depth 3 (12 bytes at depth 3 with a 4k BPE,
+traced); depth 2 keeps it to a few bytes and rebuilds in a fraction of a second on restart. Past the trie, matching continues by
 binary search inside the range, since ``order`` is sorted by the deeper tokens too: depth d
 narrows by ~2 log2(range) token reads. So the automaton gives the first tokens in O(1), the
 sorted ``int32`` array gives locations and depth at 4 bytes per token.
@@ -90,10 +92,11 @@ class NgramTable:
     """Immutable suffix-match table over documents concatenated as ``sep d0 sep d1 sep ...``."""
 
     def __init__(self, arrays: Sequence[np.ndarray], dtype: np.dtype, sep: int, max_ngram: int,
-                 min_ngram: int, trie_depth: int = 3, order: np.ndarray | None = None,
-                 trie: tuple | None = None) -> None:
-        """``order`` and ``trie`` (automaton, group_lo, group_hi) may come from :meth:`parts` of an
-        identical earlier build (persisted), which skips the sort and the trie construction."""
+                 min_ngram: int, trie_depth: int = 2, order: np.ndarray | None = None,
+                 groups: np.ndarray | None = None) -> None:
+        """``order`` and ``groups`` may come from :attr:`order` and :meth:`groups` of an identical
+        earlier build (persisted): that skips the sort and the group search; only the trie's
+        keys are inserted again (pyahocorasick's own pickling leaks memory, so it is not used)."""
         self.sep, self.max_ngram, self.min_ngram = sep, max_ngram, min_ngram
         lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
         self.doc_starts = np.zeros(len(arrays), dtype=np.int64)  # index of each document's first token
@@ -105,63 +108,73 @@ class NgramTable:
             self.tokens[start:start + len(array)] = array
         bits, per_word = _word_layout(np.dtype(dtype))
         self.trie_depth = max(1, min(trie_depth, max_ngram, per_word))
-        if order is not None and trie is not None:
-            self.order = order
-            self.automaton, self.group_lo, self.group_hi = trie
-            return
+        self._bits = bits
         if order is None:
-            order, first_words = sort_positions(self.tokens, sep, max_ngram, min_ngram)
-        else:
-            first_words = self._first_words(order, bits, per_word)
+            order, _ = sort_positions(self.tokens, sep, max_ngram, min_ngram)
+            groups = None
         self.order = order
-        self._build_trie(first_words, bits, per_word)
+        if groups is None:
+            groups = self._find_groups(self._prefix_words(order, bits, per_word, self.trie_depth), bits, per_word)
+        self._insert_groups(groups)
 
-    def parts(self) -> tuple[np.ndarray, tuple]:
-        return self.order, (self.automaton, self.group_lo, self.group_hi)
-
-    # -- construction ---------------------------------------------------------------------------
-    def _first_words(self, order: np.ndarray, bits: int, per_word: int) -> np.ndarray:
-        """The first sort word of each entry (to find trie groups when ``order`` was persisted)."""
+    def _prefix_words(self, order: np.ndarray, bits: int, per_word: int, depth: int, masked: bool = False
+                      ) -> np.ndarray:
+        """The first ``depth`` reversed context tokens of each entry, packed like the sort key.
+        Unmasked, a column past a document start holds the previous document's token; such
+        groups contain the separator one column earlier and are never trie keys, so the trie
+        does not need the mask (the integrity check does)."""
         values = _as_unsigned(self.tokens)
-        lengths = context_lengths(self.tokens, self.sep)[order]
-        sep_value = np.uint64(self.sep)
+        positions = order.astype(np.int64)
+        lengths = context_lengths(self.tokens, self.sep)[positions] if masked else None
         word = np.zeros(len(order), dtype=np.uint64)
         for j in range(per_word):
             word <<= np.uint64(bits)
-            if j < self.max_ngram:
-                column = values[np.maximum(order.astype(np.int64) - 1 - j, 0)]
-                column[lengths <= j] = sep_value
+            if j < min(depth, self.max_ngram):
+                column = values[np.maximum(positions - 1 - j, 0)]
+                if masked:
+                    column[lengths <= j] = np.uint64(self.sep)
                 word |= column
         return word
 
-    def _build_trie(self, first_words: np.ndarray, bits: int, per_word: int) -> None:
-        """One trie key per distinct reversed k-gram (k <= trie_depth); value = group id."""
-        self.automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS)
-        group_lo: list[np.ndarray] = []
-        group_hi: list[np.ndarray] = []
-        sep_value = self.sep
-        mask = (1 << bits) - 1
-        next_id = 0
+    def _find_groups(self, first_words: np.ndarray, bits: int, per_word: int) -> np.ndarray:
+        """[G, 4] int64 rows (k, packed reversed k-gram, lo, hi): one per distinct reversed
+        k-gram (k <= trie_depth) without a separator, with its range in ``order``."""
+        rows = []
+        mask = np.uint64((1 << bits) - 1)
         count = len(first_words)
         for k in range(1, self.trie_depth + 1):
-            prefix = first_words >> np.uint64(bits * (per_word - k))
             if count == 0:
                 break
+            prefix = first_words >> np.uint64(bits * (per_word - k))
             starts = np.concatenate([[0], np.flatnonzero(prefix[1:] != prefix[:-1]) + 1])
             ends = np.append(starts[1:], count)
             keep = np.ones(len(starts), dtype=bool)
             for j in range(k):  # drop groups whose k-gram runs into a separator
-                keep &= (prefix[starts] >> np.uint64(bits * (k - 1 - j))) & np.uint64(mask) != sep_value
+                keep &= (prefix[starts] >> np.uint64(bits * (k - 1 - j))) & mask != np.uint64(self.sep)
             starts, ends = starts[keep], ends[keep]
-            add_word = self.automaton.add_word
-            shifts = [bits * (k - 1 - j) for j in range(k)]
-            for gid, value in enumerate(prefix[starts].tolist(), start=next_id):
-                add_word("".join([chr((value >> s) & mask) for s in shifts]), gid)
-            next_id += len(starts)
-            group_lo.append(starts)
-            group_hi.append(ends)
-        self.group_lo = np.concatenate(group_lo).astype(np.int64) if group_lo else EMPTY
-        self.group_hi = np.concatenate(group_hi).astype(np.int64) if group_hi else EMPTY
+            rows.append(np.stack([np.full(len(starts), k), prefix[starts].astype(np.int64), starts, ends], axis=1))
+        return np.concatenate(rows).astype(np.int64) if rows else np.zeros((0, 4), dtype=np.int64)
+
+    def _insert_groups(self, groups: np.ndarray) -> None:
+        """Trie key = the group's reversed k-gram as ``chr(token + 1)`` characters; value = row."""
+        self.automaton = ahocorasick.Automaton(ahocorasick.STORE_INTS)
+        self._groups = groups
+        self.group_lo, self.group_hi = groups[:, 2], groups[:, 3]
+        bits, mask = self._bits, (1 << self._bits) - 1
+        add_word = self.automaton.add_word
+        for k in range(1, self.trie_depth + 1):
+            rows = np.flatnonzero(groups[:, 0] == k)
+            if not len(rows):
+                continue
+            prefix = groups[rows, 1].astype(np.uint64)
+            codes = np.empty((len(rows), k), dtype=np.uint32)
+            for j in range(k):
+                codes[:, j] = ((prefix >> np.uint64(bits * (k - 1 - j))) & np.uint64(mask)) + 1
+            for row, key in zip(rows.tolist(), codes.view(f"<U{k}").ravel().tolist()):
+                add_word(key, row)
+
+    def groups(self) -> np.ndarray:
+        return self._groups
 
     # -- queries --------------------------------------------------------------------------------
     def match_ranges(self, reversed_context: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -171,7 +184,7 @@ class NgramTable:
         depth = min(len(reversed_context), self.max_ngram)
         if depth < self.min_ngram or not len(self.automaton):
             return []
-        key = "".join([chr(t) for t in reversed_context[:self.trie_depth]])
+        key = "".join([chr(t + 1) for t in reversed_context[:self.trie_depth]])
         matched = self.automaton.longest_prefix(key)
         ranges = []
         for k in range(1, matched + 1):
@@ -182,12 +195,17 @@ class NgramTable:
             tokens, order = self.tokens, self.order
             for j in range(matched, depth):
                 wanted = reversed_context[j]
+                if hi - lo <= 256:  # small range: one gather, two vectorised searches
+                    column = tokens[order[lo:hi].astype(np.int64) - 1 - j]
+                    new_lo = lo + int(np.searchsorted(column, wanted, side="left"))
+                    new_hi = lo + int(np.searchsorted(column, wanted, side="right"))
+                else:  # large range: binary search reading single tokens
 
-                def column(position, j=j):
-                    return tokens[position - 1 - j]
+                    def column(position, j=j):
+                        return tokens[position - 1 - j]
 
-                new_lo = bisect.bisect_left(order, wanted, lo, hi, key=column)
-                new_hi = bisect.bisect_right(order, wanted, new_lo, hi, key=column)
+                    new_lo = bisect.bisect_left(order, wanted, lo, hi, key=column)
+                    new_hi = bisect.bisect_right(order, wanted, new_lo, hi, key=column)
                 if new_lo == new_hi:
                     break
                 lo, hi = new_lo, new_hi
@@ -201,8 +219,7 @@ class NgramTable:
 
     def nbytes(self) -> int:
         stats = self.automaton.get_stats()
-        return int(self.tokens.nbytes + self.order.nbytes + self.group_lo.nbytes + self.group_hi.nbytes
-                   + stats["total_size"])
+        return int(self.tokens.nbytes + self.order.nbytes + self._groups.nbytes + stats["total_size"])
 
 
 def scan_longest(tokens: np.ndarray, reversed_context: Sequence[int], max_ngram: int, min_ngram: int,

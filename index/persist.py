@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -75,8 +74,8 @@ class IndexDB:
                                   "tokens": bytes, "tokenizer": str}, pk="id", if_not_exists=True)
             db["stats"].create({"source": str, "drafted": int, "accepted": int, "updated": float},
                                pk="source", if_not_exists=True)
-            db["tables"].create({"fingerprint": str, "positions": bytes, "trie": bytes, "groups": bytes,
-                                 "created": float}, pk="fingerprint", if_not_exists=True)
+            db["tables"].create({"fingerprint": str, "positions": bytes, "groups": bytes, "created": float},
+                                pk="fingerprint", if_not_exists=True)
 
     # -- documents ------------------------------------------------------------------------------
     def load_documents(self, uris: Iterable[str]) -> Iterator[StoredDocument]:
@@ -148,27 +147,24 @@ class IndexDB:
         return {s: (d, a) for s, d, a in self.conn.execute("SELECT source, drafted, accepted FROM stats")}
 
     # -- sorted n-gram tables (so a restart skips the sort) --------------------------------------
-    def save_table(self, fingerprint: str, positions: np.ndarray, trie: tuple, keep: Iterable[str]) -> None:
-        """A sorted table's parts: positions, the pickled automaton, group ranges."""
-        automaton, group_lo, group_hi = trie
+    def save_table(self, fingerprint: str, positions: np.ndarray, groups: np.ndarray, keep: Iterable[str]) -> None:
+        """A table's sorted positions and trie groups, so a restart neither sorts nor searches."""
         keep = set(keep) | {fingerprint}
-        groups = np.concatenate([group_lo, group_hi]).astype(np.int64).tobytes()
         with self.conn:
-            self.conn.execute("INSERT OR REPLACE INTO tables (fingerprint, positions, trie, groups, created) "
-                              "VALUES (?, ?, ?, ?, ?)", [fingerprint, positions.tobytes(),
-                                                         pickle.dumps(automaton), groups, time.time()])
+            self.conn.execute("INSERT OR REPLACE INTO tables (fingerprint, positions, groups, created) "
+                              "VALUES (?, ?, ?, ?)", [fingerprint, positions.tobytes(),
+                                                      np.ascontiguousarray(groups, dtype=np.int64).tobytes(),
+                                                      time.time()])
             for (old,) in self.conn.execute("SELECT fingerprint FROM tables").fetchall():
                 if old not in keep:
                     self.conn.execute("DELETE FROM tables WHERE fingerprint = ?", [old])
 
-    def load_table(self, fingerprint: str, dtype: np.dtype) -> tuple[np.ndarray, tuple] | None:
-        row = self.conn.execute("SELECT positions, trie, groups FROM tables WHERE fingerprint = ?",
+    def load_table(self, fingerprint: str, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray] | None:
+        row = self.conn.execute("SELECT positions, groups FROM tables WHERE fingerprint = ?",
                                 [fingerprint]).fetchone()
         if row is None:
             return None
-        groups = np.frombuffer(row[2], dtype=np.int64)
-        half = len(groups) // 2
-        return np.frombuffer(row[0], dtype=dtype), (pickle.loads(row[1]), groups[:half], groups[half:])
+        return np.frombuffer(row[0], dtype=dtype), np.frombuffer(row[1], dtype=np.int64).reshape(-1, 4)
 
     # -- checks ---------------------------------------------------------------------------------
     def check(self) -> None:

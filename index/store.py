@@ -72,7 +72,7 @@ class IndexReport:
 
 class WorkspaceIndex:
     def __init__(self, tokenizer, db_path: str | Path | None = None, max_ngram: int = 8, min_ngram: int = 2,
-                 memory_budget_tokens: int | None = None, *, trie_depth: int = 3,
+                 memory_budget_tokens: int | None = None, *, trie_depth: int = 2,
                  overlay_tokens: int = 131_072, history_tokens: int = 262_144,
                  flush_seconds: float = 1.0) -> None:
         if not 1 <= min_ngram <= max_ngram:
@@ -271,6 +271,8 @@ class WorkspaceIndex:
                 done += len(batch)
                 if progress:
                     progress(done, total)
+            rank = {item.uri: n for n, item in enumerate(found)}
+            fresh.sort(key=lambda d: rank[d.uri])  # discovery order: the same workspace gives the same table
             for doc in fresh:
                 self._install(doc, overlay=False)
             if fresh:

@@ -151,7 +151,8 @@ def test_table_from_persisted_parts_matches_scan():
             arrays = [rng.integers(0, 4, rng.integers(0, 30)).astype(dtype) for _ in range(rng.integers(1, 5))]
             depth = int(rng.integers(1, 4))
             table = ngram_module.NgramTable(arrays, dtype, sep, 6, 2, trie_depth=depth)
-            again = ngram_module.NgramTable(arrays, dtype, sep, 6, 2, trie_depth=depth, order=table.order)
+            again = ngram_module.NgramTable(arrays, dtype, sep, 6, 2, trie_depth=depth, order=table.order,
+                                            groups=table.groups())
             reversed_context = rng.integers(0, 4, rng.integers(0, 9)).tolist()[::-1]
             for candidate in (table, again):
                 ranges = candidate.match_ranges(reversed_context)
