@@ -1,0 +1,102 @@
+"""The engine service both servers share: scheduling, cancellation, prompt caching, index wiring."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from codespec.errors import CodespecError
+from lsp import indexing
+from lsp.service import EngineService, GenerationRequest
+
+WAIT_S = 120
+LONG_TEXT = "".join(f"def function_{i}(value):\n    return value + {i}\n\n" for i in range(10))
+
+
+@pytest.fixture(scope="module")
+def service(lsp_target):
+    service = EngineService(lsp_target, proposer="auto", max_draft=8)
+    yield service
+    service.close()
+
+
+def test_long_edit_does_not_block_a_completion(service):
+    edit = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=400, kind="edit"))
+    completion = service.submit(GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=4))
+    result = completion.wait(WAIT_S)
+    assert result.usage.completion_tokens == 4
+    assert not edit.future.done()  # round-robin by cycle: the short request finished first
+    edit.cancel()
+    assert edit.wait(WAIT_S).reason == "cancelled"
+
+
+def test_cancel_stops_within_a_cycle(service):
+    first_delta = threading.Event()
+    job = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=1000, kind="edit"),
+                         on_delta=lambda text: first_delta.set())
+    assert first_delta.wait(WAIT_S)
+    job.cancel()
+    result = job.wait(WAIT_S)
+    assert result.reason == "cancelled"
+    assert result.usage.completion_tokens < 1000
+    # a job cancelled before it starts costs no forward at all
+    idle = service.submit(GenerationRequest(prompt="x", max_tokens=5))
+    idle.cancel()
+    assert idle.wait(WAIT_S).stats["target_forwards"] in (0, 1)
+
+
+def test_prompt_cache_reuses_the_common_prefix_and_changes_nothing(service):
+    prompt = LONG_TEXT[:400]
+    first = service.submit(GenerationRequest(prompt=prompt, max_tokens=6, cache_key="doc-a")).wait(WAIT_S)
+    typed = service.submit(GenerationRequest(prompt=prompt + "de", max_tokens=6, cache_key="doc-a")).wait(WAIT_S)
+    fresh = service.submit(GenerationRequest(prompt=prompt + "de", max_tokens=6, cache_key="doc-b")).wait(WAIT_S)
+    assert first.usage.cached_prompt_tokens == 0
+    assert typed.usage.cached_prompt_tokens >= typed.usage.prompt_tokens - 4  # only the keystroke is prefilled
+    assert fresh.usage.cached_prompt_tokens == 0
+    assert typed.text == fresh.text
+
+
+def test_a_failing_request_does_not_hurt_the_service(service, lsp_target):
+    too_long = service.submit(GenerationRequest(prompt="word " * (lsp_target.max_context + 10), max_tokens=3))
+    with pytest.raises(CodespecError, match="context"):
+        too_long.wait(WAIT_S)
+    assert service.submit(GenerationRequest(prompt="ok = ", max_tokens=2)).wait(WAIT_S).usage.completion_tokens == 2
+    assert service.snapshot()["errors"] >= 1
+
+
+def test_fim_prompt_is_narrowed_to_the_context(service, lsp_target):
+    prefix = "value = compute(value)\n" * 800
+    request = GenerationRequest(prompt=f"<|fim_prefix|>{prefix}<|fim_suffix|><|fim_middle|>", max_tokens=3,
+                                fim=(prefix, ""))
+    result = service.submit(request).wait(WAIT_S)
+    assert result.usage.prompt_tokens < lsp_target.max_context
+    assert result.usage.completion_tokens == 3
+
+
+def test_index_is_reused_after_a_restart_and_history_reaches_it(lsp_target, tmp_path):
+    root = tmp_path / "project"
+    root.mkdir()
+    for i in range(3):
+        (root / f"module_{i}.py").write_text(f"def helper_{i}(x):\n    return x * {i}\n")
+    db_path = tmp_path / "index.db"
+    reports, history_hits = [], []
+    accepted = "answer = unusual_name_42 + 7"
+    for _ in range(2):
+        service = EngineService(lsp_target, proposer="auto")
+        try:
+            assert indexing.open_index(service, db_path) is not None
+            reports.append(indexing.index_workspace(service, [root], (), 1_000_000, lambda d, t: None).result(WAIT_S))
+            context = lsp_target.encode("answer = unusual_name_42")
+            found = service.call(lambda: service.index.lookup(context, 4)).result(WAIT_S)
+            history_hits.append(any(c.source == "history:accepted" for c in found))
+            service.record_history("accepted", accepted, (root / "module_0.py").as_uri()).result(WAIT_S)
+            result = service.submit(GenerationRequest(prompt="def helper_1(x):\n", max_tokens=3,
+                                                      uri=(root / "module_1.py").as_uri(), cursor=5)).wait(WAIT_S)
+            assert result.usage.completion_tokens == 3
+        finally:
+            from lsp.server import close_service
+            close_service(service)
+    assert reports[0].tokenized == 3
+    assert reports[1].tokenized == 0 and reports[1].reused == 3  # nothing re-tokenized on restart
+    assert history_hits == [False, True]  # the accepted text was persisted and drafts after a restart

@@ -1,0 +1,165 @@
+"""Plain functions of lsp/: positions, options, prompt windows, typed-along reuse, documents, auth."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+
+import pytest
+from hypothesis import given, strategies as st
+
+from lsp.auth import presented_token, refusal, resolve_token
+from lsp.documents import Debouncer, Document
+from lsp.inline import Suggestion, completion_context, typed_along, window_start
+from lsp.options import ServerOptions, parse_options
+from lsp.positions import LineIndex, PositionError, changed_span, position_at, range_offsets, token_at
+
+
+# ---- positions -------------------------------------------------------------------------------
+def test_utf16_positions_around_an_emoji_and_line_breaks():
+    text = "a😀b\r\nxy\rz\n"
+    index = LineIndex(text)
+    assert index.line_count == 4
+    assert index.offset(0, 0) == 0
+    assert index.offset(0, 3) == 2  # the emoji is two UTF-16 units, one code point
+    assert index.offset(0, 4) == 3  # end of line 0 (before \r\n)
+    assert index.offset(1, 2) == 7 and index.offset(2, 1) == 9 and index.offset(3, 0) == 10
+    assert index.position(2) == position_at(text, 2)
+    assert (index.position(2).line, index.position(2).character) == (0, 3)
+    with pytest.raises(PositionError, match="surrogate pair"):
+        index.offset(0, 2)
+    with pytest.raises(PositionError, match="out of range"):
+        index.offset(0, 5)
+    assert index.offset(0, 99, clamp=True) == 3  # LSP: past the end of a line means its end
+    with pytest.raises(PositionError, match="line 4"):
+        index.offset(4, 0, clamp=True)
+    with pytest.raises(PositionError):
+        index.offset(-1, 0)
+    with pytest.raises(PositionError):
+        index.offset("1", 0)
+
+
+def test_other_encodings():
+    text = "é😀x"
+    assert LineIndex(text, "utf-8").offset(0, 2) == 1
+    assert LineIndex(text, "utf-8").offset(0, 6) == 2
+    assert LineIndex(text, "utf-32").offset(0, 2) == 2
+    with pytest.raises(PositionError):
+        LineIndex(text, "utf-8").offset(0, 1)
+
+
+@given(st.text(alphabet=st.sampled_from(["a", "\n", "\r", "😀", "é", " "]), max_size=30))
+def test_position_round_trip(text):
+    index = LineIndex(text)
+    for offset in range(len(text) + 1):
+        if 0 < offset < len(text) and text[offset - 1] == "\r" and text[offset] == "\n":
+            continue  # between \r and \n is not a position of its own
+        position = index.position(offset)
+        assert index.offset(position.line, position.character) == offset
+
+
+def test_range_offsets_and_changed_span():
+    assert range_offsets("ab\ncd", (0, 1), (1, 1)) == (1, 4)
+    with pytest.raises(PositionError):
+        range_offsets("ab\ncd", (1, 1), (0, 1))
+    assert changed_span("hello world", "hello brave world") == (6, 6, "brave ")
+    assert changed_span("aaa", "aa") == (2, 3, "")
+    assert token_at([0, 3, 5], 4) == 1 and token_at([0, 3, 5], 5) == 2 and token_at([0, 3], 0) == 0
+
+
+# ---- options ---------------------------------------------------------------------------------
+def test_options_fall_back_with_messages():
+    options, messages = parse_options({"model": "/m", "limits": {"lineTokens": 7, "maxDraft": -1},
+                                       "index": {"enabled": "yes"}, "colour": "blue"})
+    assert options.model == "/m" and options.line_tokens == 7
+    assert options.max_draft == ServerOptions().max_draft and options.index is True
+    assert len(messages) == 3
+    assert any("limits.maxDraft" in m for m in messages) and any("index.enabled" in m for m in messages)
+    assert any("unknown option colour" in m for m in messages)
+    assert parse_options(None)[0] == ServerOptions()
+    assert parse_options([1])[1]
+
+
+# ---- completion context ----------------------------------------------------------------------
+def test_single_and_multi_line():
+    text = "def f(x):\n    return x\n\n"
+    middle = completion_context(text, text.index("x\n\n"), 5, 9, 1000, 100)
+    assert not middle.multiline and middle.stop[0] == "\n" and middle.max_tokens == 5
+    blank = completion_context(text, len(text) - 1, 5, 9, 1000, 100)
+    assert blank.multiline and blank.max_tokens == 9
+    assert blank.prefix == text[:-1] and blank.suffix == "\n"
+
+
+def test_prompt_window_start_stays_put_while_typing():
+    text = "".join(f"line {i:04d} of the file\n" for i in range(400))
+    starts = {window_start(cursor, text, 2000, chunk=512) for cursor in range(5000, 5400)}
+    assert len(starts) <= 2  # moves only when the cursor crosses a chunk boundary
+    for cursor in (5000, 5399):
+        start = window_start(cursor, text, 2000, chunk=512)
+        assert start == 0 or text[start - 1] == "\n"
+        assert cursor - start <= 2000
+    assert window_start(100, text, 2000) == 0
+
+
+def test_typed_along_reuses_the_rest_of_a_suggestion():
+    shown = Suggestion("x = ", "compute(a, b)")
+    assert typed_along(shown, "x = comp", len("x = comp")) == "ute(a, b)"
+    assert typed_along(shown, "x = cox", len("x = cox")) is None  # diverged
+    assert typed_along(shown, "y = comp", len("y = comp")) is None  # text before changed
+    assert typed_along(shown, "x = compute(a, b)", len("x = compute(a, b)")) is None  # all typed
+    assert typed_along(None, "x", 1) is None
+
+
+# ---- documents and debounce --------------------------------------------------------------------
+def test_document_changes_and_pending_index_change():
+    document = Document("file:///a.py", "a😀b\ncd\n", 1)
+    document.indexed_text = document.text
+    document.apply_change((0, 3), (0, 4), "BB", 2)  # replace "b" after the emoji
+    document.apply_change((1, 0), (1, 0), "x", 3)
+    assert document.text == "a😀BB\nxcd\n" and document.version == 3
+    start, end, new_text = document.pending_index_change()
+    assert "a😀b\ncd\n"[:start] + new_text + "a😀b\ncd\n"[end:] == document.text
+    document.apply_change(None, None, "new", 4)
+    assert document.text == "new"
+
+
+async def test_debouncer_fires_once_per_burst_and_flushes():
+    fired: list[str] = []
+    done = asyncio.Event()
+
+    def callback(key: str) -> None:
+        fired.append(key)
+        done.set()
+
+    debouncer = Debouncer(0.01, callback)
+    for _ in range(5):
+        debouncer.touch("a")
+    await asyncio.wait_for(done.wait(), 10)
+    assert fired == ["a"] and not debouncer.pending
+    debouncer.touch("b")
+    debouncer.flush("b")
+    assert fired == ["a", "b"]
+    debouncer.flush("b")  # nothing pending: no second call
+    assert fired == ["a", "b"]
+
+
+# ---- auth ------------------------------------------------------------------------------------
+def test_token_sources(tmp_path):
+    assert resolve_token("cli", environ={"CODESPEC_TOKEN": "env"}).token == "cli"
+    assert resolve_token(None, environ={"CODESPEC_TOKEN": "env"}).token == "env"
+    generated = resolve_token(None, tmp_path / "sub" / "token", environ={})
+    assert generated.file == tmp_path / "sub" / "token"
+    assert generated.file.read_text().strip() == generated.token and len(generated.token) >= 32
+    assert stat.S_IMODE(os.stat(generated.file).st_mode) == 0o600
+
+
+def test_refusal_rules():
+    def headers(**values):
+        return {key.replace("_", "-"): value for key, value in values.items()}
+    assert presented_token("/?token=abc", None) == "abc"
+    assert presented_token("/", "Bearer  xyz ") == "xyz"
+    assert refusal("/", headers(Authorization="Bearer t"), "t", ()) is None
+    assert refusal("/", headers(), "t", ())[0] == 401
+    assert refusal("/?token=t", headers(Origin="http://localhost:3000"), "t", ())[0] == 403
+    assert refusal("/?token=t", headers(Origin="http://ok"), "t", ("http://ok",)) is None
