@@ -128,6 +128,8 @@ def add_complete_parser(subparsers) -> None:
     parser.add_argument("--workspace", type=Path, default=None,
                         help="folder to index first (default: none; the completion drafts from its context)")
     parser.add_argument("--max-tokens", type=int, default=None, help="token budget (default: by context)")
+    parser.add_argument("--mode", choices=("auto", "line", "block"), default="auto",
+                        help="finish the line, write lines, or decide by the cursor's line (default)")
     parser.add_argument("--no-baseline", action="store_true", help="skip the plain-decoding comparison")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run_complete)

@@ -50,7 +50,7 @@ def complete_once(args) -> int:
         raise CodespecError(f"cannot read {path}: {error}") from None
     offset = cursor_offset(text, line, column)
     options = ServerOptions(model=args.model, draft=args.draft, device=args.device, dtype=args.dtype,
-                            proposer=args.proposer, max_draft=args.max_draft)
+                            proposer=args.proposer, max_draft=args.max_draft, mode=args.mode)
     started = time.perf_counter()
     service = start_service(options)
     loaded_s = time.perf_counter() - started
@@ -61,7 +61,7 @@ def complete_once(args) -> int:
             index = _index_folders(service, [args.workspace], options, quiet=args.json)
             report["index_s"] = round(time.perf_counter() - started, 3) if index is not None else None
         context = completion_context(text, offset, options.line_tokens, options.block_tokens,
-                                     options.prefix_chars, options.suffix_chars, invoked=True)
+                                     options.prefix_chars, options.suffix_chars, invoked=True, mode=options.mode)
         uri = path.resolve().as_uri()
 
         def request(proposer: str | None, key: str) -> GenerationRequest:

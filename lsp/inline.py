@@ -38,6 +38,7 @@ class CompletionContext:
     multiline: bool
     stop: tuple[str, ...]
     max_tokens: int
+    before_code: bool = False  # a block inserted in front of code on the cursor's line: ends with a newline
 
 
 def window_start(cursor: int, text: str, max_chars: int, chunk: int = WINDOW_CHUNK) -> int:
@@ -55,25 +56,29 @@ def window_start(cursor: int, text: str, max_chars: int, chunk: int = WINDOW_CHU
 
 
 def completion_context(text: str, offset: int, line_tokens: int, block_tokens: int,
-                       prefix_chars: int, suffix_chars: int, invoked: bool = False) -> CompletionContext:
-    """The FIM request for a cursor at code point ``offset`` in ``text``."""
+                       prefix_chars: int, suffix_chars: int, invoked: bool = False,
+                       mode: str = "auto") -> CompletionContext:
+    """The FIM request for a cursor at code point ``offset`` in ``text``.
+
+    ``mode``: "auto" (by the cursor's line), "line" (always finish one line), "block" (always lines).
+    """
     line_start = text.rfind("\n", 0, offset) + 1
     line_end = text.find("\n", offset)
     line_end = len(text) if line_end == -1 else line_end
     before = text[line_start:offset]
     after = text[offset:line_end]
-    # A block on a blank (or indentation-only) line with nothing after the cursor, or when the user
-    # explicitly invoked completion on such a line; otherwise finish the current line.
-    multiline = not before.strip() and not after.strip()
+    # A block when nothing but indentation precedes the cursor on its line; otherwise finish the line.
+    multiline = not before.strip() if mode == "auto" else mode == "block"
     prefix = text[window_start(offset, text, prefix_chars):offset]
     suffix = text[offset:offset + suffix_chars]
     if multiline:
-        stop = ("\n\n\n", *END_MARKERS)
+        stop = ("\n\n", *END_MARKERS)  # a block ends at a blank line
         max_tokens = block_tokens
     else:
         stop = ("\n", *END_MARKERS)
         max_tokens = line_tokens
-    return CompletionContext(prefix, suffix, multiline, stop, max_tokens)
+    return CompletionContext(prefix, suffix, multiline, stop, max_tokens,
+                             before_code=multiline and bool(after.strip()))
 
 
 def completion_prompt(context: CompletionContext) -> str:
@@ -85,8 +90,12 @@ def edit_prompt(original: str, instruction: str | None) -> str:
 
 
 def trim_completion(text: str, context: CompletionContext) -> str:
-    """A block loses trailing whitespace (blank lines are noise in a ghost-text suggestion)."""
-    return text.rstrip() if context.multiline else text
+    """A block loses trailing whitespace (noise in ghost text); one inserted in front of code on the
+    cursor's line ends with a newline, so that code stays on a line of its own."""
+    if not context.multiline:
+        return text
+    text = text.rstrip()
+    return text + "\n" if text and context.before_code else text
 
 
 @dataclass

@@ -28,6 +28,7 @@ class ServerOptions:
     suffix_chars: int = 800  # prompt window after the cursor
     debounce_ms: int = 150  # per-document delay before an edit reaches the index
     cached_documents: int = 8  # KV caches kept for prompt caching (one per document)
+    mode: str = "auto"  # "auto" (by the cursor's line), "line" (single-line only), "block"
     completion_fallback: bool = True  # answer textDocument/completion with the same completion
     index: bool = True
     index_path: str | None = None  # None: <first workspace folder>/.codespec/index.db
@@ -65,6 +66,14 @@ def _bool(value: Any) -> bool:
     return value
 
 
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}")
+        return value
+    return check
+
+
 def _text_list(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ValueError("expected a list of strings")
@@ -88,6 +97,7 @@ _FIELDS: dict[tuple[str, ...], tuple[str, Callable[[Any], Any]]] = {
     ("debounceMs",): ("debounce_ms", _bounded_int(0, 60_000)),
     ("cachedDocuments",): ("cached_documents", _bounded_int(1, 256)),
     ("completionFallback",): ("completion_fallback", _bool),
+    ("mode",): ("mode", _choice("auto", "line", "block")),
     ("index", "enabled"): ("index", _bool),
     ("index", "path"): ("index_path", _optional_text),
     ("index", "exclude"): ("exclude", _text_list),

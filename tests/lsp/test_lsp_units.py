@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 from lsp.auth import presented_token, refusal, resolve_token
 from lsp.documents import Debouncer, Document
-from lsp.inline import Suggestion, completion_context, typed_along, window_start
+from lsp.inline import Suggestion, completion_context, trim_completion, typed_along, window_start
 from lsp.options import ServerOptions, parse_options
 from lsp.positions import LineIndex, PositionError, changed_span, position_at, range_offsets, token_at
 
@@ -89,6 +89,12 @@ def test_single_and_multi_line():
     blank = completion_context(text, len(text) - 1, 5, 9, 1000, 100)
     assert blank.multiline and blank.max_tokens == 9
     assert blank.prefix == text[:-1] and blank.suffix == "\n"
+    # at the start of a line that holds code: whole lines, ending with a newline
+    before_code = completion_context(text, text.index("    return"), 5, 9, 1000, 100)
+    assert before_code.multiline and before_code.before_code
+    assert trim_completion("    x = 1\n\n", before_code) == "    x = 1\n"
+    assert trim_completion("  \n", before_code) == ""
+    assert completion_context(text, text.index("    return"), 5, 9, 1000, 100, mode="line").stop[0] == "\n"
 
 
 def test_prompt_window_start_stays_put_while_typing():
