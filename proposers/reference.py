@@ -42,6 +42,7 @@ class ReferenceLookup:
 
     def __init__(self, reference: str, encode: Any, start: int = 0, window_behind: int = 65536,
                  window_ahead: int = 65536, min_score: float = -2.0, distance_weight: float = 0.5,
+                 replace_score: float = -2.0,
                  tokenizer: Any = None) -> None:
         """``encode``: a transformers tokenizer, an object wrapping one (TokenizerAdapter), or a
         function text -> ids (a bound ``tokenizer.encode``; else pass ``tokenizer`` too, whose
@@ -58,7 +59,8 @@ class ReferenceLookup:
         self.reference = reference
         self.window_behind = window_behind
         self.window_ahead = window_ahead
-        self.min_score = min_score
+        self.min_score = min_score  # a match scoring less is no evidence: guess the edit's shape instead
+        self.replace_score = replace_score  # the same, right after the departure (one token replaced)
         self.distance_weight = distance_weight
         self._ids = self.codec.encode(reference)
         self._starts: list[int] = []  # byte offset of each reference token
@@ -215,7 +217,7 @@ class ReferenceLookup:
                 lengths.append(covered)
         score, end, length = best_anchor(self._ref, tail, lengths, self._centre, self.window_behind,
                                           self.window_ahead, self.distance_weight)
-        if score < self.min_score:
+        if score < (self.replace_score if since_departure <= 1 else self.min_score):
             # No convincing match: one token replaced by one (the common bug fix), else the inserted
             # text ends here and the reference resumes where the output left it.
             end = self._centre + (self._skip if since_departure <= 1 else 0)
