@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from index.ngram import NgramTable, scan_longest
-from index.persist import IndexDB, content_hash, table_fingerprint
+from index.persist import WriteBehindDB, content_hash, table_fingerprint
 from index.tokens import TokenizerAdapter
 
 HOT_DOCUMENTS = 4  # most recently changed overlay documents stay scanned (they are being edited)
@@ -34,6 +34,7 @@ class Doc:
     level: "Level | None" = None
     slot: int = -1
     unsaved: bool = False
+    from_editor: bool = False  # set by add/update_document: an open buffer, which disk scans must not clobber
 
     def __post_init__(self) -> None:
         self.tick = self.tick or self.changed
@@ -52,7 +53,7 @@ class Level:
 
 class LevelSet:
     def __init__(self, adapter: TokenizerAdapter, max_ngram: int, min_ngram: int, trie_depth: int,
-                 overlay_tokens: int, db: IndexDB | None) -> None:
+                 overlay_tokens: int, db: WriteBehindDB | None) -> None:
         self.adapter, self.max_ngram, self.min_ngram = adapter, max_ngram, min_ngram
         self.trie_depth, self.overlay_tokens, self.db = trie_depth, overlay_tokens, db
         self.levels: list[Level] = []

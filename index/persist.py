@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import queue
+import threading
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -20,6 +23,7 @@ import numpy as np
 import sqlite_utils
 
 SCHEMA_VERSION = 1
+log = logging.getLogger("codespec.index")
 
 
 def content_hash(text: str) -> str:
@@ -101,9 +105,10 @@ class IndexDB:
         return dict(rows)
 
     def save_documents(self, documents: Iterable[tuple[str, str, int, str, np.ndarray]]) -> None:
-        """(uri, hash, version, text, tokens) rows, all in one transaction."""
+        """(uri, hash or None, version, text, tokens) rows, all in one transaction."""
         now = time.time()
-        rows = [(uri, digest, version, text, np.ascontiguousarray(tokens, dtype=self.dtype).tobytes(),
+        rows = [(uri, digest or content_hash(text), version, text,
+                 np.ascontiguousarray(tokens, dtype=self.dtype).tobytes(),
                  self.fingerprint, now) for uri, digest, version, text, tokens in documents]
         with self.conn:
             self.conn.executemany(
@@ -189,3 +194,108 @@ def table_fingerprint(tokenizer: str, params: tuple, entries: Iterable[tuple[str
     for uri, content in entries:
         digest.update(uri.encode("utf-8", "surrogatepass") + b"\0" + content.encode() + b"\0")
     return digest.hexdigest()
+
+
+class WriteBehindDB:
+    """The database as the index uses it: reads on the caller's thread, writes queued to one
+    writer thread (its own connection), applied in submission order, each in its transaction.
+
+    Why: a WAL checkpoint or a large row can take tens of milliseconds; an edit must not wait
+    for it. Reads first wait for queued writes, so they always see everything submitted. A write
+    error is logged and raised by the next read, ``wait`` or ``close``: it is never silent.
+    Arguments must not be mutated after submission (token arrays here never are: edits build new
+    ones and level arrays are immutable).
+    """
+
+    def __init__(self, path: str | Path, tokenizer_fingerprint: str, dtype: np.dtype) -> None:
+        self.reader = IndexDB(path, tokenizer_fingerprint, dtype)
+        self._jobs: queue.Queue = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(path, tokenizer_fingerprint, dtype),
+                                        name="codespec-index-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self, path, fingerprint, dtype) -> None:
+        writer = IndexDB(path, fingerprint, dtype)
+        try:
+            while True:
+                job = self._jobs.get()
+                try:
+                    if job is None:
+                        return
+                    method, args = job
+                    getattr(writer, method)(*args)
+                except BaseException as error:  # reported to the caller at its next call
+                    log.error("index: database write %s failed: %s", job[0] if job else "?", error)
+                    self._error = error
+                finally:
+                    self._jobs.task_done()
+        finally:
+            writer.close()
+
+    def _submit(self, method: str, *args) -> None:
+        self._raise()
+        if not self._thread.is_alive():
+            raise RuntimeError("index database writer is closed")
+        self._jobs.put((method, args))
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"index: a database write failed: {error}") from error
+
+    def wait(self) -> None:
+        """Block until every submitted write is committed."""
+        self._jobs.join()
+        self._raise()
+
+    # writes (queued)
+    def save_documents(self, documents: Iterable[tuple[str, str, int, str, np.ndarray]]) -> None:
+        self._submit("save_documents", list(documents))
+
+    def delete_document(self, uri: str) -> None:
+        self._submit("delete_document", uri)
+
+    def add_history(self, kind: str, text: str, uri: str | None, when: float, tokens: np.ndarray) -> None:
+        self._submit("add_history", kind, text, uri, when, tokens)
+
+    def add_stats(self, deltas: dict[str, tuple[int, int]]) -> None:
+        self._submit("add_stats", dict(deltas))
+
+    def save_table(self, fingerprint: str, positions: np.ndarray, groups: np.ndarray, keep: Iterable[str]) -> None:
+        self._submit("save_table", fingerprint, positions, groups, list(keep))
+
+    # reads (after the queue drains)
+    def load_documents(self, uris: Iterable[str]) -> Iterator[StoredDocument]:
+        self.wait()
+        return self.reader.load_documents(uris)
+
+    def document(self, uri: str) -> StoredDocument | None:
+        self.wait()
+        return self.reader.document(uri)
+
+    def document_hashes(self) -> dict[str, str]:
+        self.wait()
+        return self.reader.document_hashes()
+
+    def load_history(self, limit_per_kind: int) -> list[StoredHistory]:
+        self.wait()
+        return self.reader.load_history(limit_per_kind)
+
+    def load_stats(self) -> dict[str, tuple[int, int]]:
+        self.wait()
+        return self.reader.load_stats()
+
+    def load_table(self, fingerprint: str, dtype: np.dtype):
+        return self.reader.load_table(fingerprint, dtype)  # a table not yet written is simply rebuilt
+
+    def check(self) -> None:
+        self.wait()
+        self.reader.check()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join()
+        self.reader.close()
+        self._raise()

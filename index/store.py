@@ -35,7 +35,7 @@ import numpy as np
 from index.discovery import Found, Skipped, discover
 from index.history import HistoryBuffer, HistoryEntry
 from index.levels import Doc, Level, LevelSet
-from index.persist import IndexDB, content_hash
+from index.persist import WriteBehindDB, content_hash
 from index.ranking import Occurrence, rank
 from index.retokenize import splice
 from index.tokens import TokenizerAdapter
@@ -60,7 +60,7 @@ class IndexReport:
     """What one ``index_workspace`` call did (counts of files, sizes in bytes and tokens)."""
 
     files: int = 0
-    unchanged: int = 0  # already in memory with the same content
+    unchanged: int = 0  # already in memory with the same content, or open in the editor (the buffer wins)
     reused: int = 0  # tokens read back from the database (same content hash)
     tokenized: int = 0
     removed: int = 0  # previously indexed files no longer found under the roots
@@ -81,7 +81,7 @@ class WorkspaceIndex:
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self.memory_budget_tokens = memory_budget_tokens
         self.flush_seconds = flush_seconds
-        self.db = IndexDB(db_path, self.adapter.fingerprint, self.adapter.dtype) if db_path is not None else None
+        self.db = WriteBehindDB(db_path, self.adapter.fingerprint, self.adapter.dtype) if db_path is not None else None
         self._lock = threading.RLock()
         self._clock = 0
         self._docs: OrderedDict[str, Doc] = OrderedDict()  # resident documents, least recently used first
@@ -107,6 +107,7 @@ class WorkspaceIndex:
                 self._touch(current)
                 return
             doc = Doc(uri, text, self.adapter.encode_array(text), version, content_hash(text), self._tick())
+            doc.from_editor = True
             self._install(doc)
             if self.db is not None:
                 self.db.save_documents([(uri, doc.hash, version, text, doc.tokens)])
@@ -123,6 +124,7 @@ class WorkspaceIndex:
             self._levels.detach(doc)
             doc.text, doc.tokens, doc.starts = result.text, result.token_ids, result.starts
             doc.version, doc.hash, doc.changed, doc.unsaved = version, None, self._tick(), True
+            doc.from_editor = True
             self._levels.overlay_add(doc)
             self._touch(doc)
             if replaced.strip():
@@ -243,7 +245,8 @@ class WorkspaceIndex:
                 digest = content_hash(item.text)
                 report.bytes += len(item.text)
                 current = self._docs.get(item.uri)
-                if current is not None and (current.hash or content_hash(current.text)) == digest:
+                if current is not None and (current.from_editor or
+                                            (current.hash or content_hash(current.text)) == digest):
                     report.unchanged += 1
                     continue
                 if stored.get(item.uri) == digest:
@@ -325,15 +328,14 @@ class WorkspaceIndex:
             if self.db is not None:
                 self.db.check()
 
-    def flush(self) -> None:
-        """Write unsaved documents and pending stats, each group in one transaction."""
+    def flush(self, wait: bool = False) -> None:
+        """Queue unsaved documents and pending stats for writing, each group in one transaction;
+        ``wait`` blocks until they are committed."""
         with self._lock:
             if self.db is None:
                 return
             unsaved = [d for d in self._docs.values() if d.unsaved]
-            for doc in unsaved:
-                doc.hash = doc.hash or content_hash(doc.text)
-            if unsaved:
+            if unsaved:  # hashes of edited documents are computed by the writer thread
                 self.db.save_documents((d.uri, d.hash, d.version, d.text, d.tokens) for d in unsaved)
                 for doc in unsaved:
                     doc.unsaved = False
@@ -341,6 +343,8 @@ class WorkspaceIndex:
                 self.db.add_stats({s: (d, a) for s, (d, a) in self._pending_stats.items()})
                 self._pending_stats = {}
             self._last_flush = time.monotonic()
+            if wait:
+                self.db.wait()
 
     def close(self) -> None:
         with self._lock:
@@ -416,7 +420,6 @@ class WorkspaceIndex:
 
     def _evict(self, doc: Doc) -> None:
         if doc.unsaved and self.db is not None:
-            doc.hash = doc.hash or content_hash(doc.text)
             self.db.save_documents([(doc.uri, doc.hash, doc.version, doc.text, doc.tokens)])
         if self.db is None:
             self._evicted[doc.uri] = doc.text

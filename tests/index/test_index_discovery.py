@@ -75,3 +75,17 @@ def test_binary_oversize_and_link_escape(tmp_path, caplog, index_tokenizer):
     report = index.index_workspace([root], max_file_bytes=1000)
     assert report.files == 2 and len(report.skipped) == 5
     assert all("secret" not in index.document_text(u) for u in index.documents())
+
+
+def test_open_buffer_wins_over_disk(tmp_path, index_tokenizer):
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.py").write_text("on_disk = 1\n")
+    index = WorkspaceIndex(index_tokenizer)
+    index.index_workspace([root])
+    uri = (root / "a.py").absolute().as_uri()
+    assert index.document_text(uri) == "on_disk = 1\n"
+    index.add_document(uri, "in_buffer = 2\n", version=5)
+    report = index.index_workspace([root])
+    assert index.document_text(uri) == "in_buffer = 2\n" and report.unchanged == 1 and report.tokenized == 0
+    index.check_integrity()

@@ -163,3 +163,16 @@ def test_table_from_persisted_parts_matches_scan():
                 length, lo, hi = ranges[0]
                 assert length == scanned.length
                 assert sorted(candidate.order[lo:hi].tolist()) == sorted(scanned.positions.tolist())
+
+
+def test_failed_background_write_is_reported(tmp_path, index_adapter):
+    from index.persist import WriteBehindDB
+
+    db = WriteBehindDB(tmp_path / "index.db", index_adapter.fingerprint, index_adapter.dtype)
+    db.save_documents([("mem://a", None, 1, "a = 1\n", index_adapter.encode_array("a = 1\n"))])
+    assert db.document("mem://a").text == "a = 1\n"
+    db._submit("no_such_write")
+    with pytest.raises(RuntimeError, match="database write failed"):
+        db.wait()
+    assert db.document_hashes().keys() == {"mem://a"}  # the error is reported once; the database works
+    db.close()
