@@ -22,8 +22,12 @@ from codespec.stats import RequestStats, StepRecord
 
 
 def replay(proposer: Proposer, prompt_ids: Sequence[int], output_ids: Sequence[int],
-           max_draft: int) -> RequestStats:
-    """Replay ``output_ids`` after ``prompt_ids`` through ``proposer``; one StepRecord per forward."""
+           max_draft: int, verify_cost: tuple[float, float] = (0.0, 0.0)) -> RequestStats:
+    """Replay ``output_ids`` after ``prompt_ids`` through ``proposer``; one StepRecord per forward.
+
+    No target runs, so verification time is a model, ``a + b * k`` seconds for a draft of k
+    tokens (``verify_cost = (a, b)``): what a cost-aware policy (``auto``) is told it paid.
+    """
     sequence = list(prompt_ids)
     output = list(output_ids)
     stats = RequestStats()
@@ -38,6 +42,7 @@ def replay(proposer: Proposer, prompt_ids: Sequence[int], output_ids: Sequence[i
             if max_len > 0:
                 draft = proposer.propose(ProposeContext(sequence, len(prompt_ids), max_len)).truncated(max_len)
             proposal_s = time.perf_counter() - started
+            verify_s = verify_cost[0] + verify_cost[1] * len(draft)
             accepted = 0
             while accepted < len(draft) and draft.token_ids[accepted] == output[position + accepted]:
                 accepted += 1
@@ -45,8 +50,8 @@ def replay(proposer: Proposer, prompt_ids: Sequence[int], output_ids: Sequence[i
             sequence.extend(emitted)
             position += len(emitted)
             stats.steps.append(StepRecord(draft.proposer if len(draft) else "", len(draft), accepted,
-                                          len(emitted), proposal_s, 0.0, 0.0))
-            proposer.observe(Outcome(draft, accepted, emitted, len(sequence), proposal_s, 0.0))
+                                          len(emitted), proposal_s, verify_s, 0.0))
+            proposer.observe(Outcome(draft, accepted, emitted, len(sequence), proposal_s, verify_s))
     finally:
         proposer.end()
     return stats

@@ -19,6 +19,9 @@ reference from where the output is now", as long as the draft stays aligned. The
   departure, one reference token replaced by one output token (the commonest bug fix); later,
   an insertion that has just ended (the reference resumes where the output left it). A position
   becomes the new centre only after tokens copied from it were accepted.
+- while the output is text the reference does not hold (an insertion), drafts from the request's
+  own prompt + output by the context rule (``own_text``; its drafts carry source "context"), since
+  new code often repeats what was just written or what the instruction says.
 
 Counts of accepted and rejected reference tokens are kept as OpenAI reports them
 (``accepted_prediction_tokens``, ``rejected_prediction_tokens``).
@@ -30,6 +33,7 @@ import math
 from typing import Any, Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
+from proposers.context import ContextLookup
 from proposers.token_bytes import TokenBytes
 
 TAIL_TOKENS = 32  # output tokens whose bytes are matched against the reference when re-anchoring
@@ -42,7 +46,7 @@ class ReferenceLookup:
 
     def __init__(self, reference: str, encode: Any, start: int = 0, window_behind: int = 65536,
                  window_ahead: int = 65536, min_score: float = -2.0, distance_weight: float = 0.5,
-                 replace_score: float = -2.0,
+                 replace_score: float = -2.0, own_text: bool = True, own_text_below: float = 4.0,
                  tokenizer: Any = None) -> None:
         """``encode``: a transformers tokenizer, an object wrapping one (TokenizerAdapter), or a
         function text -> ids (a bound ``tokenizer.encode``; else pass ``tokenizer`` too, whose
@@ -57,6 +61,9 @@ class ReferenceLookup:
         else:
             self.codec = TokenBytes(encode)
         self.reference = reference
+        # Drafts for inserted text, from the request's own prompt + output (the context rule).
+        self.own_text = ContextLookup() if own_text else None
+        self.own_text_below = own_text_below  # re-anchorings scoring less yield to a request-text match
         self.window_behind = window_behind
         self.window_ahead = window_ahead
         self.min_score = min_score  # a match scoring less is no evidence: guess the edit's shape instead
@@ -96,7 +103,10 @@ class ReferenceLookup:
         self._departed_at = 0  # sequence index of the first token that departed from the reference
         self._skip = 0  # bytes of the reference token the departing token replaced (if it did)
         self._match_len = 0
+        self.anchor_score = math.inf  # aligned since the start
         self._set_pointer(self._start_byte)
+        if self.own_text is not None:
+            self.own_text.begin(prompt_ids)
         self.accepted_prediction_tokens = 0
         self.rejected_prediction_tokens = 0
 
@@ -109,7 +119,14 @@ class ReferenceLookup:
         self._seen = len(tokens)
         if not self._aligned:
             tail_start = max(context.prompt_len, len(tokens) - TAIL_TOKENS)
-            if not self._reanchor(tokens[tail_start:], len(tokens) - self._departed_at):
+            anchored = self._reanchor(tokens[tail_start:], len(tokens) - self._departed_at)
+            if self.own_text is not None and (not anchored or self.anchor_score < self.own_text_below):
+                # Nothing in the reference explains the recent output well: it is new text, which
+                # often repeats what the request itself holds (the instruction, lines just written).
+                own = self.own_text.propose(context)
+                if own.token_ids:
+                    return Draft(own.token_ids, self.name, match=own.match)
+            if not anchored:
                 return EMPTY_DRAFT
         draft_ids = self._stream(context.max_len)
         if not draft_ids:
@@ -118,7 +135,8 @@ class ReferenceLookup:
         return Draft(tuple(draft_ids), self.name, match=MatchInfo(self._match_len, "reference", position))
 
     def observe(self, outcome: Outcome) -> None:
-        if outcome.draft.proposer == self.name:
+        match = outcome.draft.match
+        if outcome.draft.proposer == self.name and match is not None and match.source == "reference":
             self.accepted_prediction_tokens += outcome.accepted
             self.rejected_prediction_tokens += outcome.rejected
         if outcome.sequence_len - len(outcome.emitted) == self._seen:
@@ -126,7 +144,8 @@ class ReferenceLookup:
             self._seen = outcome.sequence_len
 
     def end(self) -> None:
-        pass
+        if self.own_text is not None:
+            self.own_text.end()
 
     @property
     def position(self) -> int:
@@ -217,7 +236,9 @@ class ReferenceLookup:
                 lengths.append(covered)
         score, end, length = best_anchor(self._ref, tail, lengths, self._centre, self.window_behind,
                                           self.window_ahead, self.distance_weight)
+        self.anchor_score = score  # how convincing this re-anchoring was (-inf: a guess)
         if score < (self.replace_score if since_departure <= 1 else self.min_score):
+            self.anchor_score = -math.inf
             # No convincing match: one token replaced by one (the common bug fix), else the inserted
             # text ends here and the reference resumes where the output left it.
             end = self._centre + (self._skip if since_departure <= 1 else 0)

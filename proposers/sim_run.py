@@ -24,7 +24,8 @@ INDEX_USERS = ("index", "auto")
 
 
 def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer, max_draft: int,
-                      workspace: Sequence[tuple[str, str]] = (), workload: str = "workload") -> dict:
+                      workspace: Sequence[tuple[str, str]] = (), workload: str = "workload",
+                      verify_cost: tuple[float, float] = (0.0, 0.0)) -> dict:
     """The report of `codespec simulate --json` (keys fixed by issue 4)."""
     codec = TokenBytes(tokenizer)
     streams = [(case, codec.encode(case.prompt), codec.encode(case.output)) for case in cases]
@@ -36,7 +37,7 @@ def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer,
         for case, prompt_ids, output_ids in streams:
             with case_document(index, case):
                 proposer = make_proposer(name, target, case, index)
-                stats.steps.extend(replay(proposer, prompt_ids, output_ids, max_draft).steps)
+                stats.steps.extend(replay(proposer, prompt_ids, output_ids, max_draft, verify_cost).steps)
         rows[name] = summary_row(stats)
     edits = [(codec.encode(case.reference), output_ids) for case, _, output_ids in streams if case.kind == "edit"]
     ceiling = None

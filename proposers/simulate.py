@@ -33,6 +33,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--tokenizer", help="model directory whose tokenizer to use (default: the shipped model's)")
     parser.add_argument("--max-records", type=int, help="replay only the first N records")
+    parser.add_argument("--verify-ms", type=float, nargs=2, default=[10.0, 0.05], metavar=("A", "B"),
+                        help="modelled target forward time, A + B x draft tokens ms (default 10 0.05: a "
+                             "small model on a GPU); only cost-aware proposers (auto) read it")
     parser.set_defaults(run=run)
 
 
@@ -69,8 +72,11 @@ def run(args) -> int:
     tokenizer = load_tokenizer(args.tokenizer)
     cases = load_cases(args.workload, args.max_records)
     workspace = load_workspace(args.workspace) if args.workspace else []
+    if min(args.verify_ms) < 0:
+        raise CodespecError(f"--verify-ms takes two non-negative numbers, got {args.verify_ms}")
     report = simulate_workload(cases, names, tokenizer, args.max_draft, workspace,
-                               workload=args.workload.stem)
+                               workload=args.workload.stem,
+                               verify_cost=(args.verify_ms[0] / 1e3, args.verify_ms[1] / 1e3))
     print(format_table(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -187,3 +187,23 @@ def test_greedy_output_is_identical_with_the_copy_pointer(tiny_target):
     assert summary["target_forwards"] <= len(plain.token_ids) // 4
     assert summary["mean_accepted_length"] >= 8
     assert forced.accepted_prediction_tokens >= len(plain.token_ids) // 2
+
+
+def test_inserted_text_is_drafted_from_the_request_itself_and_not_counted_as_prediction(codec):
+    reference = "import os\n\n\ndef main():\n    print(os.getcwd())\n"
+    line = "    print(os.environ.get('HOME', '/root'))\n"
+    output = "import os\n\n\ndef main():\n" + line + "    print(os.getcwd())\n" + line
+    output_ids = codec.encode(output)
+    emitted = cut_after(codec, output, output.rindex("    print(os.environ") + len("    print(os.env"))
+    pointer = ReferenceLookup(reference, codec)
+    draft = step_to(pointer, emitted)
+    # The repeated line is nowhere in the reference, but the output already holds it.
+    assert draft.match.source == "context"
+    assert (codec.join(emitted) + codec.join(draft.token_ids)).startswith(output.encode())
+    plain = ReferenceLookup(reference, codec, own_text=False)
+    assert len(replay(ReferenceLookup(reference, codec), [], output_ids, 32).steps) < \
+        len(replay(plain, [], output_ids, 32).steps)
+    counted = ReferenceLookup(reference, codec)
+    stats = replay(counted, [], output_ids, 32)
+    from_reference = [s for s in stats.steps if s.draft_len]  # context drafts are not prediction tokens
+    assert counted.accepted_prediction_tokens < sum(s.accepted for s in from_reference)
