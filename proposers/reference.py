@@ -19,9 +19,9 @@ reference from where the output is now", as long as the draft stays aligned. The
   departure, one reference token replaced by one output token (the commonest bug fix); later,
   an insertion that has just ended (the reference resumes where the output left it). A position
   becomes the new centre only after tokens copied from it were accepted.
-- while the output is text the reference does not hold (an insertion), drafts from the request's
-  own prompt + output by the context rule (``own_text``; its drafts carry source "context"), since
-  new code often repeats what was just written or what the instruction says.
+- while the output is text the reference does not hold (an insertion), drafts from the output
+  itself by the context rule (``own_text``; its drafts carry source "context"), since new code
+  often repeats what was just written.
 
 Counts of accepted and rejected reference tokens are kept as OpenAI reports them
 (``accepted_prediction_tokens``, ``rejected_prediction_tokens``).
@@ -61,7 +61,7 @@ class ReferenceLookup:
         else:
             self.codec = TokenBytes(encode)
         self.reference = reference
-        # Drafts for inserted text, from the request's own prompt + output (the context rule).
+        # Drafts for inserted text, from the output so far (the context rule).
         self.own_text = ContextLookup() if own_text else None
         self.own_text_below = own_text_below  # re-anchorings scoring less yield to a request-text match
         self.window_behind = window_behind
@@ -122,8 +122,9 @@ class ReferenceLookup:
             anchored = self._reanchor(tokens[tail_start:], len(tokens) - self._departed_at)
             if self.own_text is not None and (not anchored or self.anchor_score < self.own_text_below):
                 # Nothing in the reference explains the recent output well: it is new text, which
-                # often repeats what the request itself holds (the instruction, lines just written).
-                own = self.own_text.propose(context)
+                # often repeats lines just written. (Only the output is searched: the prompt mostly
+                # holds the reference again, and indexing it would cost milliseconds in one step.)
+                own = self.own_text.propose(ProposeContext(tokens[context.prompt_len:], 0, context.max_len))
                 if own.token_ids:
                     return Draft(own.token_ids, self.name, match=own.match)
             if not anchored:
