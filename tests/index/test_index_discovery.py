@@ -72,8 +72,10 @@ def test_binary_oversize_and_link_escape(tmp_path, caplog, index_tokenizer):
     for name in ("blob.bin", "latin.txt", "big.py", "escape.py", "escape_dir"):
         assert sum(name in r.getMessage() for r in caplog.records) == 1  # one log line each
     index = WorkspaceIndex(index_tokenizer)
-    report = index.index_workspace([root], max_file_bytes=1000)
+    calls = []
+    report = index.index_workspace([root], max_file_bytes=1000, progress=lambda done, total: calls.append((done, total)))
     assert report.files == 2 and len(report.skipped) == 5
+    assert calls and calls[-1] == (2, 2)
     assert all("secret" not in index.document_text(u) for u in index.documents())
 
 

@@ -39,6 +39,25 @@ def test_splice_equals_full_encode(index_adapter, initial, edits):
         assert np.array_equal(starts, full_starts)
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(initial=texts, edits=st.lists(edit, min_size=1, max_size=4))
+def test_splice_without_byte_table(index_tokenizer, initial, edits):
+    """The generic path (token starts from the tokenizer's offsets) gives the same result."""
+    from index.tokens import TokenizerAdapter
+
+    adapter = TokenizerAdapter(index_tokenizer)
+    adapter.byte_lengths = None
+    text = initial
+    token_ids, starts = full_encode(adapter, text)
+    for fraction, length, replacement in edits:
+        start, end, expected_text = _apply(text, fraction, length, replacement)
+        result = splice(adapter, text, token_ids, starts, start, end, replacement)
+        text, token_ids, starts = result.text, result.token_ids, result.starts
+        full_ids, full_starts = full_encode(adapter, text)
+        assert text == expected_text
+        assert np.array_equal(token_ids, full_ids) and np.array_equal(starts, full_starts)
+
+
 @SETTINGS
 @given(initial=texts, edits=st.lists(edit, min_size=1, max_size=6), in_level=st.booleans())
 def test_index_edits_equal_rebuild(index_tokenizer, index_adapter, initial, edits, in_level):
