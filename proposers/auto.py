@@ -15,12 +15,10 @@ Statistics, kept across requests (a server's later requests start informed):
 Model proposers get no shadow score, so when speculation is off the policy probes the most
 promising one every so often (``ProbeSchedule``: the interval doubles while probes fail).
 
-Sub-proposer lifecycle: every sub-proposer sees ``begin``, one ``observe`` per engine step and
-``end``. The chosen one gets the engine's outcome. The others get the outcome their own draft
-*would* have had: their draft this step (empty if they did not draft), ``accepted`` = how many of
-its leading tokens the emitted tokens confirm, and the real ``emitted`` and ``sequence_len``. So a
-copy pointer or a draft model's KV cache stays in step with the sequence either way (``emitted``
-may then hold more than ``accepted + 1`` tokens: another proposer's accepted run).
+Sub-proposer lifecycle: every sub-proposer sees ``begin``, every engine ``Outcome`` (one per step,
+whoever drafted; ``outcome.draft.proposer`` says whose draft was verified, as with a lone proposer
+that did not draft) and ``end``. So a copy pointer advances over all emitted tokens and a draft
+model's KV cache is rolled back to the accepted sequence even on steps it did not draft.
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
+from codespec.errors import CodespecError
 from codespec.kv import common_prefix_len
 from proposers.policy import (AcceptanceTable, Candidate, Choice, LinearCost, ProbeSchedule, best_length,
                               choose)
@@ -50,6 +49,11 @@ class PolicyConfig:
     probe_interval: int = 16
     probe_max_interval: int = 256
     probe_max_len: int = 4
+    model_max_len: int = 64  # longest autoregressive draft considered (bounds the per-step arithmetic)
+    # Fixed costs instead of measured ones, (a, b) seconds for k tokens = a + b k: for replays that
+    # model time, and for deterministic tests. None = measure.
+    verify_cost: tuple[float, float] | None = None
+    proposal_costs: dict | None = None  # proposer name -> (a, b)
     catch_up_limit: int = 2  # model timings with a longer catch-up prefill are not per-token costs
 
 
@@ -109,12 +113,20 @@ class AutoProposer:
                     lookups.append(create_proposer(name, setup))
                 except ImportError as error:  # written separately; absent in a partial build
                     log.warning("auto: %s lookup unavailable (%s)", name, error)
-        if setup.target is not None:
-            if allowed("draft") and (options.get("draft_model") or _default_draft_available()):
-                models.append(create_proposer("draft", setup))
+        if _is_model_target(setup.target):  # not a tokenizer-only target (model-free simulate)
+            if allowed("draft"):
+                draft = _draft_for_auto(setup)
+                if draft is not None:
+                    models.append(draft)
             if allowed("early-exit") and _supports_early_exit(setup.target):
                 models.append(create_proposer("early-exit", setup))
-        return cls(lookups, models, PolicyConfig(**options.get("policy", {})))
+        policy = options.get("policy", {})
+        try:
+            config = PolicyConfig(**policy)
+        except TypeError as error:
+            raise CodespecError(f"bad auto policy options {policy!r}: {error}; known options: "
+                                f"{', '.join(PolicyConfig.__dataclass_fields__)}") from error
+        return cls(lookups, models, config)
 
     # -- protocol ------------------------------------------------------------------------------
     def begin(self, prompt_ids: Sequence[int]) -> None:
@@ -136,7 +148,7 @@ class AutoProposer:
                 sub.proposal_s = time.perf_counter() - start
 
         # 2. Score every option; a model's cost is its fitted proposal time, a lookup's is sunk.
-        verify_fit = self.verify_cost.fit() or (1.0, 0.02)
+        verify_fit = self.config.verify_cost or self.verify_cost.fit() or (1.0, 0.02)
         candidates = [self._candidate(sub, context.max_len, verify_fit) for sub in self.subs]
         decision, _ = choose([c for c in candidates if c is not None], verify_fit, self.config.margin)
 
@@ -170,14 +182,12 @@ class AutoProposer:
             own = sub.draft if self._proposed else EMPTY_DRAFT
             if sub is chosen:
                 self._record(sub, outcome.draft, outcome.accepted, outcome.accepted < len(outcome.draft))
-                sub.proposer.observe(outcome)
-                continue
-            confirmed = min(common_prefix_len(own.token_ids, outcome.emitted), len(own))
-            if sub.kind == LOOKUP and len(own):
-                # Shadow score: a rejection is known only where an emitted token disagrees.
+            elif sub.kind == LOOKUP and len(own):
+                # Shadow score: how many of its tokens the emitted ones confirm; a rejection is
+                # known only where an emitted token disagrees.
+                confirmed = common_prefix_len(own.token_ids, outcome.emitted)
                 self._record(sub, own, confirmed, confirmed < min(len(own), len(outcome.emitted)))
-            sub.proposer.observe(Outcome(own, confirmed, outcome.emitted, outcome.sequence_len,
-                                         sub.proposal_s, 0.0))
+            sub.proposer.observe(outcome)
         if chosen is not None:
             if self._probing:
                 self.probes.probed()
@@ -220,7 +230,9 @@ class AutoProposer:
             rates = self.acceptance.estimates(sub.name, match_len, len(sub.draft))
             return Candidate(sub.name, rates, len(sub.draft))
         # Untimed model: assume a tenth of a forward per token, so it gets tried once.
-        proposal = sub.proposal_cost.fit() or (0.0, 0.1 * verify_fit[0])
+        fixed = (self.config.proposal_costs or {}).get(sub.name)
+        proposal = fixed or sub.proposal_cost.fit() or (0.0, 0.1 * verify_fit[0])
+        max_len = min(max_len, self.config.model_max_len)
         return Candidate(sub.name, self.acceptance.estimates(sub.name, None, max_len), max_len, proposal)
 
     def summary(self) -> dict:
@@ -239,12 +251,27 @@ def replace_max_len(context: ProposeContext, max_len: int) -> ProposeContext:
     return ProposeContext(context.token_ids, context.prompt_len, max_len, context.sampling, context.generator)
 
 
-def _default_draft_available() -> bool:
+def _is_model_target(target) -> bool:
+    return target is not None and hasattr(target, "new_cache") and hasattr(target, "forward")
+
+
+def _draft_for_auto(setup) -> Proposer | None:
+    """A draft model named in the options (errors are the user's to see), else the shipped one if it
+    shares the target's tokenizer (a different target simply runs without it)."""
+    from codespec.registry import create_proposer
     from proposers.draft_model import default_draft_path
 
-    return default_draft_path() is not None
+    if setup.options.get("draft_model"):
+        return create_proposer("draft", setup)
+    if default_draft_path() is None:
+        return None
+    try:
+        return create_proposer("draft", setup)
+    except CodespecError as error:
+        log.info("auto: the shipped draft model does not fit this target (%s)", error)
+        return None
 
 
 def _supports_early_exit(target) -> bool:
-    layers = getattr(getattr(target.model, "model", None), "layers", None)
+    layers = getattr(getattr(getattr(target, "model", None), "model", None), "layers", None)
     return layers is not None and len(layers) >= 2

@@ -128,7 +128,9 @@ class LinearCost:
         self.sw = self.sk = self.skk = self.st = self.skt = 0.0
 
     def add(self, k: int, seconds: float) -> None:
-        if not (seconds >= 0.0 and math.isfinite(seconds)):
+        """One measurement. Zero or negative seconds are not measurements (a model-free replay
+        that reports no cost) and are skipped, so the caller's default stays in force."""
+        if not (seconds > 0.0 and math.isfinite(seconds)):
             return
         d = self.decay
         self.sw = self.sw * d + 1.0
