@@ -53,8 +53,9 @@ class Level:
 
 class LevelSet:
     def __init__(self, adapter: TokenizerAdapter, max_ngram: int, min_ngram: int, trie_depth: int,
-                 overlay_tokens: int, db: WriteBehindDB | None) -> None:
+                 overlay_tokens: int, db: WriteBehindDB | None, hot_documents: int = HOT_DOCUMENTS) -> None:
         self.adapter, self.max_ngram, self.min_ngram = adapter, max_ngram, min_ngram
+        self.hot_documents = hot_documents
         self.trie_depth, self.overlay_tokens, self.db = trie_depth, overlay_tokens, db
         self.levels: list[Level] = []
         self.overlay: dict[str, Doc] = {}  # in order of last change
@@ -108,7 +109,7 @@ class LevelSet:
     def maintain(self) -> None:
         """Move cold overlay documents into a level; drop, rebuild and merge levels."""
         overlay = list(self.overlay.values())
-        cold = overlay[:-HOT_DOCUMENTS] if len(overlay) > HOT_DOCUMENTS else []
+        cold = overlay[:-self.hot_documents] if len(overlay) > self.hot_documents else []
         if cold and (sum(len(d.tokens) for d in overlay) > self.overlay_tokens or len(overlay) > OVERLAY_DOCUMENTS):
             self.add_level(cold)
         changed = True

@@ -73,7 +73,7 @@ class IndexReport:
 class WorkspaceIndex:
     def __init__(self, tokenizer, db_path: str | Path | None = None, max_ngram: int = 8, min_ngram: int = 2,
                  memory_budget_tokens: int | None = None, *, trie_depth: int = 2,
-                 overlay_tokens: int = 131_072, history_tokens: int = 262_144,
+                 overlay_tokens: int = 131_072, hot_documents: int = 4, history_tokens: int = 262_144,
                  flush_seconds: float = 1.0) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
@@ -86,7 +86,8 @@ class WorkspaceIndex:
         self._clock = 0
         self._docs: OrderedDict[str, Doc] = OrderedDict()  # resident documents, least recently used first
         self._evicted: dict[str, str] = {}  # uri -> text, for evicted documents when there is no database
-        self._levels = LevelSet(self.adapter, max_ngram, min_ngram, trie_depth, overlay_tokens, self.db)
+        self._levels = LevelSet(self.adapter, max_ngram, min_ngram, trie_depth, overlay_tokens, self.db,
+                                hot_documents)
         self._history = {k: HistoryBuffer(k, self.adapter.dtype, self.adapter.sep, history_tokens)
                          for k in HISTORY_KINDS}
         self._stats: dict[str, list[int]] = {}
@@ -148,6 +149,15 @@ class WorkspaceIndex:
     def document_tokens(self, uri: str) -> list[int]:
         with self._lock:
             return self._resident(uri).tokens.tolist()
+
+    def token_offset(self, uri: str, char_offset: int) -> int:
+        """Index of the first token starting at or after ``char_offset`` (a cursor in characters
+        -> the ``cursor`` argument of :meth:`lookup`)."""
+        with self._lock:
+            doc = self._resident(uri)
+            if doc.starts is None:
+                doc.starts = self.adapter.char_starts(doc.text, doc.tokens)
+            return int(np.searchsorted(doc.starts, char_offset, side="left"))
 
     def documents(self) -> list[str]:
         """URIs of resident documents."""
