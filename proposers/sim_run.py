@@ -25,8 +25,9 @@ INDEX_USERS = ("index", "auto")
 
 def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer, max_draft: int,
                       workspace: Sequence[tuple[str, str]] = (), workload: str = "workload",
-                      verify_cost: tuple[float, float] = (0.0, 0.0)) -> dict:
-    """The report of `codespec simulate --json` (keys fixed by issue 4)."""
+                      verify_cost: tuple[float, float] = (0.0, 0.0), extras: dict | None = None) -> dict:
+    """The report of `codespec simulate --json` (keys fixed by issue 4). ``extras``, if given,
+    receives per proposer what the JSON leaves out: rejected draft tokens per output token."""
     codec = TokenBytes(tokenizer)
     streams = [(case, codec.encode(case.prompt), codec.encode(case.output)) for case in cases]
     target = TokenizerTarget(codec.tokenizer)
@@ -39,6 +40,8 @@ def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer,
                 proposer = make_proposer(name, target, case, index)
                 stats.steps.extend(replay(proposer, prompt_ids, output_ids, max_draft, verify_cost).steps)
         rows[name] = summary_row(stats)
+        if extras is not None:
+            extras[name] = {"rejected_per_token": (stats.drafted_tokens - stats.accepted_tokens) / max(stats.tokens, 1)}
     edits = [(codec.encode(case.reference), output_ids) for case, _, output_ids in streams if case.kind == "edit"]
     ceiling = None
     if edits:

@@ -74,10 +74,11 @@ def run(args) -> int:
     workspace = load_workspace(args.workspace) if args.workspace else []
     if min(args.verify_ms) < 0:
         raise CodespecError(f"--verify-ms takes two non-negative numbers, got {args.verify_ms}")
+    extras: dict = {}
     report = simulate_workload(cases, names, tokenizer, args.max_draft, workspace,
                                workload=args.workload.stem,
-                               verify_cost=(args.verify_ms[0] / 1e3, args.verify_ms[1] / 1e3))
-    print(format_table(report))
+                               verify_cost=(args.verify_ms[0] / 1e3, args.verify_ms[1] / 1e3), extras=extras)
+    print(format_table(report, extras))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0
@@ -112,15 +113,16 @@ def load_tokenizer(path: str | None):
         raise CodespecError(f"no tokenizer could be loaded from {path}: {error}") from None
 
 
-def format_table(report: dict) -> str:
+def format_table(report: dict, extras: dict | None = None) -> str:
     """A readable table: one row per proposer, the baseline ratio, the ceiling for edits."""
+    extras = extras or {}
     ceiling = report["ceiling"]["tokens_per_forward"]
     baseline = report["proposers"].get(BASELINE, {}).get("tokens_per_forward") or math.nan
     lines = [
         f"workload {report['workload']}: {report['records']} records, max draft {report['max_draft']} tokens, "
         f"model-free replay (tokens per forward: 1.00 = plain decoding)",
         f"{'proposer':<12} {'tok/fwd':>8} {'x ' + BASELINE:>10} {'of ceil':>8} {'coverage':>9} {'MAL':>7} "
-        f"{'acc@1':>6} {'acc@8':>6} {'p50 ms':>8} {'p99 ms':>8}",
+        f"{'acc@1':>6} {'acc@8':>6} {'p50 ms':>8} {'p99 ms':>8} {'rej/tok':>8}",
     ]
     for name, row in report["proposers"].items():
         depth = row["acceptance_by_depth"]
@@ -129,10 +131,13 @@ def format_table(report: dict) -> str:
         lines.append(
             f"{name:<12} {tpf:8.2f} {tpf / baseline:10.2f} {of_ceiling} {row['coverage']:9.1%} "
             f"{row['mean_accepted_length']:7.2f} {_at(depth, 0):>6} {_at(depth, 7):>6} "
-            f"{_ms(row['proposal_ms_p50']):>8} {_ms(row['proposal_ms_p99']):>8}"
+            f"{_ms(row['proposal_ms_p50']):>8} {_ms(row['proposal_ms_p99']):>8} "
+            f"{extras.get(name, {}).get('rejected_per_token', math.nan):8.2f}"
         )
     if ceiling:
         lines.append(f"lookup ceiling (design.md §3): {ceiling:.2f} tokens per forward")
+    lines.append("MAL = mean accepted length + 1 per drafted step; acc@i = acceptance at draft depth i; "
+                 "p50/p99 = proposal time; rej/tok = rejected draft tokens per output token")
     return "\n".join(lines)
 
 
