@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -82,7 +83,7 @@ class AutoProposer:
         self.acceptance = AcceptanceTable(config.acceptance_decay, config.prior_acceptance, config.prior_strength)
         self.verify_cost = LinearCost("flat", config.cost_decay)
         self.probes = ProbeSchedule(config.probe_interval, config.probe_max_interval)
-        self.decisions: list[Choice] = []  # one per propose call, for tests and debugging
+        self.decisions: deque[Choice] = deque(maxlen=4096)  # the latest per-step choices, for logs and tests
         self._chosen: _Sub | None = None
         self._probing = False
         self._proposed = False

@@ -198,7 +198,7 @@ def test_always_wrong_lookup_is_switched_off(tiny_target, stream):
     auto = AutoProposer(lookups=[wrong], config=fixed())
     finished = run(tiny_target, prompt, auto)
     assert finished.token_ids == reference
-    later = auto.decisions[40:]
+    later = list(auto.decisions)[40:]
     assert sum(d.name is not None for d in later) == 0  # off for good: its shadow score stays bad
     assert finished.stats.summary()["coverage"] < 0.15
 
