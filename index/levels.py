@@ -48,7 +48,7 @@ class Level:
         self.alive = np.ones(len(self.docs), dtype=bool)
         self.changed = np.array([d.changed for d in self.docs], dtype=np.int64)
         self.total = int(table.doc_lengths.sum())
-        self.live = self.total
+        self.live = self.total  # tokens of live entries
 
 
 class LevelSet:
@@ -84,26 +84,45 @@ class LevelSet:
 
     # -- levels ---------------------------------------------------------------------------------
     def add_level(self, docs: Sequence[Doc]) -> None:
-        if not docs:
-            return
-        arrays = [d.tokens for d in docs]
+        if docs:
+            fingerprint = self.fingerprint(docs)
+            self.install(docs, self.build(docs, self.stored_table(fingerprint, docs)), fingerprint)
+
+    # A level is made in three steps so that a caller can run the slow middle one (the sort)
+    # without holding the index's lock: fingerprint + stored_table (reads the database), build
+    # (pure), install (binds the documents).
+    def fingerprint(self, docs: Sequence[Doc]) -> str:
         entries = [(d.uri, d.hash or content_hash(d.text)) for d in docs]
-        fingerprint = table_fingerprint(self.adapter.fingerprint, (self.max_ngram, self.min_ngram, self.trie_depth),
-                                        entries)
-        index_dtype = np.int32 if sum(map(len, arrays)) + len(arrays) < 2**31 else np.int64
-        stored = self.db.load_table(fingerprint, index_dtype) if self.db is not None else None
+        return table_fingerprint(self.adapter.fingerprint, (self.max_ngram, self.min_ngram, self.trie_depth), entries)
+
+    def stored_table(self, fingerprint: str, docs: Sequence[Doc]):
+        if self.db is None:
+            return None
+        index_dtype = np.int32 if sum(len(d.tokens) + 1 for d in docs) < 2**31 else np.int64
+        return self.db.load_table(fingerprint, index_dtype)
+
+    def build(self, docs: Sequence[Doc], stored) -> tuple[NgramTable, bool]:
         order, groups = stored if stored is not None else (None, None)
-        table = NgramTable(arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram, self.min_ngram,
-                           self.trie_depth, order=order, groups=groups)
+        table = NgramTable([d.tokens for d in docs], self.adapter.dtype, self.adapter.sep, self.max_ngram,
+                           self.min_ngram, self.trie_depth, order=order, groups=groups)
+        return table, stored is not None
+
+    def install(self, docs: Sequence[Doc], built: tuple[NgramTable, bool], fingerprint: str,
+                dead: set[int] = frozenset()) -> None:
+        """Bind documents to a built table; slots in ``dead`` start dead (changed meanwhile)."""
+        table, was_stored = built
         level = Level(docs, table, fingerprint)
         for slot, doc in enumerate(docs):
+            if slot in dead:
+                level.alive[slot] = False
+                level.live -= int(table.doc_lengths[slot])
+                continue
             self.detach(doc)
             start = int(table.doc_starts[slot])
             doc.tokens = table.tokens[start:start + len(doc.tokens)]
             doc.level, doc.slot = level, slot
-        level.live = level.total
         self.levels.append(level)
-        if self.db is not None and stored is None:
+        if self.db is not None and not was_stored:
             self.db.save_table(fingerprint, table.order, table.groups(), keep=[lv.fingerprint for lv in self.levels])
 
     def maintain(self) -> None:

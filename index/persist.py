@@ -56,7 +56,8 @@ class IndexDB:
         self.path = Path(path)
         self.dtype = np.dtype(dtype)
         self.fingerprint = tokenizer_fingerprint
-        self.db = sqlite_utils.Database(self.path)
+        # Used only under the index's lock, possibly from several threads (an LSP worker).
+        self.db = sqlite_utils.Database(sqlite3.connect(str(self.path), check_same_thread=False))
         self.db.enable_wal()
         self.conn: sqlite3.Connection = self.db.conn
         self.conn.execute("PRAGMA synchronous=NORMAL")

@@ -82,7 +82,8 @@ class WorkspaceIndex:
         self.memory_budget_tokens = memory_budget_tokens
         self.flush_seconds = flush_seconds
         self.db = WriteBehindDB(db_path, self.adapter.fingerprint, self.adapter.dtype) if db_path is not None else None
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # guards all state; held only briefly by index_workspace
+        self._scan_lock = threading.Lock()  # one workspace scan at a time
         self._clock = 0
         self._docs: OrderedDict[str, Doc] = OrderedDict()  # resident documents, least recently used first
         self._evicted: dict[str, str] = {}  # uri -> text, for evicted documents when there is no database
@@ -237,8 +238,12 @@ class WorkspaceIndex:
     def index_workspace(self, roots: list[Path], exclude: Sequence[str] = (), max_file_bytes: int = 1_000_000,
                         progress: Callable[[int, int], None] | None = None) -> IndexReport:
         """Index every source file under ``roots`` (see :mod:`index.discovery`). Files whose
-        content hash matches the database reuse its tokens; nothing unchanged is re-tokenized."""
-        with self._lock:
+        content hash matches the database reuse its tokens; nothing unchanged is re-tokenized.
+
+        Reading, hashing, tokenizing and sorting run without the index's lock, so lookups and
+        edits from other threads proceed meanwhile; a document opened or edited through the API
+        in the meantime keeps its buffer (the scanned copy is discarded)."""
+        with self._scan_lock:
             started = time.perf_counter()
             report = IndexReport()
             found: list[Found] = []
@@ -247,30 +252,35 @@ class WorkspaceIndex:
                     report.skipped.append((str(item.path), item.reason))
                 else:
                     found.append(item)
-            total = len(found)
-            stored = self.db.document_hashes() if self.db is not None else {}
-            fresh: list[Doc] = []
+            total = report.files = len(found)
+            with self._lock:
+                resident = {u: d for u, d in self._docs.items()}
+                stored = self.db.document_hashes() if self.db is not None else {}
             to_load, to_tokenize = {}, []
             for item in found:
                 digest = content_hash(item.text)
                 report.bytes += len(item.text)
-                current = self._docs.get(item.uri)
+                current = resident.get(item.uri)
                 if current is not None and (current.from_editor or
                                             (current.hash or content_hash(current.text)) == digest):
                     report.unchanged += 1
-                    continue
-                if stored.get(item.uri) == digest:
+                elif stored.get(item.uri) == digest:
                     to_load[item.uri] = (item, digest)
                 else:
                     to_tokenize.append((item, digest))
             done = report.unchanged
-            batch_tick = self._tick()  # one workspace scan: same recency, so frequency decides
+            with self._lock:
+                batch_tick = self._tick()  # one workspace scan: same recency, so frequency decides
+            fresh: list[Doc] = []
             if to_load:
-                for row in self.db.load_documents(set(to_load)):
+                with self._lock:
+                    rows = list(self.db.load_documents(set(to_load)))
+                for row in rows:
                     item, digest = to_load[row.uri]
                     fresh.append(Doc(item.uri, item.text, row.token_ids, row.version, digest, batch_tick))
-                    report.reused += 1
-                    done += 1
+                report.reused = len(rows)
+                to_tokenize += [to_load[u] for u in set(to_load) - {r.uri for r in rows}]  # vanished rows
+                done += len(rows)
                 if progress:
                     progress(done, total)
             for batch_start in range(0, len(to_tokenize), 128):
@@ -286,23 +296,38 @@ class WorkspaceIndex:
                     progress(done, total)
             rank = {item.uri: n for n, item in enumerate(found)}
             fresh.sort(key=lambda d: rank[d.uri])  # discovery order: the same workspace gives the same table
-            for doc in fresh:
-                self._install(doc, overlay=False)
+            built = fingerprint = None
             if fresh:
-                self._levels.add_level(fresh)
-            report.removed = self._prune(roots, {item.uri for item in found})
-            if self.db is not None:
-                self.db.save_documents((d.uri, d.hash, d.version, d.text, d.tokens) for d in fresh if d.unsaved)
-                for doc in fresh:
-                    doc.unsaved = False
-            report.files = total
-            report.tokens = sum(len(d.tokens) for d in self._docs.values())
-            self._maintain()
+                fingerprint = self._levels.fingerprint(fresh)
+                with self._lock:
+                    stored_table = self._levels.stored_table(fingerprint, fresh)
+                built = self._levels.build(fresh, stored_table)  # the sort: no lock held
+            with self._lock:
+                dead = set()
+                for slot, doc in enumerate(fresh):
+                    current = self._docs.get(doc.uri)
+                    if current is not None and current is not resident.get(doc.uri) or \
+                            current is not None and current.from_editor:
+                        dead.add(slot)  # changed through the API while we scanned: the buffer wins
+                    else:
+                        self._install(doc, overlay=False)
+                if fresh:
+                    self._levels.install(fresh, built, fingerprint, dead)
+                report.removed = self._prune(roots, {item.uri for item in found})
+                if self.db is not None:
+                    self.db.save_documents([(d.uri, d.hash, d.version, d.text, d.tokens)
+                                            for n, d in enumerate(fresh) if d.unsaved and n not in dead])
+                    for doc in fresh:
+                        doc.unsaved = False
+                report.tokens = sum(len(d.tokens) for d in self._docs.values())
+                self._maintain()
             report.seconds = time.perf_counter() - started
             return report
 
     def _prune(self, roots: Sequence[Path], seen: set[str]) -> int:
         prefixes = [Path(r).absolute().as_uri().rstrip("/") + "/" for r in roots]
+        editor = {u for u, d in self._docs.items() if d.from_editor}  # e.g. a new file not saved yet
+        seen = seen | editor
         stale = {u for u in self._docs if u not in seen and any(u.startswith(p) for p in prefixes)}
         if self.db is not None:
             stale |= {u for u in self.db.document_hashes() if u not in seen and any(u.startswith(p) for p in prefixes)}

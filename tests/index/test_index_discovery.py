@@ -91,3 +91,36 @@ def test_open_buffer_wins_over_disk(tmp_path, index_tokenizer):
     report = index.index_workspace([root])
     assert index.document_text(uri) == "in_buffer = 2\n" and report.unchanged == 1 and report.tokenized == 0
     index.check_integrity()
+
+
+def test_lookups_and_edits_proceed_during_a_scan(tmp_path, index_tokenizer, index_adapter):
+    """The scan tokenizes without the lock: another thread can look up and edit meanwhile, and
+    a file opened in the editor during the scan keeps its buffer."""
+    import threading
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    for n in range(300):
+        (root / f"m{n}.py").write_text(f"value_{n} = compute_{n}(argument)\n")
+    index = WorkspaceIndex(index_tokenizer)
+    index.add_document("mem://open", "opened = make_opened(buffer)\n")
+    scanning, resumed = threading.Event(), threading.Event()
+
+    def progress(done, total):
+        if done < total:
+            scanning.set()
+            assert resumed.wait(30), "the main thread could not use the index during the scan"
+
+    worker = threading.Thread(target=lambda: index.index_workspace([root], progress=progress))
+    worker.start()
+    assert scanning.wait(30)
+    found = index.lookup(index_adapter.encode("x = make_opened("), 4)
+    assert found and found[0].source == "mem://open"
+    buffer_uri = (root / "m7.py").absolute().as_uri()
+    index.add_document(buffer_uri, "editor_buffer = 7\n")
+    resumed.set()
+    worker.join(60)
+    assert not worker.is_alive()
+    assert index.document_text(buffer_uri) == "editor_buffer = 7\n"
+    assert index.document_text((root / "m8.py").absolute().as_uri()) == "value_8 = compute_8(argument)\n"
+    index.check_integrity()
