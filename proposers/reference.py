@@ -47,7 +47,6 @@ class ReferenceLookup:
     def __init__(self, reference: str, encode: Any, start: int = 0, window_behind: int = 65536,
                  window_ahead: int = 65536, min_score: float = -2.0, distance_weight: float = 0.5,
                  replace_score: float = -2.0, own_text: bool = True, own_text_below: float = 4.0,
-                 guess_len: int = 4,
                  tokenizer: Any = None) -> None:
         """``encode``: a transformers tokenizer, an object wrapping one (TokenizerAdapter), or a
         function text -> ids (a bound ``tokenizer.encode``; else pass ``tokenizer`` too, whose
