@@ -207,3 +207,22 @@ def test_inserted_text_is_drafted_from_the_request_itself_and_not_counted_as_pre
     stats = replay(counted, [], output_ids, 32)
     from_reference = [s for s in stats.steps if s.draft_len]  # context drafts are not prediction tokens
     assert counted.accepted_prediction_tokens < sum(s.accepted for s in from_reference)
+
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+TEXT = st.lists(st.sampled_from(list("ab (),:=\n    é中") + ["def ", "return ", "self."]), min_size=1,
+                max_size=60).map("".join)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=TEXT, cut=st.floats(0, 1))
+def test_any_text_split_anywhere_is_copied_in_long_drafts(codec, text, cut):
+    """The output is the reference, tokenized in two pieces split at any character (so its token
+    boundaries differ from the reference's around the split): the pointer never loses it."""
+    split = int(len(text) * cut)
+    output_ids = codec.encode(text[:split]) + codec.encode(text[split:])
+    pointer = ReferenceLookup(text, codec)
+    stats = replay(pointer, [], output_ids, 8)
+    assert len(stats.steps) <= -(-len(output_ids) // 9) + 2
+    assert pointer.position == len(text.encode())
