@@ -1,0 +1,128 @@
+"""Pure parts of the bench: interleaving, speedup arithmetic, metric merging, windows, hf step logs."""
+
+import math
+
+import pytest
+
+from codespec.stats import RequestStats, StepRecord
+from lsp.bench.load import max_within_slo
+from lsp.bench.measure import RunResult
+from lsp.bench.peers import StepLog, TimingStreamer, steps_from
+from lsp.bench.replay import Recording, Recordings, apply_bias, forced_token
+from lsp.bench.run import METRIC_KEYS, interleaved_order, median_ratio, speedup, summarize, unigram_tv
+from lsp.bench.workload import window_edit
+
+
+def test_interleaving_runs_each_pair_once_request_by_request_with_rotation():
+    configs = ["greedy", "auto", "hf-pld"]
+    order = interleaved_order(4, configs)
+    assert sorted(order) == sorted((r, c) for r in range(4) for c in configs)
+    assert [r for r, _ in order] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]  # request by request
+    assert [c for r, c in order if r == 0] == ["greedy", "auto", "hf-pld"]
+    assert [c for r, c in order if r == 1] == ["auto", "hf-pld", "greedy"]
+    assert [c for r, c in order if r == 3] == ["greedy", "auto", "hf-pld"]  # the rotation wraps around
+    firsts = [next(c for r, c in order if r == request) for request in range(3)]
+    assert sorted(firsts) == sorted(configs)  # nobody always goes first
+
+
+def _request(tokens: int, decode_s: float, ttft_s: float = 0.1, forwards: int | None = None) -> RunResult:
+    """A synthetic request: ``tokens`` output tokens over ``forwards`` equal steps."""
+    forwards = forwards or tokens
+    per_step = tokens // forwards
+    steps = [StepRecord("p" if per_step > 1 else "", per_step - 1, per_step - 1, per_step, 0.001, 0.01,
+                        ttft_s + i * decode_s / max(forwards - 1, 1)) for i in range(forwards)]
+    stats = RequestStats(steps, [ttft_s], [decode_s], [tokens - 1],
+                         [decode_s / max(forwards - 1, 1)] * (forwards - 1))
+    return RunResult(tuple(range(tokens)), stats, peak_rss_mb=100.0)
+
+
+def test_speedup_is_aggregate_rate_over_same_run_greedy():
+    greedy = [_request(101, 2.0), _request(51, 1.0)]  # (100 + 50) tokens / 3 s = 50 tok/s
+    fast = [_request(101, 0.5, forwards=25), _request(51, 0.5, forwards=17)]  # 150 / 1 s = 150 tok/s
+    base_row = summarize(greedy, greedy)
+    row = summarize(fast, greedy)
+    assert base_row["tokens_per_s"] == pytest.approx(50.0)
+    assert row["tokens_per_s"] == pytest.approx(150.0)
+    assert row["speedup"] == pytest.approx(3.0)
+    assert base_row["speedup"] == pytest.approx(1.0)
+    # per-request ratios: 200/50 = 4 and 100/50 = 2 -> median 3
+    assert row["speedup_median"] == pytest.approx(3.0)
+    assert row["equivalence"] == 1.0  # same token ids as greedy
+    assert row["tokens_per_forward"] == pytest.approx((25 * 4 + 17 * 3) / 42, abs=1e-3)  # steps emit 4 and 3
+    assert set(METRIC_KEYS) <= set(row)
+
+
+def test_equivalence_counts_token_identical_requests():
+    greedy = [_request(10, 1.0), _request(10, 1.0)]
+    other = [_request(10, 1.0), RunResult((9, 9), greedy[1].stats)]
+    assert summarize(other, greedy)["equivalence"] == 0.5
+
+
+def test_speedup_edge_cases_and_median_ratio():
+    assert speedup(10.0, 0.0) is None
+    assert speedup(math.nan, 5.0) is None
+    assert speedup(30.0, 10.0) == 3.0
+    assert median_ratio([2.0, None, 9.0], [1.0, 1.0, 3.0]) == pytest.approx(2.5)
+
+
+def test_unigram_tv():
+    assert unigram_tv([[1, 2]], [[2, 1]]) == 0.0
+    assert unigram_tv([[1, 1]], [[2, 2]]) == 1.0
+    assert unigram_tv([[]], [[1]]) is None
+
+
+def test_hf_streamer_events_become_steps():
+    streamer = TimingStreamer()
+    start = streamer.start
+    streamer.events = [(start + 0.5, 1), (start + 0.6, 4), (start + 0.7, 1)]  # prefill step, 3 accepted, 0
+    log = StepLog()
+    log.drafts = [(0, 0.0, start + 0.4), (5, 0.002, start + 0.55), (5, 0.002, start + 0.65)]
+    stats = steps_from(streamer, log, start)
+    assert [(s.draft_len, s.accepted, s.emitted) for s in stats.steps] == [(0, 0, 1), (5, 3, 4), (5, 0, 1)]
+    assert stats.ttft_s == [pytest.approx(0.5)]
+    assert stats.decode_tokens == [5] and stats.decode_s == [pytest.approx(0.2)]
+    assert stats.token_gaps_s == [pytest.approx(0.1), pytest.approx(0.1)]
+    assert stats.steps[1].verify_s == pytest.approx(0.05)
+    summary = stats.summary()
+    assert summary["acceptance_by_depth"][:4] == [0.5, 1.0, 1.0, 0.0]  # depth 1: 1 of 2; depth 4: 0 of 1
+    plain = steps_from(streamer, StepLog(), start)
+    assert all(step.draft_len == 0 for step in plain.steps)
+
+
+def test_bias_forces_recorded_tokens_and_end():
+    import torch
+
+    recording = Recording((7, 8), (3, 1), end_id=0)
+    assert [forced_token(recording, i) for i in (-1, 0, 1, 2, 3)] == [None, 3, 1, 0, None]
+    scores = torch.zeros(4, 5)
+    scores[:, 4] = 50.0  # the model's own favourite
+    apply_bias(scores, [0, 1, 2, 3], recording)
+    assert scores.argmax(-1).tolist() == [3, 1, 0, 4]  # after the end, the model chooses again
+    table = Recordings()
+    table.add(recording)
+    longer = Recording((7, 8, 9), (5,))
+    table.add(longer)
+    assert table.match([7, 8, 9, 5]) is longer  # the longest prompt that starts the sequence
+    assert table.match([7, 8, 3]) is recording
+    assert table.match([8, 7]) is None
+    table.remove(longer)
+    table.remove(recording)
+    assert not table
+
+
+def test_window_edit_keeps_the_change_with_context():
+    before = "".join(f"line {i}\n" for i in range(200))
+    after = before.replace("line 150\n", "line 150 changed\n")
+    short_before, short_after = window_edit(before, after, max_chars=200, context_lines=3)
+    assert short_before.startswith("line 147\n") and short_after.startswith("line 147\n")
+    assert "line 150 changed\n" in short_after and "line 150\n" in short_before
+    assert len(short_before) <= 200 and len(short_after) <= 200
+    assert window_edit(before, after, None) == (before, after)
+
+
+def test_max_within_slo():
+    levels = [{"concurrency": 1, "ttft_ms_p95": 100.0, "errors": 0},
+              {"concurrency": 4, "ttft_ms_p95": 400.0, "errors": 0},
+              {"concurrency": 8, "ttft_ms_p95": 900.0, "errors": 0}]
+    assert max_within_slo(levels, 500.0) == 4
+    assert max_within_slo(levels, 50.0) is None
