@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -114,6 +114,24 @@ class WorkspaceIndex:
             if self.db is not None:
                 self.db.save_documents([(uri, doc.hash, version, text, doc.tokens)])
             self._maintain(keep=doc)
+
+    def add_documents(self, documents: Mapping[str, str] | Iterable[tuple[str, str]], version: int = 0) -> None:
+        """Many documents at once (a workspace given as data, files opened together): one batch
+        encode, one level, one transaction. Same semantics as :meth:`add_document` for each."""
+        items = dict(documents.items() if isinstance(documents, Mapping) else documents)
+        arrays = self.adapter.encode_batch(list(items.values()))
+        with self._lock:
+            tick = self._tick()
+            docs = []
+            for (uri, text), tokens in zip(items.items(), arrays):
+                doc = Doc(uri, text, tokens, version, content_hash(text), tick)
+                doc.from_editor = True
+                self._install(doc, overlay=False)
+                docs.append(doc)
+            self._levels.add_level(docs)
+            if self.db is not None:
+                self.db.save_documents([(d.uri, d.hash, version, d.text, d.tokens) for d in docs])
+            self._maintain()
 
     def update_document(self, uri: str, start: int, end: int, new_text: str, version: int) -> None:
         """Replace characters [start, end) by ``new_text``; what was replaced goes to history."""

@@ -144,3 +144,18 @@ def test_edits_are_visible_to_the_next_lookup(make_index, index_adapter, index_t
     with pytest.raises(KeyError):
         index.document_text("mem://doc")
     index.check_integrity()
+
+
+def test_add_documents_in_bulk(tmp_path, index_tokenizer, index_adapter):
+    documents = {f"mem://{n}": f"item_{n} = build_item({n}, flag_{n})\n" for n in range(20)}
+    index = WorkspaceIndex(index_tokenizer, db_path=tmp_path / "index.db")
+    index.add_documents(documents, version=2)
+    assert sorted(index.documents()) == sorted(documents)
+    found = index.lookup(ids(index_adapter, "x = build_item(7,"), 6)
+    assert found[0].source == "mem://7"
+    index.update_document("mem://7", 0, 0, "# edited\n", version=3)
+    index.check_integrity()
+    index.close()
+    with WorkspaceIndex(index_tokenizer, db_path=tmp_path / "index.db") as reopened:
+        assert reopened.document_text("mem://3") == documents["mem://3"]
+        assert reopened.document_text("mem://7") == "# edited\n" + documents["mem://7"]
