@@ -7,22 +7,16 @@ single-token forward may round differently) are rare; equivalence tests still re
 
 from __future__ import annotations
 
-import sysconfig
 from pathlib import Path
 
 import pytest
 import torch
 
+from engine_harness import stdlib_corpus
+
 # Tiny models gain nothing from threads, and on a shared 2-core machine spin-waiting threads cost
 # a lot: one thread keeps the suite's run time stable.
 torch.set_num_threads(1)
-
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
-CORPUS_FILES = ["json/encoder.py", "json/decoder.py", "textwrap.py", "shlex.py"]
-
-
-def stdlib_corpus() -> list[str]:
-    return [(STDLIB / name).read_text(encoding="utf-8") for name in CORPUS_FILES]
 
 
 @pytest.fixture(scope="session")

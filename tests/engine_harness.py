@@ -8,6 +8,8 @@ under 1e-5 is float rounding between batched and single-token forwards, anything
 
 from __future__ import annotations
 
+import sysconfig
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
@@ -17,6 +19,13 @@ from codespec.decode import generate_all
 from codespec.draft import NoDraft
 
 TIE_GAP = 1e-5
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+CORPUS_FILES = ["json/encoder.py", "json/decoder.py", "textwrap.py", "shlex.py"]
+
+
+def stdlib_corpus() -> list[str]:
+    """A few standard-library files: always present, enough to train a small test tokenizer."""
+    return [(STDLIB / name).read_text(encoding="utf-8") for name in CORPUS_FILES]
 
 
 def plain_greedy(target, prompt_ids: Sequence[int], max_new_tokens: int) -> tuple[int, ...]:

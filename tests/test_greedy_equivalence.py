@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from codespec.registry import ProposerSetup, create_proposer
-from conftest import stdlib_corpus
 from engine_harness import (ScriptedProposer, always_wrong, assert_greedy_equivalent, oracle,
-                            plain_greedy, random_tokens, right_then_wrong)
+                            plain_greedy, random_tokens, right_then_wrong, stdlib_corpus)
 
 MAX_NEW = 24
 DRAFT_LENS = (1, 2, 4, 8, 16)
