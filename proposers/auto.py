@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
@@ -47,6 +47,7 @@ class PolicyConfig:
     cost_decay: float = 0.98
     prior_acceptance: float = 0.5  # optimistic enough that an untried proposer gets tried
     prior_strength: float = 2.0
+    lookup_continuation: float = 0.9  # prior for a lookup's deeper tokens once the first is right
     probe_interval: int = 16
     probe_max_interval: int = 256
     probe_max_len: int = 4
@@ -58,14 +59,34 @@ class PolicyConfig:
     catch_up_limit: int = 2  # model timings with a longer catch-up prefill are not per-token costs
 
 
+@dataclass
+class PolicyState:
+    """What the policy has learned: acceptance by depth and the cost fits. It outlives a proposer
+    instance: ``from_setup`` hands every auto built for the same target and candidates the same
+    state (a process-wide table), so a request starts with what earlier ones measured, whether
+    the caller keeps one proposer for a server's lifetime or builds one per request."""
+
+    acceptance: AcceptanceTable
+    verify_cost: LinearCost
+    proposal_costs: dict[str, LinearCost] = field(default_factory=dict)
+
+    @classmethod
+    def fresh(cls, config: "PolicyConfig") -> "PolicyState":
+        return cls(AcceptanceTable(config.acceptance_decay, config.prior_acceptance, config.prior_strength),
+                   LinearCost("flat", config.cost_decay))
+
+
+_SHARED_STATES: dict[tuple, PolicyState] = {}
+
+
 class _Sub:
     """One sub-proposer and what it did this step."""
 
-    def __init__(self, proposer: Proposer, kind: str) -> None:
+    def __init__(self, proposer: Proposer, kind: str, proposal_cost: LinearCost) -> None:
         self.proposer = proposer
         self.kind = kind
         self.name = proposer.name
-        self.proposal_cost = LinearCost("proportional")
+        self.proposal_cost = proposal_cost
         self.draft: Draft = EMPTY_DRAFT
         self.proposal_s = 0.0
 
@@ -74,14 +95,17 @@ class AutoProposer:
     name = "auto"
 
     def __init__(self, lookups: Sequence[Proposer] = (), models: Sequence[Proposer] = (),
-                 config: PolicyConfig = PolicyConfig()) -> None:
-        self.subs = [_Sub(p, LOOKUP) for p in lookups] + [_Sub(p, MODEL) for p in models]
-        names = [sub.name for sub in self.subs]
+                 config: PolicyConfig = PolicyConfig(), state: PolicyState | None = None) -> None:
+        names = [p.name for p in (*lookups, *models)]
         if len(set(names)) != len(names):
             raise ValueError(f"sub-proposer names must be unique, got {names}")
         self.config = config
-        self.acceptance = AcceptanceTable(config.acceptance_decay, config.prior_acceptance, config.prior_strength)
-        self.verify_cost = LinearCost("flat", config.cost_decay)
+        self.state = state or PolicyState.fresh(config)
+        costs = self.state.proposal_costs
+        self.subs = [_Sub(p, LOOKUP, costs.setdefault(p.name, LinearCost("proportional"))) for p in lookups] + \
+                    [_Sub(p, MODEL, costs.setdefault(p.name, LinearCost("proportional"))) for p in models]
+        self.acceptance = self.state.acceptance
+        self.verify_cost = self.state.verify_cost
         self.probes = ProbeSchedule(config.probe_interval, config.probe_max_interval)
         self.decisions: deque[Choice] = deque(maxlen=4096)  # the latest per-step choices, for logs and tests
         self._chosen: _Sub | None = None
@@ -93,7 +117,8 @@ class AutoProposer:
     def from_setup(cls, setup) -> "AutoProposer":
         """Context lookup always; reference / index when their option is set; the draft model when
         one is configured or shipped; early exit when the target has a Llama-style layer stack.
-        ``auto_candidates`` (list or comma-separated names) restricts the set."""
+        ``auto_candidates`` (list or comma-separated names) restricts the set; ``policy`` (a dict of
+        PolicyConfig fields) tunes it; ``auto_state="fresh"`` starts without the shared statistics."""
         from codespec.registry import create_proposer
 
         options = setup.options
@@ -127,7 +152,11 @@ class AutoProposer:
         except TypeError as error:
             raise CodespecError(f"bad auto policy options {policy!r}: {error}; known options: "
                                 f"{', '.join(PolicyConfig.__dataclass_fields__)}") from error
-        return cls(lookups, models, config)
+        state = None
+        if options.get("auto_state", "shared") == "shared":
+            key = (getattr(setup.target, "name", ""), tuple(p.name for p in (*lookups, *models)), repr(config))
+            state = _SHARED_STATES.setdefault(key, PolicyState.fresh(config))
+        return cls(lookups, models, config, state)
 
     # -- protocol ------------------------------------------------------------------------------
     def begin(self, prompt_ids: Sequence[int]) -> None:
@@ -228,7 +257,7 @@ class AutoProposer:
             if not len(sub.draft):
                 return None
             match_len = sub.draft.match.match_len if sub.draft.match is not None else None
-            rates = self.acceptance.estimates(sub.name, match_len, len(sub.draft))
+            rates = self.acceptance.estimates(sub.name, match_len, len(sub.draft), self.config.lookup_continuation)
             return Candidate(sub.name, rates, len(sub.draft))
         # Untimed model: assume a tenth of a forward per token, so it gets tried once.
         fixed = (self.config.proposal_costs or {}).get(sub.name)

@@ -58,16 +58,18 @@ class DepthAcceptance:
         """Discounted number of drafts seen (depth-1 count)."""
         return self.reached[0] if self.reached else 0.0
 
-    def estimates(self, length: int, prior: Sequence[float] | float, strength: float = 2.0) -> list[float]:
+    def estimates(self, length: int, prior: Sequence[float] | float, strength: float = 2.0,
+                  continuation: float = 0.0) -> list[float]:
         """a_1..a_length. ``prior`` is a per-depth prior (list) or the depth-1 prior mean (float);
-        with a float, deeper depths use the previous depth's estimate as their prior mean."""
+        with a float, deeper depths use the previous depth's estimate as their prior mean, raised
+        to at least ``continuation`` (a lookup that was right so far tends to stay right)."""
         out: list[float] = []
         previous = float(prior) if not isinstance(prior, (list, tuple)) else 0.5
         for depth in range(length):
             if isinstance(prior, (list, tuple)):
                 base = prior[depth] if depth < len(prior) else (prior[-1] if prior else previous)
             else:
-                base = previous
+                base = previous if depth == 0 else max(previous, continuation)
             reached = self.reached[depth] if depth < len(self.reached) else 0.0
             passed = self.passed[depth] if depth < len(self.passed) else 0.0
             estimate = (passed + strength * base) / (reached + strength)
@@ -100,9 +102,9 @@ class AcceptanceTable:
         for table, key in ((self.by_proposer, proposer), (self.by_bucket, (proposer, bucket(match_len)))):
             table.setdefault(key, DepthAcceptance(self.decay)).record(passed, rejected_next)
 
-    def estimates(self, proposer: str, match_len: int | None, length: int) -> list[float]:
+    def estimates(self, proposer: str, match_len: int | None, length: int, continuation: float = 0.0) -> list[float]:
         overall = self.by_proposer.get(proposer) or DepthAcceptance(self.decay)
-        proposer_level = overall.estimates(length, self.prior, self.strength)
+        proposer_level = overall.estimates(length, self.prior, self.strength, continuation)
         cell = self.by_bucket.get((proposer, bucket(match_len)))
         if cell is None:
             return proposer_level
