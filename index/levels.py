@@ -7,6 +7,7 @@ document lives where, which level entries are dead, when to build, merge or rebu
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -53,9 +54,14 @@ class Level:
 
 class LevelSet:
     def __init__(self, adapter: TokenizerAdapter, max_ngram: int, min_ngram: int, trie_depth: int,
-                 overlay_tokens: int, db: WriteBehindDB | None, hot_documents: int = HOT_DOCUMENTS) -> None:
+                 overlay_tokens: int, db: WriteBehindDB | None, hot_documents: int = HOT_DOCUMENTS,
+                 lock: threading.RLock | None = None, background_tokens: int = 1 << 20) -> None:
         self.adapter, self.max_ngram, self.min_ngram = adapter, max_ngram, min_ngram
         self.hot_documents = hot_documents
+        self.lock = lock if lock is not None else threading.RLock()  # the index's lock
+        self.background_tokens = background_tokens
+        self._worker: threading.Thread | None = None
+        self.deferred: list | None = None  # tests: collect background jobs instead of starting them
         self.trie_depth, self.overlay_tokens, self.db = trie_depth, overlay_tokens, db
         self.levels: list[Level] = []
         self.overlay: dict[str, Doc] = {}  # in order of last change
@@ -101,15 +107,18 @@ class LevelSet:
         index_dtype = np.int32 if sum(len(d.tokens) + 1 for d in docs) < 2**31 else np.int64
         return self.db.load_table(fingerprint, index_dtype)
 
-    def build(self, docs: Sequence[Doc], stored) -> tuple[NgramTable, bool]:
+    def build(self, docs: Sequence[Doc], stored, arrays: Sequence[np.ndarray] | None = None
+              ) -> tuple[NgramTable, bool]:
         order, groups = stored if stored is not None else (None, None)
-        table = NgramTable([d.tokens for d in docs], self.adapter.dtype, self.adapter.sep, self.max_ngram,
+        arrays = [d.tokens for d in docs] if arrays is None else arrays
+        table = NgramTable(arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram,
                            self.min_ngram, self.trie_depth, order=order, groups=groups)
         return table, stored is not None
 
     def install(self, docs: Sequence[Doc], built: tuple[NgramTable, bool], fingerprint: str,
-                dead: set[int] = frozenset()) -> None:
-        """Bind documents to a built table; slots in ``dead`` start dead (changed meanwhile)."""
+                dead: set[int] = frozenset(), position: int | None = None) -> None:
+        """Bind documents to a built table; slots in ``dead`` start dead (changed meanwhile).
+        ``position`` keeps the levels ordered oldest (largest) first after a merge."""
         table, was_stored = built
         level = Level(docs, table, fingerprint)
         for slot, doc in enumerate(docs):
@@ -121,35 +130,80 @@ class LevelSet:
             start = int(table.doc_starts[slot])
             doc.tokens = table.tokens[start:start + len(doc.tokens)]
             doc.level, doc.slot = level, slot
-        self.levels.append(level)
+        self.levels.insert(len(self.levels) if position is None else position, level)
         if self.db is not None and not was_stored:
             self.db.save_table(fingerprint, table.order, table.groups(), keep=[lv.fingerprint for lv in self.levels])
 
     def maintain(self) -> None:
-        """Move cold overlay documents into a level; drop, rebuild and merge levels."""
+        """Move cold overlay documents into a level; drop, rebuild and merge levels. Rebuilds
+        and merges of more than ``background_tokens`` live tokens run on a worker thread (the
+        old levels keep answering meanwhile), smaller ones right here."""
         overlay = list(self.overlay.values())
         cold = overlay[:-self.hot_documents] if len(overlay) > self.hot_documents else []
         if cold and (sum(len(d.tokens) for d in overlay) > self.overlay_tokens or len(overlay) > OVERLAY_DOCUMENTS):
             self.add_level(cold)
-        changed = True
-        while changed:
-            changed = False
-            for level in list(self.levels):
-                if level.live * 2 < level.total:  # mostly dead: rebuild from what is alive
-                    self._replace([level])
-                    changed = True
-                    break
-            if not changed and len(self.levels) > 1 and self.levels[-1].live * 4 >= self.levels[-2].live:
-                self._replace(self.levels[-2:])
-                changed = True
+        while True:
+            plan = next(([level] for level in self.levels if level.live * 2 < level.total), None)
+            if plan is None and len(self.levels) > 1 and self.levels[-1].live * 4 >= self.levels[-2].live:
+                plan = self.levels[-2:]
+            if plan is None:
+                return
+            if sum(level.live for level in plan) <= self.background_tokens:
+                self._replace(plan)
+            else:
+                self._replace_in_background(plan)
+                return
 
     def _replace(self, old: list[Level]) -> None:
+        position = self.levels.index(old[0])
         docs = [d for level in old for d, alive in zip(level.docs, level.alive) if alive]
         for level in old:
             self.levels.remove(level)
         for doc in docs:
             doc.level, doc.slot = None, -1
-        self.add_level(docs)
+        if docs:
+            fingerprint = self.fingerprint(docs)
+            self.install(docs, self.build(docs, self.stored_table(fingerprint, docs)), fingerprint,
+                         position=position)
+
+    def _replace_in_background(self, old: list[Level]) -> None:
+        """Snapshot now (under the caller's lock); sort on a worker; install under the lock,
+        marking dead whatever changed meanwhile; give up if the old levels are gone."""
+        if self._worker is not None and self._worker.is_alive():
+            return  # one at a time; the next maintain() call plans again
+        entries = [(d, level, slot) for level in old for slot, (d, alive) in enumerate(zip(level.docs, level.alive))
+                   if alive]
+        docs = [d for d, _, _ in entries]
+        arrays = [d.tokens for d in docs]
+        fingerprint = self.fingerprint(docs)
+        stored = self.stored_table(fingerprint, docs)
+
+        def job() -> None:
+            built = self.build(docs, stored, arrays)
+            with self.lock:
+                if any(level not in self.levels for level in old):
+                    return
+                dead = {n for n, (d, level, slot) in enumerate(entries)
+                        if d.level is not level or d.slot != slot or not level.alive[slot]}
+                position = self.levels.index(old[0])
+                for level in old:
+                    self.levels.remove(level)
+                for n, doc in enumerate(docs):
+                    if n not in dead:
+                        doc.level, doc.slot = None, -1
+                self.install(docs, built, fingerprint, dead, position)
+
+        if self.deferred is not None:
+            self.deferred.append(job)
+            return
+        self._worker = threading.Thread(target=job, name="codespec-index-merge", daemon=True)
+        self._worker.start()
+
+    def wait_idle(self) -> None:
+        """Block until a background rebuild or merge has been installed (tests, shutdown)."""
+        worker = self._worker
+        if worker is not None:
+            worker.join()
 
     # -- matching -------------------------------------------------------------------------------
     def match(self, reversed_context: list[int], same: Doc | None, cursor: int | None, cap: int

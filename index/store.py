@@ -74,7 +74,7 @@ class WorkspaceIndex:
     def __init__(self, tokenizer, db_path: str | Path | None = None, max_ngram: int = 8, min_ngram: int = 2,
                  memory_budget_tokens: int | None = None, *, trie_depth: int = 2,
                  overlay_tokens: int = 131_072, hot_documents: int = 4, history_tokens: int = 262_144,
-                 flush_seconds: float = 1.0) -> None:
+                 flush_seconds: float = 1.0, background_tokens: int = 1 << 20) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.adapter = TokenizerAdapter(tokenizer)
@@ -88,7 +88,7 @@ class WorkspaceIndex:
         self._docs: OrderedDict[str, Doc] = OrderedDict()  # resident documents, least recently used first
         self._evicted: dict[str, str] = {}  # uri -> text, for evicted documents when there is no database
         self._levels = LevelSet(self.adapter, max_ngram, min_ngram, trie_depth, overlay_tokens, self.db,
-                                hot_documents)
+                                hot_documents, self._lock, background_tokens)
         self._history = {k: HistoryBuffer(k, self.adapter.dtype, self.adapter.sep, history_tokens)
                          for k in HISTORY_KINDS}
         self._stats: dict[str, list[int]] = {}
@@ -400,6 +400,7 @@ class WorkspaceIndex:
                 self.db.wait()
 
     def close(self) -> None:
+        self._levels.wait_idle()
         with self._lock:
             if self.db is not None:
                 self.flush()
