@@ -60,6 +60,7 @@ class TokenBytes:
         decoder = type(getattr(backend, "decoder", None)).__name__
         self._byte_level = decoder == "ByteLevel"
         self._table: dict[int, bytes] = {}
+        self._special = frozenset(getattr(self.tokenizer, "all_special_ids", ()))
 
     def encode(self, text: str) -> list[int]:
         if self._encode is not None:
@@ -80,7 +81,7 @@ class TokenBytes:
         return b"".join(table[t] if t in table else self.token(t) for t in token_ids)
 
     def _compute(self, token_id: int) -> bytes:
-        if token_id in set(getattr(self.tokenizer, "all_special_ids", ())):
+        if token_id in self._special:
             return b""
         piece = self.tokenizer.convert_ids_to_tokens(token_id)
         if piece is None:

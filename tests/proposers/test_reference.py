@@ -226,3 +226,20 @@ def test_any_text_split_anywhere_is_copied_in_long_drafts(codec, text, cut):
     stats = replay(pointer, [], output_ids, 8)
     assert len(stats.steps) <= -(-len(output_ids) // 9) + 2
     assert pointer.position == len(text.encode())
+
+
+def test_tokenizer_forms_and_edge_cases(tokenizer, codec):
+    from index import TokenizerAdapter
+
+    text = "value = compute(1)\n"
+    expected = tuple(codec.encode(text))
+    for encode in (tokenizer, TokenizerAdapter(tokenizer), tokenizer.encode, codec):
+        pointer = ReferenceLookup(text, encode)
+        assert pointer.propose(ProposeContext([7], 1, 32)).token_ids == expected
+    # An empty reference never drafts, whatever the output does.
+    empty = ReferenceLookup("", codec)
+    assert empty.propose(ProposeContext([7], 1, 8)).is_empty
+    assert empty.propose(ProposeContext([7, *expected], 1, 8)).is_empty
+    # A pointer may start inside the reference (a completion's cursor).
+    middle = ReferenceLookup(text, codec, start=len("value = "))
+    assert codec.join(middle.propose(ProposeContext([7], 1, 32)).token_ids) == b"compute(1)\n"
