@@ -43,6 +43,7 @@ LOOKUP, MODEL = "lookup", "model"
 @dataclass(frozen=True)
 class PolicyConfig:
     margin: float = 0.05  # speculate only when the expected rate beats plain decoding by this much
+    waste: float = 0.05  # extra cost of an expected rejected draft token, as a fraction of a forward
     acceptance_decay: float = 0.97
     cost_decay: float = 0.98
     prior_acceptance: float = 0.5  # optimistic enough that an untried proposer gets tried
@@ -180,7 +181,8 @@ class AutoProposer:
         # 2. Score every option; a model's cost is its fitted proposal time, a lookup's is sunk.
         verify_fit = self.config.verify_cost or self.verify_cost.fit() or (1.0, 0.02)
         candidates = [self._candidate(sub, context.max_len, verify_fit) for sub in self.subs]
-        decision, _ = choose([c for c in candidates if c is not None], verify_fit, self.config.margin)
+        decision, _ = choose([c for c in candidates if c is not None], verify_fit, self.config.margin,
+                             self.config.waste)
 
         # 3. Nothing pays: plain decoding, but probe a model proposer now and then.
         self._probing = False
@@ -245,7 +247,7 @@ class AutoProposer:
     def _probe(self, candidates: Sequence[Candidate | None], verify_fit: tuple[float, float]) -> Choice:
         """The most promising model proposer, with a short draft (its best length, capped)."""
         models = [c for c in candidates if c is not None and self._sub(c.name).kind == MODEL]
-        best = max((best_length(c, verify_fit) for c in models), key=lambda choice: choice.rate)
+        best = max((best_length(c, verify_fit, self.config.waste) for c in models), key=lambda choice: choice.rate)
         return replace(best, draft_len=min(self.config.probe_max_len, best.draft_len))
 
     def _record(self, sub: _Sub, draft: Draft, passed: int, rejected_next: bool) -> None:

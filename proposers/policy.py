@@ -208,8 +208,13 @@ def expected_tokens(acceptance: Sequence[float], k: int) -> float:
     return total
 
 
-def best_length(candidate: Candidate, verify_s: tuple[float, float]) -> Choice:
-    """The draft length with the best expected tokens per second for this candidate (k >= 1)."""
+def best_length(candidate: Candidate, verify_s: tuple[float, float], waste: float = 0.0) -> Choice:
+    """The draft length with the best expected tokens per second for this candidate (k >= 1).
+
+    ``waste`` charges each expected *rejected* draft token that fraction of a forward on top of
+    its measured cost: rejected tokens are compute that a shared accelerator (or a battery) pays
+    for nothing, and the measured slope alone says they are nearly free on a GPU.
+    """
     verify_a, verify_b = verify_s
     proposal_a, proposal_b = candidate.proposal_s
     best = None
@@ -217,7 +222,8 @@ def best_length(candidate: Candidate, verify_s: tuple[float, float]) -> Choice:
     for k in range(1, candidate.max_len + 1):
         survive *= candidate.acceptance[k - 1]
         total += survive
-        cost = proposal_a + proposal_b * k + verify_a + verify_b * k
+        rejected = k - (total - 1.0)  # expected drafted minus expected accepted
+        cost = proposal_a + proposal_b * k + verify_a + verify_b * k + waste * verify_a * rejected
         choice = Choice(candidate.name, k, total, cost)
         if best is None or choice.rate > best.rate:
             best = choice
@@ -230,9 +236,10 @@ def plain_choice(verify_s: tuple[float, float]) -> Choice:
     return Choice(None, 0, 1.0, verify_s[0])
 
 
-def choose(candidates: Sequence[Candidate], verify_s: tuple[float, float], margin: float = 0.05) -> tuple[Choice, Choice | None]:
+def choose(candidates: Sequence[Candidate], verify_s: tuple[float, float], margin: float = 0.05,
+           waste: float = 0.0) -> tuple[Choice, Choice | None]:
     """(decision, best speculative option). Speculate only when it beats plain decoding by ``margin``."""
-    options = [best_length(c, verify_s) for c in candidates if c.max_len > 0]
+    options = [best_length(c, verify_s, waste) for c in candidates if c.max_len > 0]
     best = max(options, key=lambda choice: choice.rate, default=None)
     plain = plain_choice(verify_s)
     if best is not None and best.rate > plain.rate * (1.0 + margin):

@@ -49,6 +49,13 @@ def test_draft_length_shrinks_with_acceptance():
     assert lengths == sorted(lengths, reverse=True) and lengths[0] > lengths[-1]
 
 
+def test_waste_charge_shortens_doubtful_drafts_only():
+    doubtful = Candidate("context", [0.6] * 32, 32)
+    assert best_length(doubtful, VERIFY, waste=0.1).draft_len < best_length(doubtful, VERIFY, waste=0.0).draft_len
+    sure = Candidate("reference", [1.0] * 32, 32)
+    assert best_length(sure, VERIFY, waste=0.1).draft_len == 32  # nothing expected to be rejected
+
+
 def test_nothing_pays_means_plain_decoding():
     decision, best = choose([Candidate("context", [0.02] * 8, 8)], VERIFY)
     assert decision.name is None and decision.draft_len == 0
