@@ -26,18 +26,19 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from index.discovery import Found, Skipped, discover
+from index import scan
 from index.history import HistoryBuffer, HistoryEntry
-from index.levels import Doc, Level, LevelSet
+from index.levels import Doc, LevelSet
 from index.persist import WriteBehindDB, content_hash
 from index.ranking import Occurrence, rank
 from index.retokenize import splice
+from index.scan import IndexReport
 from index.tokens import TokenizerAdapter
 
 log = logging.getLogger("codespec.index")
@@ -53,21 +54,6 @@ class Candidate:
     source: str  # document uri, or "history:<kind>"
     position: int  # token offset of the continuation start in that source
     score: float  # higher is better (locality, recency, frequency)
-
-
-@dataclass
-class IndexReport:
-    """What one ``index_workspace`` call did (counts of files, sizes in bytes and tokens)."""
-
-    files: int = 0
-    unchanged: int = 0  # already in memory with the same content, or open in the editor (the buffer wins)
-    reused: int = 0  # tokens read back from the database (same content hash)
-    tokenized: int = 0
-    removed: int = 0  # previously indexed files no longer found under the roots
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
-    bytes: int = 0
-    tokens: int = 0
-    seconds: float = 0.0
 
 
 class WorkspaceIndex:
@@ -264,57 +250,30 @@ class WorkspaceIndex:
         with self._scan_lock:
             started = time.perf_counter()
             report = IndexReport()
-            found: list[Found] = []
-            for item in discover([Path(r) for r in roots], exclude, max_file_bytes):
-                if isinstance(item, Skipped):
-                    report.skipped.append((str(item.path), item.reason))
-                else:
-                    found.append(item)
-            total = report.files = len(found)
+            found = scan.find_files(roots, exclude, max_file_bytes, report)
             with self._lock:
-                resident = {u: d for u, d in self._docs.items()}
+                resident = dict(self._docs)
                 stored = self.db.document_hashes() if self.db is not None else {}
-            to_load, to_tokenize = {}, []
-            for item in found:
-                digest = content_hash(item.text)
-                report.bytes += len(item.text)
-                current = resident.get(item.uri)
-                if current is not None and (current.from_editor or
-                                            (current.hash or content_hash(current.text)) == digest):
-                    report.unchanged += 1
-                elif stored.get(item.uri) == digest:
-                    to_load[item.uri] = (item, digest)
-                else:
-                    to_tokenize.append((item, digest))
-            done = report.unchanged
-            with self._lock:
-                batch_tick = self._tick()  # one workspace scan: same recency, so frequency decides
+                tick = self._tick()  # one workspace scan: same recency, so frequency decides
+            to_load, to_tokenize = scan.classify(found, resident, stored, report)
+            done = [report.unchanged]
+
+            def advance(count: int) -> None:
+                done[0] += count
+                if progress:
+                    progress(done[0], report.files)
+
             fresh: list[Doc] = []
             if to_load:
                 with self._lock:
                     rows = list(self.db.load_documents(set(to_load)))
-                for row in rows:
-                    item, digest = to_load[row.uri]
-                    fresh.append(Doc(item.uri, item.text, row.token_ids, row.version, digest, batch_tick))
+                fresh = scan.reuse(rows, to_load, tick)
                 report.reused = len(rows)
-                to_tokenize += [to_load[u] for u in set(to_load) - {r.uri for r in rows}]  # vanished rows
-                done += len(rows)
-                if progress:
-                    progress(done, total)
-            for batch_start in range(0, len(to_tokenize), 128):
-                batch = to_tokenize[batch_start:batch_start + 128]
-                arrays = self.adapter.encode_batch([item.text for item, _ in batch])
-                for (item, digest), tokens in zip(batch, arrays):
-                    doc = Doc(item.uri, item.text, tokens, 0, digest, batch_tick)
-                    doc.unsaved = True
-                    fresh.append(doc)
-                report.tokenized += len(batch)
-                done += len(batch)
-                if progress:
-                    progress(done, total)
+                to_tokenize += [to_load[u] for u in set(to_load) - {r.uri for r in rows}]  # rows gone meanwhile
+                advance(len(rows))
+            fresh += scan.tokenize(self.adapter, to_tokenize, tick, report, advance)
             rank = {item.uri: n for n, item in enumerate(found)}
             fresh.sort(key=lambda d: rank[d.uri])  # discovery order: the same workspace gives the same table
-            built = fingerprint = None
             if fresh:
                 fingerprint = self._levels.fingerprint(fresh)
                 with self._lock:
@@ -324,8 +283,7 @@ class WorkspaceIndex:
                 dead = set()
                 for slot, doc in enumerate(fresh):
                     current = self._docs.get(doc.uri)
-                    if current is not None and current is not resident.get(doc.uri) or \
-                            current is not None and current.from_editor:
+                    if current is not None and (current is not resident.get(doc.uri) or current.from_editor):
                         dead.add(slot)  # changed through the API while we scanned: the buffer wins
                     else:
                         self._install(doc, overlay=False)
@@ -335,8 +293,8 @@ class WorkspaceIndex:
                 if self.db is not None:
                     self.db.save_documents([(d.uri, d.hash, d.version, d.text, d.tokens)
                                             for n, d in enumerate(fresh) if d.unsaved and n not in dead])
-                    for doc in fresh:
-                        doc.unsaved = False
+                for doc in fresh:
+                    doc.unsaved = False
                 report.tokens = sum(len(d.tokens) for d in self._docs.values())
                 self._maintain()
             report.seconds = time.perf_counter() - started
