@@ -135,6 +135,13 @@ def main(argv=None) -> int:
         print(f"build: {build_s:.1f} s = {figures['build_mb_s']:.2f} MB/s ({report.tokens} tokens); "
               f"RSS {figures['rss_bytes_per_token']:.1f} B/token", flush=True)
 
+        # A long session: every history kind full (its newest 128 k tokens are scanned per lookup).
+        history_text = (STDLIB / "_pydecimal.py").read_text()
+        for kind in ("accepted", "generated", "replaced"):
+            for start in range(0, len(history_text), 2000):
+                index.add_history(kind, history_text[start:start + 2000])
+        figures["history_tokens"] = sum(len(b.tokens) for b in index._history.values())
+
         # Lookups: contexts taken at random positions of random documents (hits), plus misses.
         rng = random.Random(0)
         uris = index.documents()

@@ -22,7 +22,7 @@ class HistoryEntry:
 
 
 class HistoryBuffer:
-    def __init__(self, kind: str, dtype: np.dtype, sep: int, max_tokens: int = 262_144) -> None:
+    def __init__(self, kind: str, dtype: np.dtype, sep: int, max_tokens: int = 131_072) -> None:
         self.kind, self.sep, self.max_tokens = kind, sep, max_tokens
         self.tokens = np.zeros(0, dtype=dtype)
         self.entry_starts = np.zeros(0, dtype=np.int64)  # [E] index of each entry's first token

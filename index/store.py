@@ -59,7 +59,7 @@ class Candidate:
 class WorkspaceIndex:
     def __init__(self, tokenizer, db_path: str | Path | None = None, max_ngram: int = 8, min_ngram: int = 2,
                  memory_budget_tokens: int | None = None, *, trie_depth: int = 2,
-                 overlay_tokens: int = 131_072, hot_documents: int = 4, history_tokens: int = 262_144,
+                 overlay_tokens: int = 131_072, hot_documents: int = 4, history_tokens: int = 131_072,
                  flush_seconds: float = 1.0, background_tokens: int = 1 << 20) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
