@@ -219,12 +219,22 @@ TEXT = st.lists(st.sampled_from(list("ab (),:=\n    é中") + ["def ", "return "
 @given(text=TEXT, cut=st.floats(0, 1))
 def test_any_text_split_anywhere_is_copied_in_long_drafts(codec, text, cut):
     """The output is the reference, tokenized in two pieces split at any character (so its token
-    boundaries differ from the reference's around the split): the pointer never loses it."""
+    boundaries differ from the reference's around the split): the pointer never loses it. Each
+    output token that is not a reference token at the same offset may cost a forward of its own
+    (no pointer can know how the output splits a word), and the split may cut one draft short."""
     split = int(len(text) * cut)
     output_ids = codec.encode(text[:split]) + codec.encode(text[split:])
+
+    def placed(ids):
+        offsets = [0]
+        for token_id in ids:
+            offsets.append(offsets[-1] + len(codec.token(token_id)))
+        return set(zip(offsets, ids))
+
+    foreign = len(placed(output_ids) - placed(codec.encode(text)))
     pointer = ReferenceLookup(text, codec)
     stats = replay(pointer, [], output_ids, 8)
-    assert len(stats.steps) <= -(-len(output_ids) // 9) + 2
+    assert len(stats.steps) <= -(-len(output_ids) // 9) + foreign + 1
     assert pointer.position == len(text.encode())
 
 
