@@ -138,8 +138,10 @@ def main(argv=None) -> int:
         # A long session: every history kind full (its newest 128 k tokens are scanned per lookup).
         history_text = (STDLIB / "_pydecimal.py").read_text()
         for kind in ("accepted", "generated", "replaced"):
-            for start in range(0, len(history_text), 2000):
+            start = 0
+            while len(index._history[kind].tokens) < index._history[kind].max_tokens - 4000:
                 index.add_history(kind, history_text[start:start + 2000])
+                start = (start + 2000) % len(history_text)
         figures["history_tokens"] = sum(len(b.tokens) for b in index._history.values())
 
         # Lookups: contexts taken at random positions of random documents (hits), plus misses.
