@@ -6,8 +6,10 @@ accepted)) yields in expectation
 
     E(k) = 1 + sum_{j=1..k} prod_{i<=j} a_i        tokens (accepted drafts + the recovered/bonus one)
 
-for ``proposal(k) + verify(k)`` seconds. The policy picks the (proposer, k) with the best
-E(k) / cost, and plain decoding when nothing beats 1 / verify(0) by a margin. Long drafts fall out
+for ``proposal(k) + verify(k)`` seconds, plus a charge for each expected rejected token (``waste``,
+a fraction of a forward: rejected drafts are compute spent for nothing, which the measured slope
+of a GPU forward barely shows). The policy picks the (proposer, k) with the best E(k) / cost, and
+plain decoding when nothing beats 1 / verify(0) by a margin. Long drafts fall out
 of this by themselves: when a source's acceptance stays near 1 at every depth, E(k) grows almost
 linearly while verify(k) = a + b k grows slowly, so the best k is the longest available.
 
