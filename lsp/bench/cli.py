@@ -18,10 +18,13 @@ DEFAULT_CONFIGS = "greedy,context,reference,index,auto,hf-greedy,hf-pld"
 # Profiles fill in what the command line left unset.
 PROFILES = {
     # <= 10 minutes on a 2-core CPU: a spread-out subsample, edits windowed around their change
-    "quick": {"max_requests": 6, "stride": 11, "max_chars": 1600, "max_new_tokens": [160],
+    # (a spread-out subsample of about 2,400 output tokens per workload: a few long edits or many
+    # short completions), long records windowed around their change, one torch thread (stable on a
+    # shared CPU)
+    "quick": {"max_requests": 24, "stride": 7, "max_chars": 3200, "token_budget": 2400, "max_new_tokens": [400],
               "draft_len": [32, 8], "sweep_requests": 2, "concurrency": [], "load_requests": 4, "threads": 1},
     # larger shapes and full lengths on CUDA
-    "gpu": {"max_requests": 60, "stride": 1, "max_chars": None, "max_new_tokens": [1024],
+    "gpu": {"max_requests": 60, "stride": 1, "max_chars": None, "token_budget": None, "max_new_tokens": [1024],
             "draft_len": [32, 8, 64], "sweep_requests": 16, "concurrency": [1, 2, 4, 8], "load_requests": 32,
             "model_shape": "1b"},
 }
@@ -51,6 +54,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--max-requests", type=int, help="requests per workload")
     parser.add_argument("--stride", type=int, help="take every N-th record (a spread-out subsample)")
     parser.add_argument("--max-chars", type=int, help="window long records to about this many characters")
+    parser.add_argument("--token-budget", type=int,
+                        help="per workload, stop adding requests once their estimated output tokens reach this")
     parser.add_argument("--max-new-tokens", type=int, nargs="+", help="output budget; more values: a sweep")
     parser.add_argument("--draft-len", type=int, nargs="+", help="K, most draft tokens per forward; more values: a sweep")
     parser.add_argument("--temperature", type=float, nargs="+", help="0 = greedy; more values: a sweep")
@@ -90,6 +95,7 @@ def plan_from_args(args):
         model=args.model, model_shape=args.model_shape or preset.get("model_shape"), draft=args.draft,
         device=args.device, dtype=args.dtype,
         max_requests=pick("max_requests", None), stride=pick("stride", 1), max_chars=pick("max_chars", None),
+        token_budget=pick("token_budget", None),
         max_new_tokens=pick("max_new_tokens", [128]), draft_len=pick("draft_len", [32]),
         temperature=pick("temperature", [0.0]), top_p=pick("top_p", [1.0]),
         context_chars=pick("context_chars", []), sweep_requests=pick("sweep_requests", None),
@@ -125,6 +131,7 @@ def run(args) -> int:
     logging.getLogger("transformers").setLevel(logging.ERROR)
     plan = plan_from_args(args)
     report = run_plan(plan, say=lambda line: print(line, file=sys.stderr, flush=True))
+    report["setup"]["command"] = " ".join(["codespec", *sys.argv[1:]])
     print(table_text(report))
     plots_note = None
     if args.plots:
@@ -135,6 +142,6 @@ def run(args) -> int:
         args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(markdown(report, command=" ".join(["codespec", *sys.argv[1:]]), plots_note=plots_note),
+        args.report.write_text(markdown(report, command=report["setup"]["command"], plots_note=plots_note),
                                encoding="utf-8")
     return 0

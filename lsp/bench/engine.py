@@ -1,11 +1,15 @@
 """codespec configurations: ``greedy`` (plain decoding) and each proposer, as a server runs them.
 
-Proposers come from the servers' ``ProposerFactory``: lookups are built per request (the request's
-reference, index document and cursor), model proposers and the ``auto`` policy's statistics live
-for the whole run, exactly as in ``codespec serve``. Each configuration has its own factory, so
-one configuration's policy never learns from another's requests. Session history is not fed:
-in replay every configuration emits the same text, and history from one would hand the next the
-answer.
+Lookups (context, reference, index) are built per request from the registry, with the request's
+reference text, index document and cursor. Model proposers (draft model, early exit) are built once
+per configuration and live across requests, as in ``codespec serve``; so does the ``auto`` policy's
+state (acceptance by depth, cost fits): each request's ``AutoProposer`` gets fresh lookups, the
+long-lived model proposers and the configuration's one ``PolicyState``. One configuration never
+learns from another's requests. Session history is not fed: in replay every configuration emits
+the same text, and history from one would hand the next the answer.
+
+Model proposers get the raw target (``setup.target``), never the replay wrapper: early exit runs
+the target's own first layers, and a draft told the recorded answer would fake its acceptance.
 """
 
 from __future__ import annotations
@@ -16,37 +20,59 @@ from codespec.config import GenerationLimits, SamplingParams
 from lsp.bench.measure import MemoryProbe, RunResult
 
 CODESPEC_CONFIGS = ("greedy", "context", "reference", "index", "draft", "early-exit", "auto")
-PROPOSER_OF = {"greedy": "none"}
+LOOKUPS = ("context", "reference", "index")
+MODELS = ("draft", "early-exit")
 
 
 class CodespecConfig:
-    def __init__(self, name: str, raw_target, draft_path: str | None, index=None,
-                 candidates: Sequence[str] | None = None) -> None:
-        from lsp.proposing import ProposerFactory
-
+    def __init__(self, name: str, raw_target, draft_path: str | None, index=None) -> None:
+        if name not in CODESPEC_CONFIGS:
+            raise ValueError(f"unknown codespec configuration {name!r}")
         self.name = name
-        self.proposer_name = PROPOSER_OF.get(name, name)
+        self.raw_target = raw_target
         self.index = index
-        options: dict = {}
-        if draft_path is not None:
-            options["draft_model"] = draft_path
-        if candidates is not None:
-            options["auto_candidates"] = list(candidates)
-        # The raw target: a model proposer (early exit) must not see the replay bias.
-        self.factory = ProposerFactory(raw_target, options)
-        if draft_path is None:
-            self.factory._models = self._models_without_draft(raw_target)
+        self.base_options: dict = {"draft_model": draft_path} if draft_path else {}
+        self._models: list | None = None
+        self._state = None  # auto's PolicyState, shared by this configuration's requests
 
-    @staticmethod
-    def _models_without_draft(raw_target) -> list:
-        """No draft model configured: auto falls back on early exit only (never on a shipped draft
-        that the run did not ask for)."""
+    def models(self) -> list:
+        """Long-lived model proposers: the draft model when one is configured, early exit when the
+        target has a Llama-style layer stack (auto falls back on these; never on a shipped draft
+        the run did not ask for)."""
+        if self._models is None:
+            from codespec.registry import ProposerSetup, create_proposer
+            from proposers.auto import _supports_early_exit
+
+            setup = ProposerSetup(self.raw_target, self.base_options)
+            wanted = [n for n in MODELS if self.name in (n, "auto")]
+            self._models = [create_proposer(n, setup) for n in wanted
+                            if (n != "draft" or "draft_model" in self.base_options)
+                            and (n != "early-exit" or _supports_early_exit(self.raw_target))]
+        return self._models
+
+    def proposer(self, options: dict):
+        from codespec.draft import NoDraft
         from codespec.registry import ProposerSetup, create_proposer
-        from proposers.auto import _supports_early_exit
 
-        if not _supports_early_exit(raw_target):
-            return []
-        return [create_proposer("early-exit", ProposerSetup(raw_target, {}))]
+        if self.name == "greedy":
+            return NoDraft()
+        setup = ProposerSetup(self.raw_target, {**self.base_options, **options})
+        if self.name in LOOKUPS:
+            return create_proposer(self.name, setup)
+        if self.name in MODELS:
+            found = [p for p in self.models() if p.name == self.name]
+            if not found:
+                raise ValueError(f"configuration {self.name!r} is unavailable for this target "
+                                 f"(draft needs --draft; early exit a Llama-style layer stack)")
+            return found[0]
+        from proposers.auto import AutoProposer, PolicyConfig, PolicyState
+
+        lookups = [create_proposer(n, setup) for n in LOOKUPS
+                   if n == "context" or setup.options.get(n) is not None]
+        config = PolicyConfig()
+        if self._state is None:
+            self._state = PolicyState.fresh(config)
+        return AutoProposer(lookups, self.models(), config, self._state)
 
     def run(self, target, case, prompt_ids: Sequence[int], limits: GenerationLimits,
             sampling: SamplingParams, probe: MemoryProbe) -> RunResult:
@@ -58,11 +84,8 @@ class CodespecConfig:
         if self.index is not None:
             options["index"] = self.index
         with case_document(self.index, case):
-            proposer = self.factory.create(self.proposer_name, options)
+            proposer = self.proposer(options)
             probe.start()
-            try:
-                finished = generate_all(target, prompt_ids, proposer, sampling, limits)
-            finally:
-                self.factory.release(proposer)
+            finished = generate_all(target, prompt_ids, proposer, sampling, limits)
             rss, cuda = probe.stop()
         return RunResult(tuple(finished.token_ids), finished.stats, rss, cuda, {"reason": finished.reason})

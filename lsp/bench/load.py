@@ -54,7 +54,6 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
 
 
 async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
-    from lsp.bench.engine import CodespecConfig
     from lsp.options import ServerOptions, WsLimits
     from lsp.server import close_service
     from lsp.service import EngineService
@@ -64,8 +63,6 @@ async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
     proposer_options = {"draft_model": models.draft_path} if models.draft_path else {}
     service = await asyncio.to_thread(EngineService, target, "auto", settings.draft_len,
                                       options.cached_documents, None, proposer_options)
-    if models.draft_path is None:  # as in the main run: no draft model the run did not ask for
-        service._proposers._models = CodespecConfig._models_without_draft(raw)
     eos = raw.tokenizer.eos_token_id
     messages, recordings = _messages_and_recordings(raw, cases, options, settings, eos)
     for recording in recordings:

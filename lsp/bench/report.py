@@ -64,9 +64,11 @@ def depth_table(configs: dict, depths: int = 8) -> str:
     return "\n".join(lines)
 
 
-def markdown(report: dict, command: str = "", plots_note: str | None = None, title: str = "codespec bench") -> str:
+def markdown(report: dict, command: str = "", plots_note: str | None = None, title: str = "codespec bench",
+             level: int = 1) -> str:
     setup = report.get("setup", {})
-    out = [f"# {title}", "",
+    h1, h2 = "#" * level, "#" * (level + 1)
+    out = [f"{h1} {title}", "",
            f"- date: {setup.get('date_utc')}; machine: {setup.get('cpu_model')} ({setup.get('machine')})"
            + (f"; CUDA: {setup['cuda']}" if setup.get("cuda") else ""),
            f"- mode: **{report['mode']}**; model: {setup.get('model')}"
@@ -79,13 +81,13 @@ def markdown(report: dict, command: str = "", plots_note: str | None = None, tit
            "x greedy = tok/s over codespec `greedy` in the same run (aggregate), median x = median over requests "
            "of the per-request ratio; equiv. = requests whose output is token-identical to codespec `greedy`.", ""]
     for workload, body in report["workloads"].items():
-        out += [f"## {workload} ({report['mode']}, {body['records']} {body.get('kind', '')} requests)", "",
+        out += [f"{h2} {workload} ({report['mode']}, {body['records']} {body.get('kind', '')} requests)", "",
                 markdown_table(body["configs"]), "", "Acceptance by depth (P(draft i accepted | 1..i-1 accepted)):", "",
                 depth_table(body["configs"]), ""]
     if len(report["workloads"]) > 1:
-        out += ["## all workloads together", "", markdown_table(report["configs"]), ""]
+        out += [f"{h2} all workloads together", "", markdown_table(report["configs"]), ""]
     if report.get("sweeps"):
-        out += ["## sweeps", "", "| parameter | value | workload | config | tok/s | x greedy | tok/fwd | equiv. |",
+        out += [f"{h2} sweeps", "", "| parameter | value | workload | config | tok/s | x greedy | tok/fwd | equiv. |",
                 "|---|---:|---|---|---:|---:|---:|---:|"]
         for point in report["sweeps"]:
             for name, row in point["configs"].items():
@@ -95,7 +97,7 @@ def markdown(report: dict, command: str = "", plots_note: str | None = None, tit
         out.append("")
     load = report.get("load")
     if load:
-        out += [f"## offered load (websocket, {load['proposer']} proposer, {load['mode']} mode)", "",
+        out += [f"{h2} offered load (websocket, {load['proposer']} proposer, {load['mode']} mode)", "",
                 f"SLO: p95 time to first token <= {load['slo_ttft_ms']:.0f} ms; largest concurrency meeting it: "
                 f"**{load['max_concurrency_within_slo']}**.", "",
                 "| clients | requests | req/s | latency p50 ms | latency p95 ms | TTFT p50 ms | TTFT p95 ms | errors |",

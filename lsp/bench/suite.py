@@ -41,6 +41,7 @@ class BenchPlan:
     max_requests: int | None = None
     stride: int = 1
     max_chars: int | None = None
+    token_budget: int | None = None  # estimated output tokens per workload (a profile's sample size)
     max_new_tokens: list[int] = field(default_factory=lambda: [128])
     draft_len: list[int] = field(default_factory=lambda: [32])
     temperature: list[float] = field(default_factory=lambda: [0.0])
@@ -97,7 +98,8 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = print) -> dict:
     for path in plan.workloads:
         from lsp.bench.workload import load_cases
 
-        cases = load_cases(path, plan.max_requests, plan.max_chars, plan.stride)
+        cases = load_cases(path, plan.max_requests, plan.max_chars, plan.stride, plan.token_budget,
+                           plan.max_new_tokens[0])
         workload_cases[path.stem] = cases
         index = built.index_for(cases)
         prepared = _prepare_all(target, cases, first, end_ids)
@@ -203,7 +205,8 @@ def _sweeps(plan: BenchPlan, target, built: _Configs, workload_cases: dict, firs
         for workload, cases in workload_cases.items():
             if chars is not None:
                 path = next(p for p in plan.workloads if p.stem == workload)
-                cases = load_cases(path, plan.max_requests, chars, plan.stride)
+                cases = load_cases(path, plan.max_requests, chars, plan.stride, plan.token_budget,
+                                   settings.max_new_tokens)
             cases = cases[: plan.sweep_requests] if plan.sweep_requests else cases
             prepared = _prepare_all(target, cases, settings, end_ids)
             say(f"bench: sweep {parameter}={value} on {workload}: {len(prepared)} requests x {len(names)}")
@@ -229,6 +232,7 @@ def _setup(plan: BenchPlan, models, configs, first: RunSettings) -> dict:
         "max_new_tokens": first.max_new_tokens, "draft_len": first.draft_len,
         "temperature": first.sampling.temperature, "top_p": first.sampling.top_p,
         "max_requests": plan.max_requests, "stride": plan.stride, "max_chars": plan.max_chars,
+        "token_budget": plan.token_budget,
         "workloads": [str(p) for p in plan.workloads], "workspace": str(plan.workspace) if plan.workspace else None,
     }
 

@@ -94,18 +94,30 @@ def case_from_record(record: dict, workload: str, where: str, max_chars: int | N
     raise CodespecError(f"{where}: neither an edit record (before/after) nor a completion record (prefix/target)")
 
 
+CHARS_PER_TOKEN = 3.5  # rough, for budgeting only (code under a 4k byte-level BPE)
+
+
 def load_cases(path: Path, max_records: int | None = None, max_chars: int | None = None,
-               stride: int = 1) -> list[BenchCase]:
-    """Every ``stride``-th record (a spread-out subsample), at most ``max_records`` of them."""
+               stride: int = 1, token_budget: int | None = None, max_new_tokens: int | None = None) -> list[BenchCase]:
+    """Every ``stride``-th record (a spread-out subsample), at most ``max_records`` of them, and
+    (``token_budget``) only until their estimated output tokens add up to the budget: a profile
+    then takes a few long edits or many short completions in about the same time."""
     from proposers.sim_workload import read_jsonl
 
     records = read_jsonl(path)
-    picked = records[::max(stride, 1)]
-    if max_records is not None:
-        picked = picked[:max_records]
-    cases = [case_from_record(record, path.stem, f"{path} record {number}", max_chars)
-             for number, record in enumerate(picked, 1)]
-    cases = [case for case in cases if case.output]
+    picked = list(enumerate(records, 1))[::max(stride, 1)]
+    cases, spent = [], 0.0
+    for number, record in picked:
+        case = case_from_record(record, path.stem, f"{path} record {number}", max_chars)
+        if not case.output:
+            continue
+        if token_budget is not None and cases and spent >= token_budget:
+            break
+        estimate = len(case.output) / CHARS_PER_TOKEN
+        spent += min(estimate, max_new_tokens) if max_new_tokens else estimate
+        cases.append(case)
+        if max_records is not None and len(cases) >= max_records:
+            break
     if not cases:
         raise CodespecError(f"workload file {path} holds no usable records")
     return cases

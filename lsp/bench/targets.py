@@ -1,0 +1,91 @@
+"""The issue's performance targets, checked against bench JSON, and a combined markdown document.
+
+    python -m lsp.bench.targets OUT.md RUN.json [RUN.json ...]
+
+writes one document: a targets table (met / not met, with the measured same-run ratios, aggregate
+and per-request median) followed by each run's report. Targets (issue 6), each on one workload:
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Target:
+    workload: str
+    mode: str
+    config: str
+    versus: str  # a configuration name, compared by tokens/s
+    ratio: float
+    needs_equivalence: bool = False
+
+
+TARGETS = (
+    Target("edits-httpx", "replay", "auto", "hf-pld", 2.0),
+    Target("edits-httpx", "replay", "auto", "greedy", 4.0, needs_equivalence=True),
+    Target("completions-httpx", "replay", "auto", "hf-pld", 1.3),
+    Target("editeval", "real", "auto", "greedy", 1.0),
+)
+
+
+def check(target: Target, report: dict) -> dict | None:
+    """The measured ratios for ``target`` in ``report`` (None when the run does not cover it)."""
+    body = report.get("workloads", {}).get(target.workload)
+    if body is None or report.get("mode") != target.mode:
+        return None
+    configs = body["configs"]
+    if target.config not in configs or target.versus not in configs:
+        return None
+    mine, theirs = configs[target.config], configs[target.versus]
+    ratio = mine["tokens_per_s"] / theirs["tokens_per_s"] if theirs["tokens_per_s"] else None
+    if target.versus == "greedy":
+        median = mine.get("speedup_median")
+    else:
+        a, b = mine.get("speedup_median"), theirs.get("speedup_median")
+        median = a / b if a and b else None  # ratio of medians of per-request speedups over greedy
+    met = ratio is not None and ratio >= target.ratio
+    if target.needs_equivalence:
+        met = met and mine.get("equivalence") == 1.0
+    return {"ratio": ratio, "median_ratio": median, "equivalence": mine.get("equivalence"), "met": met}
+
+
+def targets_table(reports: list[dict]) -> str:
+    lines = ["| target | measured (aggregate tok/s ratio) | per-request median ratio | equivalence | met |",
+             "|---|---:|---:|---:|:---:|"]
+    for target in TARGETS:
+        found = next((result for report in reports if (result := check(target, report)) is not None), None)
+        name = (f"{target.workload} ({target.mode}): `{target.config}` >= {target.ratio:g}x `{target.versus}`"
+                + (" with 100% equivalence" if target.needs_equivalence else ""))
+        if found is None:
+            lines.append(f"| {name} | not run | - | - | - |")
+            continue
+        ratio = f"{found['ratio']:.2f}x" if found["ratio"] is not None else "-"
+        median = f"{found['median_ratio']:.2f}x" if found["median_ratio"] is not None else "-"
+        equivalence = f"{found['equivalence']:.0%}" if found["equivalence"] is not None else "-"
+        lines.append(f"| {name} | {ratio} | {median} | {equivalence} | {'yes' if found['met'] else '**no**'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    from lsp.bench.report import markdown
+
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    out, paths = Path(argv[0]), [Path(p) for p in argv[1:]]
+    reports = [json.loads(path.read_text()) for path in paths]
+    parts = ["# codespec bench: quick profile", "", targets_table(reports), ""]
+    for path, report in zip(paths, reports):
+        command = report.get("setup", {}).get("command", "")
+        title = f"{', '.join(report['workloads'])} ({report['mode']} mode)"
+        parts.append(markdown(report, command=command, title=title, level=2))
+    out.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
