@@ -124,16 +124,22 @@ class ReferenceLookup:
                 # Nothing in the reference explains the recent output well: it is new text, which
                 # often repeats lines just written. (Only the output is searched: the prompt mostly
                 # holds the reference again, and indexing it would cost milliseconds in one step.)
-                own = self.own_text.propose(ProposeContext(tokens[context.prompt_len:], 0, context.max_len))
+                own = self._own_text_draft(context)
                 if own.token_ids:
                     return Draft(own.token_ids, self.name, match=own.match)
             if not anchored:
                 return EMPTY_DRAFT
+        elif self.own_text is not None:
+            self._own_text_draft(context)  # keep its table current: no catching up on a long output later
         draft_ids = self._stream(context.max_len)
         if not draft_ids:
             return EMPTY_DRAFT
         position = self._next if self._next is not None else -1  # token index after any re-tokenized patch
         return Draft(tuple(draft_ids), self.name, match=MatchInfo(self._match_len, "reference", position))
+
+    def _own_text_draft(self, context: ProposeContext) -> Draft:
+        output = OutputView(context.token_ids, context.prompt_len)
+        return self.own_text.propose(ProposeContext(output, 0, context.max_len))
 
     def observe(self, outcome: Outcome) -> None:
         match = outcome.draft.match
@@ -277,6 +283,28 @@ def best_anchor(text: bytes, tail: bytes, lengths: Sequence[int], centre: int, b
         if not found_any:
             break  # a longer suffix contains this one: it cannot occur either
     return best
+
+
+class OutputView(Sequence[int]):
+    """``tokens[start:]`` without copying a long sequence every step."""
+
+    __slots__ = ("tokens", "start")
+
+    def __init__(self, tokens: Sequence[int], start: int) -> None:
+        self.tokens, self.start = tokens, start
+
+    def __len__(self) -> int:
+        return len(self.tokens) - self.start
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            first, stop, step = item.indices(len(self))
+            return self.tokens[self.start + first:self.start + stop:step]
+        if item < 0:
+            item += len(self)
+        if not 0 <= item < len(self):
+            raise IndexError(item)
+        return self.tokens[self.start + item]
 
 
 def matched_tokens(codec: TokenBytes, tail_ids: Sequence[int], length: int) -> int:
