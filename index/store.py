@@ -200,7 +200,8 @@ class WorkspaceIndex:
         tokens, at least ``min_ngram``), best first. ``cursor`` is a token offset in ``uri``; the
         occurrence at the cursor itself (the context matching itself) is skipped."""
         with self._lock:
-            reversed_context = [int(t) for t in context[-self.max_ngram:]][::-1]
+            vocab = self.adapter.vocab_size
+            reversed_context = [t if 0 <= t < vocab else -1 for t in map(int, context[-self.max_ngram:])][::-1]
             if len(reversed_context) < self.min_ngram or max_len <= 0 or max_candidates <= 0:
                 return []
             same = self._docs.get(uri) if uri is not None else None

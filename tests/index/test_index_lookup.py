@@ -159,3 +159,16 @@ def test_add_documents_in_bulk(tmp_path, index_tokenizer, index_adapter):
     with WorkspaceIndex(index_tokenizer, db_path=tmp_path / "index.db") as reopened:
         assert reopened.document_text("mem://3") == documents["mem://3"]
         assert reopened.document_text("mem://7") == "# edited\n" + documents["mem://7"]
+
+
+def test_bad_input_is_refused_and_loses_nothing(index_tokenizer, index_adapter):
+    index = WorkspaceIndex(index_tokenizer)
+    index.add_document("mem://doc", "kept = 1\n")
+    with pytest.raises(ValueError, match="outside"):
+        index.update_document("mem://doc", 5, 50, "x", version=2)
+    assert index.document_text("mem://doc") == "kept = 1\n"
+    with pytest.raises(KeyError):
+        index.update_document("mem://missing", 0, 0, "x", version=1)
+    assert index.lookup([-5, 10**7, *index_adapter.encode("kept =")], 4)[0].source == "mem://doc"
+    assert index.lookup([-5, 10**7], 4) == []
+    index.check_integrity()
