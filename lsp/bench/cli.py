@@ -22,7 +22,7 @@ PROFILES = {
     # short completions), long records windowed around their change, one torch thread (stable on a
     # shared CPU)
     "quick": {"max_requests": 24, "stride": 7, "max_chars": 3200, "token_budget": 2400, "max_new_tokens": [400],
-              "draft_len": [32, 8], "sweep_requests": 2, "concurrency": [], "load_requests": 4, "threads": 1},
+              "draft_len": [32, 16], "sweep_requests": 2, "concurrency": [], "load_requests": 4, "threads": 1},
     # larger shapes and full lengths on CUDA
     "gpu": {"max_requests": 60, "stride": 1, "max_chars": None, "token_budget": None, "max_new_tokens": [1024],
             "draft_len": [32, 8, 64], "sweep_requests": 16, "concurrency": [1, 2, 4, 8], "load_requests": 32,

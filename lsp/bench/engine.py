@@ -74,6 +74,13 @@ class CodespecConfig:
             self._state = PolicyState.fresh(config)
         return AutoProposer(lookups, self.models(), config, self._state)
 
+    def policy_summary(self) -> dict | None:
+        """auto's learned verification cost fit (ms = a + b k) and acceptance, for the report."""
+        if self._state is None:
+            return None
+        fit = self._state.verify_cost.fit()
+        return {"verify_fit_ms": None if fit is None else [round(fit[0] * 1e3, 3), round(fit[1] * 1e3, 4)]}
+
     def run(self, target, case, prompt_ids: Sequence[int], limits: GenerationLimits,
             sampling: SamplingParams, probe: MemoryProbe) -> RunResult:
         from codespec.decode import generate_all

@@ -64,6 +64,20 @@ def depth_table(configs: dict, depths: int = 8) -> str:
     return "\n".join(lines)
 
 
+def cost_table(configs: dict) -> str:
+    buckets = []
+    for row in configs.values():
+        for name in row.get("verify_ms_p50_by_draft_len") or {}:
+            if name not in buckets:
+                buckets.append(name)
+    buckets.sort(key=lambda name: int(name.split("-")[0]))
+    lines = ["| config | " + " | ".join(f"K {name}" for name in buckets) + " |", "|---|" + "---:|" * len(buckets)]
+    for config, row in configs.items():
+        values = row.get("verify_ms_p50_by_draft_len") or {}
+        lines.append(f"| {config} | " + " | ".join(_fmt(values.get(name), "{:.1f}") for name in buckets) + " |")
+    return "\n".join(lines)
+
+
 def markdown(report: dict, command: str = "", plots_note: str | None = None, title: str = "codespec bench",
              level: int = 1) -> str:
     setup = report.get("setup", {})
@@ -83,7 +97,10 @@ def markdown(report: dict, command: str = "", plots_note: str | None = None, tit
     for workload, body in report["workloads"].items():
         out += [f"{h2} {workload} ({report['mode']}, {body['records']} {body.get('kind', '')} requests)", "",
                 markdown_table(body["configs"]), "", "Acceptance by depth (P(draft i accepted | 1..i-1 accepted)):", "",
-                depth_table(body["configs"]), ""]
+                depth_table(body["configs"]), "", "Verification time by draft length (p50 ms; the first step of each "
+                "request, with the prefill, left out):", "", cost_table(body["configs"]), ""]
+        if body.get("auto_policy"):
+            out += [f"`auto` policy's fitted verification cost at the end: a + b k = {body['auto_policy']}", ""]
     if len(report["workloads"]) > 1:
         out += [f"{h2} all workloads together", "", markdown_table(report["configs"]), ""]
     if report.get("sweeps"):

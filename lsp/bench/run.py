@@ -69,6 +69,21 @@ def unigram_tv(outputs: Sequence[Sequence[int]], reference: Sequence[Sequence[in
     return 0.5 * sum(abs(left[t] / total_left - right[t] / total_right) for t in left.keys() | right.keys())
 
 
+DRAFT_BUCKETS = ((0, 0), (1, 4), (5, 8), (9, 16), (17, 32), (33, 256))
+
+
+def verify_ms_by_draft_len(steps) -> dict[str, float]:
+    """Median verification time per draft-length bucket (after each request's first step, which
+    includes the prefill): what K really costs on this machine, next to what the policy chose."""
+    buckets: dict[str, list[float]] = {}
+    for step in steps:
+        for low, high in DRAFT_BUCKETS:
+            if low <= step.draft_len <= high:
+                buckets.setdefault(f"{low}-{high}" if high != low else str(low), []).append(step.verify_s * 1e3)
+                break
+    return {name: round(percentile(values, 50), 3) for name, values in buckets.items()}
+
+
 def summarize(results: Sequence[RunResult], baseline: Sequence[RunResult] | None,
               sampling: bool = False) -> dict:
     """Every metric of one configuration over its requests (``baseline``: greedy's, same order)."""
@@ -116,6 +131,8 @@ def summarize(results: Sequence[RunResult], baseline: Sequence[RunResult] | None
         "request_throughput_per_s": len(results) / elapsed if elapsed > 0 else None,
         "speedup_median": None,
         "cuda_max_allocated_mb": max((r.cuda_peak_mb for r in results if r.cuda_peak_mb is not None), default=None),
+        "verify_ms_p50_by_draft_len": verify_ms_by_draft_len(
+            [step for r in results for step in r.stats.steps[1:]]),
         "itl_ms": [round(gap, 3) for gap in gaps_ms],  # for the distribution plot
     }
     if baseline:

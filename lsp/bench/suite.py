@@ -104,12 +104,15 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = print) -> dict:
         index = built.index_for(cases)
         prepared = _prepare_all(target, cases, first, end_ids)
         say(f"bench: {path.stem}: {len(prepared)} requests x {len(configs)} configurations ({plan.mode})")
-        runners = make_runners(configs, target, built.codespec(index), built.hf(), first, probe)
+        codespec_configs = built.codespec(index)
+        runners = make_runners(configs, target, codespec_configs, built.hf(), first, probe)
         _warm_up(runners, prepared[0])
         results = run_interleaved(prepared, runners, lambda line: say(f"  {path.stem}: {line}"))
         report["workloads"][path.stem] = {
             "records": len(prepared), "kind": prepared[0].case.kind,
             "configs": _table(results, not first.sampling.greedy)}
+        if "auto" in codespec_configs:
+            report["workloads"][path.stem]["auto_policy"] = codespec_configs["auto"].policy_summary()
         for name in configs:
             all_results[name].extend(results[name])
         if target.recordings:

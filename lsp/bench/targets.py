@@ -1,6 +1,6 @@
 """The issue's performance targets, checked against bench JSON, and a combined markdown document.
 
-    python -m lsp.bench.targets OUT.md RUN.json [RUN.json ...]
+    python -m lsp.bench.targets OUT.md RUN.json [RUN.json ...] [--note TEXT]
 
 writes one document: a targets table (met / not met, with the measured same-run ratios, aggregate
 and per-request median) followed by each run's report. Targets (issue 6), each on one workload:
@@ -73,12 +73,19 @@ def targets_table(reports: list[dict]) -> str:
 def main(argv: list[str]) -> int:
     from lsp.bench.report import markdown
 
+    note = None
+    if "--note" in argv:
+        at = argv.index("--note")
+        note, argv = argv[at + 1], argv[:at] + argv[at + 2:]
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
     out, paths = Path(argv[0]), [Path(p) for p in argv[1:]]
     reports = [json.loads(path.read_text()) for path in paths]
-    parts = ["# codespec bench: quick profile", "", targets_table(reports), ""]
+    parts = ["# codespec bench: quick profile", ""]
+    if note:
+        parts += [note, ""]
+    parts += ["## targets (issue 6), same-run ratios", "", targets_table(reports), ""]
     for path, report in zip(paths, reports):
         command = report.get("setup", {}).get("command", "")
         title = f"{', '.join(report['workloads'])} ({report['mode']} mode)"
