@@ -91,7 +91,7 @@ class WorkspaceIndex:
         with self._lock:
             current = self._docs.get(uri)
             if current is not None and current.text == text:
-                current.version = version
+                current.version, current.from_editor = version, True
                 self._touch(current)
                 return
             doc = Doc(uri, text, self.adapter.encode_array(text), version, content_hash(text), self._tick())
