@@ -19,6 +19,8 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--proposer", default="auto",
                         help="auto (policy), context, index, reference, draft, early-exit, or none")
     parser.add_argument("--max-draft", type=int, default=16, help="K: most draft tokens verified per forward")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for torch (default: half the cores, at most 8)")
 
 
 def add_serve_parser(subparsers) -> None:
@@ -48,7 +50,7 @@ def run_serve(args) -> int:
     from lsp.options import ServerOptions
 
     options = ServerOptions(model=args.model, draft=args.draft, device=args.device, dtype=args.dtype,
-                            proposer=args.proposer, max_draft=args.max_draft)
+                            proposer=args.proposer, max_draft=args.max_draft, threads=args.threads)
     if args.ws:
         import asyncio
 

@@ -50,7 +50,8 @@ def complete_once(args) -> int:
         raise CodespecError(f"cannot read {path}: {error}") from None
     offset = cursor_offset(text, line, column)
     options = ServerOptions(model=args.model, draft=args.draft, device=args.device, dtype=args.dtype,
-                            proposer=args.proposer, max_draft=args.max_draft, mode=args.mode)
+                            proposer=args.proposer, max_draft=args.max_draft, mode=args.mode,
+                            threads=args.threads)
     started = time.perf_counter()
     service = start_service(options)
     loaded_s = time.perf_counter() - started

@@ -18,6 +18,7 @@ class ServerOptions:
     draft: str | None = None  # a draft model sharing the target's tokenizer (proposer "draft")
     device: str = "auto"
     dtype: str = "auto"
+    threads: int | None = None  # CPU threads for torch; None: half the cores (at most 8), see start_service
     proposer: str = "auto"  # falls back to "context" when not installed
     line_tokens: int = 48  # single-line completion budget
     block_tokens: int = 160  # multi-line completion budget
@@ -25,7 +26,8 @@ class ServerOptions:
     max_draft: int = 32  # K
     deadline_ms: int = 4000  # a completion nobody waits for any more is not worth finishing
     prefix_chars: int = 4000  # prompt window before the cursor
-    suffix_chars: int = 800  # prompt window after the cursor
+    suffix_chars: int = 512  # prompt window after the cursor (FIM puts it after the prefix, so every
+    # keystroke re-prefills it: shorter is cheaper)
     debounce_ms: int = 150  # per-document delay before an edit reaches the index
     cached_documents: int = 8  # KV caches kept for prompt caching (one per document)
     mode: str = "auto"  # "auto" (by the cursor's line), "line" (single-line only), "block"
@@ -86,6 +88,7 @@ _FIELDS: dict[tuple[str, ...], tuple[str, Callable[[Any], Any]]] = {
     ("draft",): ("draft", _optional_text),
     ("device",): ("device", _text),
     ("dtype",): ("dtype", _text),
+    ("threads",): ("threads", _bounded_int(1, 256)),
     ("proposer",): ("proposer", _text),
     ("limits", "lineTokens"): ("line_tokens", _bounded_int(1, 4096)),
     ("limits", "blockTokens"): ("block_tokens", _bounded_int(1, 4096)),

@@ -170,6 +170,7 @@ class ServiceStats:
     rejected_prediction_tokens: int = 0
     history_entries: int = 0
     recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
+    last_requests: collections.deque = field(default_factory=lambda: collections.deque(maxlen=32))
 
     def as_dict(self) -> dict:
         merged = RequestStats()
@@ -183,6 +184,7 @@ class ServiceStats:
             "rejected_prediction_tokens": self.rejected_prediction_tokens,
             "history_entries": self.history_entries,
             "engine": _json_safe(merged.summary()),
+            "last_requests": list(self.last_requests),
         }
 
 
@@ -390,8 +392,14 @@ class EngineService:
         if text and reason != "cancelled":
             self._add_history("generated", text, request.uri)
         name = getattr(job.proposer, "name", "none") if job.proposer is not None else "none"
-        result = JobResult(text, reason, usage, _json_safe(stats.summary()), name,
-                           time.perf_counter() - job.submitted_s)
+        summary = _json_safe(stats.summary())
+        elapsed_s = time.perf_counter() - job.submitted_s
+        totals.last_requests.append({
+            "kind": request.kind, "reason": reason, "proposer": name, "elapsed_ms": round(elapsed_s * 1e3, 3),
+            "ttft_ms": summary["ttft_ms"], "tokens": stats.tokens, "target_forwards": len(stats.steps),
+            "prompt_tokens": usage.prompt_tokens, "cached_prompt_tokens": usage.cached_prompt_tokens,
+            "accepted_prediction_tokens": accepted, "rejected_prediction_tokens": rejected})
+        result = JobResult(text, reason, usage, summary, name, elapsed_s)
         job.future.set_result(result)
 
     def _fail(self, job: Job, error: Exception) -> None:

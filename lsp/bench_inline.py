@@ -1,0 +1,169 @@
+"""Inline-completion latency through a real LSP client (a benchmark, not a test).
+
+    python -m lsp.bench_inline --cases FILE.jsonl [--workspace FILE.jsonl] [--model DIR] [--mode line]
+
+Starts `codespec serve` over stdio, indexes the workspace records, and for each completion case:
+opens the document (prefix + suffix), asks for an inline completion at the cursor (**cold**: the
+document's first request, full prefill), then types the first character of the case's target and
+asks again (**keystroke**: the editor's steady state; prompt caching and the shown suggestion as
+reference apply). Reports, per phase, the client-observed time to the full item and the engine's
+time to first token (from ``codespec/stats``), p50/p95, in milliseconds. The workload files are
+inputs for measurement only; the product never reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from codespec.stats import percentile
+
+
+def _load(path: Path, limit: int | None) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    return rows[:limit] if limit else rows
+
+
+async def bench(args) -> dict:
+    from lsprotocol import types
+    from pygls.lsp.client import LanguageClient
+
+    from lsp.positions import position_at
+
+    root = Path(tempfile.mkdtemp(prefix="codespec-bench-"))
+    workspace = root / "workspace"
+    for record in _load(args.workspace, None) if args.workspace else []:
+        target = workspace / record["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(record["text"], encoding="utf-8")
+    workspace.mkdir(exist_ok=True)
+    cases = _load(args.cases, args.limit)
+
+    client = LanguageClient("codespec-bench", "1")
+    indexed = asyncio.Event()
+
+    @client.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)
+    def create_progress(params):
+        return None
+
+    @client.feature(types.PROGRESS)
+    def progress(params):
+        value = params.value
+        kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+        if kind == "end":
+            indexed.set()
+
+    @client.feature(types.WINDOW_SHOW_MESSAGE)
+    def show_message(params):
+        print(f"server: {params.message}", file=sys.stderr)
+
+    command = [sys.executable, "-m", "codespec.cli", "serve"]
+    await client.start_io(*command)
+    options = {"device": args.device, "mode": args.mode, "index": {"path": str(root / "index.db")},
+               "limits": {"deadlineMs": 60_000}}
+    if args.model:
+        options["model"] = args.model
+    if args.proposer:
+        options["proposer"] = args.proposer
+    started = time.perf_counter()
+    await client.initialize_async(types.InitializeParams(
+        capabilities=types.ClientCapabilities(
+            window=types.WindowClientCapabilities(work_done_progress=True),
+            text_document=types.TextDocumentClientCapabilities(
+                inline_completion=types.InlineCompletionClientCapabilities())),
+        root_uri=workspace.as_uri(),
+        workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="workspace")],
+        initialization_options=options))
+    client.initialized(types.InitializedParams())
+    startup_s = time.perf_counter() - started
+    if args.workspace:
+        await asyncio.wait_for(indexed.wait(), 600)
+    index_s = time.perf_counter() - started - startup_s
+
+    phases: dict[str, dict[str, list[float]]] = {"cold": {}, "keystroke": {}}
+    reuse: list[float] = []
+    lines: dict[str, int] = {"one-line": 0, "multi-line": 0}
+
+    async def ask(uri: str, text: str, offset: int, phase: str) -> None:
+        position = position_at(text, offset)
+        start = time.perf_counter()
+        items = await client.text_document_inline_completion_async(types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(position.line, position.character),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)))
+        item_ms = (time.perf_counter() - start) * 1e3
+        stats = await client.protocol.send_request_async("codespec/stats", {})
+        last = stats.last_requests[-1]
+        record = phases[phase]
+        record.setdefault("item_ms", []).append(item_ms)
+        if last.ttft_ms is not None:
+            record.setdefault("ttft_ms", []).append(last.ttft_ms)
+        record.setdefault("tokens", []).append(last.tokens)
+        record.setdefault("forwards", []).append(last.target_forwards)
+        if phase == "keystroke" and last.prompt_tokens:
+            reuse.append(last.cached_prompt_tokens / last.prompt_tokens)
+        text_out = items[0].insert_text if items else ""
+        lines["multi-line" if "\n" in text_out.rstrip("\n") else "one-line"] += 1
+
+    for number, case in enumerate(cases):
+        uri = (root / "cases" / f"case_{number}.py").as_uri()
+        text = case["prefix"] + case["suffix"]
+        client.text_document_did_open(types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        offset = len(case["prefix"])
+        await ask(uri, text, offset, "cold")
+        typed = case["target"][:1]
+        if typed:
+            position = position_at(text, offset)
+            client.text_document_did_change(types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+                content_changes=[types.TextDocumentContentChangePartial(
+                    range=types.Range(types.Position(position.line, position.character),
+                                      types.Position(position.line, position.character)), text=typed)]))
+            text = text[:offset] + typed + text[offset:]
+            await ask(uri, text, offset + len(typed), "keystroke")
+        client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=uri)))
+
+    stats = await client.protocol.send_request_async("codespec/stats", {})
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+
+    report = {"cases": len(cases), "mode": args.mode, "model": stats.model, "proposer": stats.proposer,
+              "startup_s": round(startup_s, 2), "index_s": round(index_s, 2),
+              "keystroke_prompt_reuse_p50": round(percentile(reuse, 50), 4) if reuse else None,
+              "items": lines, "engine": stats.engine._asdict()}
+    for phase, values in phases.items():
+        for name, series in values.items():
+            report[f"{phase}_{name}_p50"] = round(percentile(series, 50), 2)
+            report[f"{phase}_{name}_p95"] = round(percentile(series, 95), 2)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", type=Path, required=True, help="completion records (JSON lines)")
+    parser.add_argument("--workspace", type=Path, default=None, help="workspace records {path, text} to index")
+    parser.add_argument("--model", default=None, help="model directory (default: the shipped model)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--proposer", default=None)
+    parser.add_argument("--mode", choices=("auto", "line", "block"), default="line")
+    parser.add_argument("--limit", type=int, default=None, help="first N cases only")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+    args = parser.parse_args(argv)
+    report = asyncio.run(bench(args))
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
