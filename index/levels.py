@@ -231,9 +231,9 @@ class LevelSet:
 
     def _match_level(self, level: Level, reversed_context: list[int], same: Doc | None, cap: int):
         table = level.table
-        for length, lo, hi in table.match_ranges(reversed_context):
-            step = -(-(hi - lo) // RANGE_SAMPLE)  # a short, common match: look at an even sample
-            positions = table.order[lo:hi:step].astype(np.int64)
+        for length, positions in table.matches(reversed_context):
+            step = -(-len(positions) // RANGE_SAMPLE)  # a short, common match: look at an even sample
+            positions = positions[::step].astype(np.int64)
             docs, offsets = table.locate(positions)
             keep = level.alive[docs]
             if same is not None and same.level is level:
@@ -282,17 +282,30 @@ class LevelSet:
 
 
 def _check_table(table: NgramTable, number: int) -> None:
-    """``order`` is sorted by reversed context and each sampled trie group is exactly its prefix run."""
-    from index.ngram import _word_layout
+    """``order`` is sorted as :func:`index.ngram.sort_positions` promises, and each sampled trie
+    group is exactly its prefix run."""
+    from index.ngram import DEEP_SORT_GROUP, _word_layout, sort_words
 
     bits, per_word = _word_layout(table.tokens.dtype)
-    words = table._prefix_words(table.order, bits, per_word, per_word, masked=True)
-    if len(words) > 1 and not np.all(words[1:] >= words[:-1]):
-        raise AssertionError(f"level {number}: positions are not sorted by reversed context")
+    words = sort_words(table.tokens, table.order.astype(np.int64), table.sep, table.max_ngram)
+    first = words[0]
+    if len(first) > 1 and not np.all(first[1:] >= first[:-1]):
+        raise AssertionError(f"level {number}: positions are not sorted by their nearest tokens")
+    if len(words) > 1 and len(first) > 1:
+        starts = np.flatnonzero(np.concatenate([[True], first[1:] != first[:-1]]))
+        sizes = np.diff(np.append(starts, len(first)))
+        big = np.repeat(sizes > DEEP_SORT_GROUP, sizes)
+        pair = big[:-1] & (first[1:] == first[:-1])  # consecutive entries of one large group
+        equal, disorder = np.ones(len(pair), dtype=bool), np.zeros(len(pair), dtype=bool)
+        for word in words[1:]:
+            disorder |= equal & (word[:-1] > word[1:])
+            equal &= word[:-1] == word[1:]
+        if np.any(pair & disorder):
+            raise AssertionError(f"level {number}: a large group is not sorted by its deeper tokens")
     for key, gid in itertools.islice(table.automaton.items(), 256):
         lo, hi = int(table.group_lo[gid]), int(table.group_hi[gid])
         k = len(key)
-        prefix = words >> np.uint64(bits * (per_word - k))
+        prefix = first >> np.uint64(bits * (per_word - k))
         value = 0
         for ch in key:
             value = (value << bits) | (ord(ch) - 1)

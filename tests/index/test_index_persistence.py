@@ -144,25 +144,33 @@ def test_integrity_check_detects_disagreement(index_tokenizer):
 
 
 def test_table_from_persisted_parts_matches_scan():
-    """The trie + sorted positions answer exactly what a brute-force scan answers."""
+    """The trie + sorted positions answer exactly what a brute-force scan answers, through every
+    path: trie only, binary search in large groups, filtering in small ones."""
     rng = np.random.default_rng(7)
     for dtype, sep in ((np.dtype(np.uint16), 65535), (np.dtype(np.int32), 2**31 - 1)):
-        for trial in range(60):
-            arrays = [rng.integers(0, 4, rng.integers(0, 30)).astype(dtype) for _ in range(rng.integers(1, 5))]
+        for trial in range(80):
+            if trial % 4 == 0:  # long, low-entropy documents: first-word groups over 256 entries
+                arrays = [rng.integers(0, 2, rng.integers(2000, 6000)).astype(dtype) for _ in range(2)]
+            else:
+                arrays = [rng.integers(0, 4, rng.integers(0, 30)).astype(dtype) for _ in range(rng.integers(1, 5))]
             depth = int(rng.integers(1, 4))
             table = ngram_module.NgramTable(arrays, dtype, sep, 6, 2, trie_depth=depth)
             again = ngram_module.NgramTable(arrays, dtype, sep, 6, 2, trie_depth=depth, order=table.order,
                                             groups=table.groups())
-            reversed_context = rng.integers(0, 4, rng.integers(0, 9)).tolist()[::-1]
+            reversed_context = rng.integers(0, 4 if trial % 4 else 2, rng.integers(0, 9)).tolist()[::-1]
             for candidate in (table, again):
-                ranges = candidate.match_ranges(reversed_context)
+                found = candidate.matches(reversed_context)
                 scanned = ngram_module.scan_longest(candidate.tokens, reversed_context, 6, 2, sep=sep)
-                if not ranges:
+                if not found:
                     assert scanned.length == 0
                     continue
-                length, lo, hi = ranges[0]
+                assert [k for k, _ in found] == list(range(found[0][0], 1, -1))
+                length, positions = found[0]
                 assert length == scanned.length
-                assert sorted(candidate.order[lo:hi].tolist()) == sorted(scanned.positions.tolist())
+                assert sorted(positions.tolist()) == sorted(scanned.positions.tolist())
+                for k, positions in found[1:]:  # every shorter match length too
+                    shorter = ngram_module.scan_longest(candidate.tokens, reversed_context[:k], k, 2, sep=sep)
+                    assert sorted(positions.tolist()) == sorted(shorter.positions.tolist())
 
 
 def test_failed_background_write_is_reported(tmp_path, index_adapter):
