@@ -126,3 +126,25 @@ def test_max_within_slo():
               {"concurrency": 8, "ttft_ms_p95": 900.0, "errors": 0}]
     assert max_within_slo(levels, 500.0) == 4
     assert max_within_slo(levels, 50.0) is None
+
+
+def test_plots_are_skipped_with_a_note_without_matplotlib(tmp_path, monkeypatch):
+    import sys
+
+    from lsp.bench.report import write_plots
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as when it is not installed
+    note = write_plots({"mode": "replay", "workloads": {}, "configs": {}}, tmp_path / "plots")
+    assert note.startswith("plots skipped") and not (tmp_path / "plots").exists()
+
+
+def test_plots_are_written_with_matplotlib(tmp_path):
+    pytest.importorskip("matplotlib")
+    from lsp.bench.report import write_plots
+
+    row = {"acceptance_by_depth": [0.9, 0.8], "speedup": 2.0, "itl_ms": [1.0, 2.0, 3.0]}
+    report = {"mode": "replay", "configs": {"auto": row}, "workloads": {"w": {"configs": {"auto": row}}}}
+    note = write_plots(report, tmp_path)
+    assert note.startswith("plots:")
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == [
+        "acceptance_by_depth.png", "itl_distribution.png", "speedup_per_workload.png"]
