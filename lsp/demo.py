@@ -62,7 +62,7 @@ def complete_once(args) -> int:
             index = _index_folders(service, [args.workspace], options, quiet=args.json)
             report["index_s"] = round(time.perf_counter() - started, 3) if index is not None else None
         context = completion_context(text, offset, options.line_tokens, options.block_tokens,
-                                     options.prefix_chars, options.suffix_chars, invoked=True, mode=options.mode)
+                                     *service.windows(options.prefix_chars, options.suffix_chars, options.block_tokens), invoked=True, mode=options.mode)
         uri = path.resolve().as_uri()
 
         def request(proposer: str | None, key: str) -> GenerationRequest:

@@ -29,6 +29,20 @@ except ImportError:  # pragma: no cover - only before codespec.prompts exists
         return "".join(parts)
 
 WINDOW_CHUNK = 1024  # characters the prompt window's start moves by
+CHARS_PER_TOKEN = 2.5  # a conservative estimate for code (byte-level BPEs give 3-4)
+
+
+def fit_windows(prefix_chars: int, suffix_chars: int, max_context: int, max_tokens: int) -> tuple[int, int]:
+    """Window sizes (characters) that fit the model's context with room for the output.
+
+    Sized up front so the anchored window stays anchored; the service's exact fit (which cuts at
+    the token level) is only a backstop for unusually dense text.
+    """
+    budget_chars = int(max(64, max_context - max_tokens - 16) * CHARS_PER_TOKEN)
+    if prefix_chars + suffix_chars <= budget_chars:
+        return prefix_chars, suffix_chars
+    suffix = min(suffix_chars, budget_chars // 5)
+    return budget_chars - suffix, suffix
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A request's lookups depend on the request (its reference text, its document and 
 index), so they are built per request. The model proposers (draft model, early exit) are costly
 to build (a draft model is loaded from disk) and the ``auto`` policy's statistics are what make
 later requests start informed, so both live as long as the server: each request's ``auto``
-proposer is assembled from fresh lookups plus the shared models, and inherits the policy state.
+proposer is assembled from fresh lookups plus the shared models, with the shared policy state.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ class ProposerFactory:
         self.target = target
         self.base_options = dict(base_options or {})
         self._models: list | None = None  # long-lived model proposers, built on first use
-        self._policy_state: tuple | None = None  # (acceptance, verify_cost, probes)
-        self._model_costs: dict = {}  # proposal cost fits of model proposers, by name
         self._warned: set[str] = set()
         self._models_owner = None  # the request proposer currently using the model proposers
 
@@ -49,7 +47,7 @@ class ProposerFactory:
 
     def _auto(self, options: dict):
         from codespec.registry import ProposerSetup, create_proposer
-        from proposers.auto import AutoProposer, PolicyConfig
+        from proposers import auto as auto_module
 
         setup = ProposerSetup(self.target, options)
         lookups = [create_proposer("context", setup)]
@@ -61,35 +59,34 @@ class ProposerFactory:
                     self._warn(name, error)
         # Model proposers keep per-request state (a draft KV cache): one request at a time uses them.
         models = self._model_proposers() if self._models_owner is None else []
-        auto = AutoProposer(lookups, models, PolicyConfig(**options.get("policy", {})))
+        config = auto_module.PolicyConfig(**options.get("policy", {}))
+        # The policy's statistics are shared by every auto with the same candidates (as auto's own
+        # from_setup does), so later requests start informed.
+        key = (getattr(self.target, "name", ""), tuple(p.name for p in (*lookups, *models)), repr(config))
+        state = auto_module._SHARED_STATES.setdefault(key, auto_module.PolicyState.fresh(config))
+        auto = auto_module.AutoProposer(lookups, models, config, state)
         if models:
             self._models_owner = auto
-        if self._policy_state is None:
-            self._policy_state = (auto.acceptance, auto.verify_cost, auto.probes)
-        else:
-            auto.acceptance, auto.verify_cost, auto.probes = self._policy_state
-        for sub in auto.subs:
-            if sub.kind == "model":
-                sub.proposal_cost = self._model_costs.setdefault(sub.name, sub.proposal_cost)
         return auto
 
     def _model_proposers(self) -> list:
         if self._models is None:
             from codespec.registry import ProposerSetup, create_proposer
-            from proposers.auto import _default_draft_available, _supports_early_exit
+            from proposers.auto import _draft_for_auto, _supports_early_exit
 
             self._models = []
             setup = ProposerSetup(self.target, self.base_options)
-            wanted = []
-            if self.base_options.get("draft_model") or _default_draft_available():
-                wanted.append("draft")
+            try:
+                draft = _draft_for_auto(setup)
+                if draft is not None:
+                    self._models.append(draft)
+            except Exception as error:  # a missing or incompatible draft model: lookups still work
+                self._warn("draft", error)
             if _supports_early_exit(self.target):
-                wanted.append("early-exit")
-            for name in wanted:
                 try:
-                    self._models.append(create_proposer(name, setup))
-                except Exception as error:  # a missing or incompatible draft model: lookups still work
-                    self._warn(name, error)
+                    self._models.append(create_proposer("early-exit", setup))
+                except Exception as error:
+                    self._warn("early-exit", error)
         return self._models
 
     def _warn(self, name: str, error: Exception) -> None:

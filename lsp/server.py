@@ -329,7 +329,7 @@ async def complete_at(ls: CodespecServer, uri: str, position: types.Position,
     offset = ls.offset_of(text, position)
     options = ls.options
     context = completion_context(text, offset, options.line_tokens, options.block_tokens,
-                                 options.prefix_chars, options.suffix_chars, invoked, options.mode)
+                                 *ls.service.windows(options.prefix_chars, options.suffix_chars, options.block_tokens), invoked, options.mode)
     reference = typed_along(ls.suggestions.get(uri), text, offset)
     previous = ls.inflight.pop(uri, None)
     if previous is not None:

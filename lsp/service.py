@@ -237,6 +237,12 @@ class EngineService:
     async def acall(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.wrap_future(self.call(fn))
 
+    def windows(self, prefix_chars: int, suffix_chars: int, max_tokens: int) -> tuple[int, int]:
+        """Prompt window sizes (characters) that fit this model's context."""
+        from lsp.inline import fit_windows
+
+        return fit_windows(prefix_chars, suffix_chars, self.target.max_context, max_tokens)
+
     def warm_up(self) -> None:
         """One short request through the default proposer: the first forward of a fresh process is
         slow (allocations, kernel selection) and model proposers load lazily; pay that at start."""

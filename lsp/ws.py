@@ -135,7 +135,7 @@ class Session:
                                      cache_key=f"edit:{key}" if key else None, uri=message.path), None
         text = message.prefix + message.suffix
         context = completion_context(text, len(message.prefix), options.line_tokens, options.block_tokens,
-                                     options.prefix_chars, options.suffix_chars, invoked=True, mode=options.mode)
+                                     *self.service.windows(options.prefix_chars, options.suffix_chars, options.block_tokens), invoked=True, mode=options.mode)
         stop = context.stop if message.stop is None else (*message.stop, *END_MARKERS)
         return GenerationRequest(prompt=completion_prompt(context), fim=(context.prefix, context.suffix),
                                  max_tokens=message.max_tokens or context.max_tokens, stop=stop,

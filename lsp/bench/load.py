@@ -97,6 +97,7 @@ async def _level(url: str, token: str, messages: list[dict], concurrency: int, c
     for number in range(count):
         queue.put_nowait((number, messages[number % len(messages)]))
     latencies, ttfts, tokens, errors = [], [], [], []
+    proposers: dict[str, int] = {}  # what the server actually ran (it falls back when one is unavailable)
 
     async def client() -> None:
         async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=None) as socket:
@@ -121,6 +122,8 @@ async def _level(url: str, token: str, messages: list[dict], concurrency: int, c
                 latencies.append((end - start) * 1e3)
                 ttfts.append(((first or end) - start) * 1e3)
                 tokens.append(reply.get("usage", {}).get("completion_tokens", 0))
+                name = str(reply.get("proposer"))
+                proposers[name] = proposers.get(name, 0) + 1
 
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(concurrency)))
@@ -133,4 +136,5 @@ async def _level(url: str, token: str, messages: list[dict], concurrency: int, c
             "wall_s": round(wall, 2), "requests_per_s": len(latencies) / wall if wall else 0.0,
             "tokens_per_s": sum(tokens) / wall if wall else 0.0,
             "latency_ms_p50": p(latencies, 50), "latency_ms_p95": p(latencies, 95),
-            "ttft_ms_p50": p(ttfts, 50), "ttft_ms_p95": p(ttfts, 95), "error_messages": errors[:3]}
+            "ttft_ms_p50": p(ttfts, 50), "ttft_ms_p95": p(ttfts, 95), "error_messages": errors[:3],
+            "proposers": proposers}

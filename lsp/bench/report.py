@@ -123,7 +123,11 @@ def markdown(report: dict, command: str = "", plots_note: str | None = None, tit
             out.append(f"| {level['concurrency']} | {level['requests']} | {_fmt(level['requests_per_s'], '{:.2f}')} | "
                        f"{_fmt(level['latency_ms_p50'], '{:.0f}')} | {_fmt(level['latency_ms_p95'], '{:.0f}')} | "
                        f"{_fmt(level['ttft_ms_p50'], '{:.0f}')} | {_fmt(level['ttft_ms_p95'], '{:.0f}')} | {level['errors']} |")
-        out.append("")
+        ran = {}
+        for level in load["levels"]:
+            for name, count in (level.get("proposers") or {}).items():
+                ran[name] = ran.get(name, 0) + count
+        out += [f"Proposer the server reported per request: {ran}.", ""]
     if plots_note:
         out += [plots_note, ""]
     return "\n".join(out)
