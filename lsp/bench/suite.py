@@ -196,8 +196,10 @@ def _sweeps(plan: BenchPlan, target, built: _Configs, workload_cases: dict, firs
         points.append(("max_new_tokens", value, replace(first, max_new_tokens=value), None))
     for temperature in plan.temperature[1:]:
         points.append(("temperature", temperature, replace(first, sampling=replace(first.sampling, temperature=temperature)), None))
+    sampled = max(plan.temperature) or 1.0  # top-p only acts when sampling
     for top_p in plan.top_p[1:]:
-        points.append(("top_p", top_p, replace(first, sampling=replace(first.sampling, top_p=top_p)), None))
+        points.append(("top_p", top_p, replace(first, sampling=replace(first.sampling, temperature=sampled,
+                                                                       top_p=top_p)), None))
     for chars in plan.context_chars:
         points.append(("context_chars", chars, first, chars))
     names = [n for n in built.configs if n in SWEEP_CONFIGS]
