@@ -37,7 +37,15 @@ def add_generate(subparsers) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--proposer", default="context",
                         help="none (plain decoding, the baseline), context, or any installed proposer")
-    parser.add_argument("--draft-len", type=int, default=8, help="K: most draft tokens verified per forward")
+    parser.add_argument("--draft-len", type=int, default=None,
+                        help="K: most draft tokens verified per forward (default 8; 64 for auto, whose policy sizes drafts)")
+    parser.add_argument("--draft-model", default=None,
+                        help="draft model directory for --proposer draft/auto (same tokenizer; default: the shipped draft)")
+    parser.add_argument("--reference-file", type=Path, default=None,
+                        help="text the output is expected to largely copy (a region being rewritten, a "
+                             "predicted output): drafted by --proposer reference and auto")
+    parser.add_argument("--exit-layer", type=int, default=None,
+                        help="early exit: draft with the target's first E layers (default: a quarter of the depth)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
@@ -58,10 +66,18 @@ def run_generate(args) -> int:
 
     prompt = args.prompt if args.prompt is not None else args.prompt_file.read_text(encoding="utf-8")
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
-    limits = GenerationLimits(args.max_new_tokens, tuple(args.stop), max_draft_len=args.draft_len)
+    draft_len = args.draft_len if args.draft_len is not None else (64 if args.proposer == "auto" else 8)
+    limits = GenerationLimits(args.max_new_tokens, tuple(args.stop), max_draft_len=draft_len)
     target = TargetModel.load(args.model, device=args.device, dtype=args.dtype,
                               trust_remote_code=args.trust_remote_code)
-    proposer = create_proposer(args.proposer, ProposerSetup(target, {}))
+    options = {}
+    if args.draft_model:
+        options["draft_model"] = args.draft_model
+    if args.exit_layer is not None:
+        options["exit_layer"] = args.exit_layer
+    if args.reference_file is not None:
+        options["reference"] = args.reference_file.read_text(encoding="utf-8")
+    proposer = create_proposer(args.proposer, ProposerSetup(target, options))
     finished = None
     for event in generate(target, target.encode(prompt), proposer, sampling, limits):
         if isinstance(event, TextDelta) and not args.json:

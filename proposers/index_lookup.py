@@ -17,7 +17,7 @@ from bisect import bisect_right
 from typing import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
-from proposers.recent_text import RecentText
+from proposers.context import ContextLookup
 
 CONTEXT_SOURCE = "context"
 
@@ -31,7 +31,7 @@ class IndexLookup:
         self.index = index
         self.uri = uri if uri is not None and uri in index.documents() else None
         self.max_candidates = max_candidates
-        self.context = RecentText(index.max_ngram, index.min_ngram) if use_context else None
+        self.context = ContextLookup(index.max_ngram, index.min_ngram) if use_context else None
         self._start_cursor = self._token_offset(cursor) if self.uri is not None and cursor is not None else None
         self.begin(())
 

@@ -33,7 +33,7 @@ import math
 from typing import Any, Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
-from proposers.recent_text import RecentText
+from proposers.context import ContextLookup
 from proposers.token_bytes import TokenBytes
 
 TAIL_TOKENS = 32  # output tokens whose bytes are matched against the reference when re-anchoring
@@ -62,7 +62,7 @@ class ReferenceLookup:
             self.codec = TokenBytes(encode)
         self.reference = reference
         # Drafts for inserted text, from the output so far (the context rule).
-        self.own_text = RecentText() if own_text else None
+        self.own_text = ContextLookup() if own_text else None
         self.own_text_below = own_text_below  # re-anchorings scoring less yield to a request-text match
         self.window_behind = window_behind
         self.window_ahead = window_ahead

@@ -56,3 +56,17 @@ def test_bad_values_and_missing_model_exit_with_a_message(tiny_model_dir):
     assert missing.returncode == 2 and "not found" in missing.stderr
     unknown = codespec("generate", "--model", str(tiny_model_dir), "--prompt", "x", "--proposer", "nope")
     assert unknown.returncode == 2 and "unknown proposer" in unknown.stderr
+
+
+def test_reference_file_drives_the_copy_pointer(tiny_model_dir, tmp_path):
+    baseline = codespec("generate", "--model", str(tiny_model_dir), "--prompt", PROMPT, "--max-new-tokens", "20",
+                        "--proposer", "none", "--json")
+    expected = json.loads(baseline.stdout)["text"]
+    reference = tmp_path / "reference.txt"
+    reference.write_text(expected, encoding="utf-8")  # a perfect prediction of the output
+    result = codespec("generate", "--model", str(tiny_model_dir), "--prompt", PROMPT, "--max-new-tokens", "20",
+                      "--proposer", "reference", "--reference-file", str(reference), "--json")
+    assert result.returncode == 0, result.stderr
+    run = json.loads(result.stdout)
+    assert run["token_ids"] == json.loads(baseline.stdout)["token_ids"]
+    assert run["stats"]["tokens_per_forward"] > 1.0

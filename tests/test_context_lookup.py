@@ -37,3 +37,9 @@ def test_incremental_growth_matches_fresh_proposer():
     for end in range(2, len(tokens) + 1):
         fresh = ContextLookup(max_ngram=3, min_ngram=1)
         assert propose(growing, tokens[:end]) == propose(fresh, tokens[:end])
+
+
+def test_a_loop_is_drafted_to_full_length():
+    proposer = ContextLookup(max_ngram=3, min_ngram=2)
+    tokens = [9, 1, 2, 3, 1, 2, 3, 1, 2]  # period-3 loop: the latest "1 2" ends one token from the end
+    assert propose(proposer, tokens, 7).token_ids == (3, 1, 2, 3, 1, 2, 3)

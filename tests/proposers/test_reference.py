@@ -253,20 +253,3 @@ def test_tokenizer_forms_and_edge_cases(tokenizer, codec):
     # A pointer may start inside the reference (a completion's cursor).
     middle = ReferenceLookup(text, codec, start=len("value = "))
     assert codec.join(middle.propose(ProposeContext([7], 1, 32)).token_ids) == b"compute(1)\n"
-
-
-@settings(max_examples=60, deadline=None)
-@given(tokens=st.lists(st.integers(0, 5), min_size=1, max_size=80), max_len=st.integers(1, 12),
-       grow=st.lists(st.integers(1, 9), min_size=1, max_size=6))
-def test_recent_text_drafts_exactly_what_context_lookup_drafts(tokens, max_len, grow):
-    """The own-text table (hashed keys, for the garbage collector's sake) against the reference rule."""
-    from proposers.context import ContextLookup
-    from proposers.recent_text import RecentText
-
-    mine, theirs = RecentText(), ContextLookup()
-    mine.begin(()), theirs.begin(())
-    end = 0
-    for step in grow * 3:  # the sequence grows as in decoding: each propose sees a longer prefix
-        end = min(len(tokens), end + step)
-        context = ProposeContext(tokens[:end], 0, max_len)
-        assert mine.propose(context) == theirs.propose(context)
