@@ -14,6 +14,36 @@ import logging
 log = logging.getLogger(__name__)
 
 
+def _create(name: str, setup):
+    """``codespec.registry.create_proposer`` with the plugin classes looked up once per process:
+    reading entry points scans every installed distribution (about 10 ms), too slow per keystroke."""
+    factory = _plugin(name)
+    if factory is None:
+        from codespec.registry import create_proposer
+
+        return create_proposer(name, setup)  # "none", or the registry's own error message
+    return factory.from_setup(setup) if hasattr(factory, "from_setup") else factory()
+
+
+_PLUGINS: dict[str, object] = {}
+
+
+def _plugin(name: str):
+    if not _PLUGINS:
+        from importlib.metadata import entry_points
+
+        from codespec.registry import GROUP
+
+        for entry_point in entry_points(group=GROUP):
+            _PLUGINS.setdefault(entry_point.name, entry_point)
+    entry_point = _PLUGINS.get(name)
+    if entry_point is None:
+        return None
+    if not isinstance(entry_point, type):
+        entry_point = _PLUGINS[name] = entry_point.load()
+    return entry_point
+
+
 class ProposerFactory:
     def __init__(self, target, base_options: dict | None = None) -> None:
         self.target = target
@@ -24,7 +54,7 @@ class ProposerFactory:
 
     def create(self, name: str, options: dict):
         """The proposer ``name`` for one request (``options``: reference, index, uri, cursor)."""
-        from codespec.registry import ProposerSetup, create_proposer
+        from codespec.registry import ProposerSetup
 
         merged = {**self.base_options, **options}
         if name == "auto":
@@ -38,7 +68,7 @@ class ProposerFactory:
             if shared is not None:
                 self._models_owner = shared
                 return shared
-        return create_proposer(name, ProposerSetup(self.target, merged))
+        return _create(name, ProposerSetup(self.target, merged))
 
     def release(self, proposer) -> None:
         """The request using ``proposer`` is over."""
@@ -46,15 +76,15 @@ class ProposerFactory:
             self._models_owner = None
 
     def _auto(self, options: dict):
-        from codespec.registry import ProposerSetup, create_proposer
+        from codespec.registry import ProposerSetup
         from proposers import auto as auto_module
 
         setup = ProposerSetup(self.target, options)
-        lookups = [create_proposer("context", setup)]
+        lookups = [_create("context", setup)]
         for name in ("reference", "index"):
             if options.get(name) is not None:
                 try:
-                    lookups.append(create_proposer(name, setup))
+                    lookups.append(_create(name, setup))
                 except Exception as error:  # e.g. not installed yet: draft without it
                     self._warn(name, error)
         # Model proposers keep per-request state (a draft KV cache): one request at a time uses them.
@@ -71,7 +101,7 @@ class ProposerFactory:
 
     def _model_proposers(self) -> list:
         if self._models is None:
-            from codespec.registry import ProposerSetup, create_proposer
+            from codespec.registry import ProposerSetup
             from proposers.auto import _draft_for_auto, _supports_early_exit
 
             self._models = []
@@ -84,7 +114,7 @@ class ProposerFactory:
                 self._warn("draft", error)
             if _supports_early_exit(self.target):
                 try:
-                    self._models.append(create_proposer("early-exit", setup))
+                    self._models.append(_create("early-exit", setup))
                 except Exception as error:
                     self._warn("early-exit", error)
         return self._models

@@ -77,7 +77,7 @@ def load_models(model: str | None, shape: str | None, draft: str | None, device:
         if path is None:
             raise CodespecError("no model: pass --model DIR or --model-shape SHAPE (this build ships no default model)")
         target = TargetModel.load(path, device=device, dtype=dtype)
-        description = f"{path} ({_params(target)})"
+        description = f"{path} ({_params(target)}{_weights_digest(path)})"
     draft_path = None
     if draft in SHAPE_NAMES:
         draft_path = str(_save_random_draft(draft, target))
@@ -92,7 +92,8 @@ def load_models(model: str | None, shape: str | None, draft: str | None, device:
         draft_hf = AutoModelForCausalLM.from_pretrained(draft_path, local_files_only=True,
                                                         dtype=target.dtype).to(target.device).eval()
         count = sum(p.numel() for p in draft_hf.parameters()) / 1e6
-        draft_description = f"{'random ' + draft + ' shape' if draft in SHAPE_NAMES else draft_path} ({count:.1f}M parameters)"
+        draft_description = (f"{'random ' + draft + ' shape' if draft in SHAPE_NAMES else draft_path} "
+                             f"({count:.1f}M parameters{_weights_digest(draft_path)})")
     return BenchModels(target, draft_path, draft_hf, description, draft_description)
 
 
@@ -105,6 +106,16 @@ def _save_random_draft(shape: str, target) -> Path:
     model.save_pretrained(directory)
     target.tokenizer.save_pretrained(directory)
     return directory
+
+
+def _weights_digest(path) -> str:
+    """A short digest of the weights file, so a report names exactly which trained model it measured."""
+    import hashlib
+
+    weights = Path(path) / "model.safetensors"
+    if not weights.is_file():
+        return ""
+    return f", weights sha256 {hashlib.sha256(weights.read_bytes()).hexdigest()[:12]}"
 
 
 def _params(target) -> str:
