@@ -26,6 +26,7 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
         for l in range(1, layers + 1))
     samples = metrics["samples"]
     minutes = result.wall_s / 60
+    stages = ", then ".join(f"{vocab:,}" for vocab, _, _ in config.copy_stages)
     text = f"""# The default model pair
 
 codespec ships a small Python code model (the default **target**) and a smaller **draft** model with the
@@ -44,7 +45,7 @@ and that the draft-model and early-exit fallbacks behave realistically; not a us
 | target | {TARGET_SHAPE.layers} | {TARGET_SHAPE.hidden} | {TARGET_SHAPE.heads} ({TARGET_SHAPE.kv_heads}) | {TARGET_SHAPE.intermediate} | {params['target']:,} | {metrics['step_ms']['target']:.1f} ms |
 | draft | {DRAFT_SHAPE.layers} | {DRAFT_SHAPE.hidden} | {DRAFT_SHAPE.heads} ({DRAFT_SHAPE.kv_heads}) | {DRAFT_SHAPE.intermediate} | {params['draft']:,} | {metrics['step_ms']['draft']:.1f} ms |
 
-Tied input/output embeddings, vocabulary 4,096 (byte-level BPE, `tokenizers`), RoPE, context 1,024
+Untied input/output embeddings, vocabulary 4,096 (byte-level BPE, `tokenizers`), RoPE, context 1,024
 (trained on rows of up to 512 tokens). The draft costs about a fifth of the target's multiply-adds per
 token. Special tokens: `<|endoftext|>` (id 0, EOS), `<|fim_prefix|>`, `<|fim_middle|>`,
 `<|fim_suffix|>`, `<|fim_pad|>`, `<|repo_name|>`, `<|file_sep|>` (Qwen2.5-Coder's names). A source
@@ -56,12 +57,13 @@ text that literally contains one of these strings is tokenized as the special to
   {corpus_info['train_chars']:,} characters, {corpus_info['train_tokens']:,} tokens; PSF licence).
   {corpus_info['heldout_files']} files are held out by a hash of their path (`codespec/training/corpus.py`);
   every number below is measured on them. `shared/workloads` is never used.
-- Curriculum: synthetic copy in the rewrite format over random spans of the 64, then 512, then 4,096
-  most frequent tokens (each stage until its copy loss is low; {result.copy_steps} steps, target only),
+- Curriculum: synthetic copy in the rewrite format (random spans of 10-60 tokens) over the
+  {stages} most frequent tokens, batch {config.copy_batch[0]} x {config.copy_batch[1]} (each stage until
+  its copy loss is low; {result.copy_steps} steps in all, target only, no early-exit loss),
   then {result.steps - result.copy_steps} steps of the mixture: natural code 45%, rewrite examples 30%
   (half exact copies without an instruction, half small synthetic edits with an instruction: renamed
   identifier, deleted, inserted or changed line), FIM 20% (one line, part of a line, or 2-5 lines),
-  synthetic copy 5%.
+  synthetic copy 5%, batch {config.mix_batch[0]} x {config.mix_batch[1]}.
 - Target loss: next-token cross-entropy plus a LayerSkip-style early-exit loss (weight
   {config.exit_weight} each): the residual stream after layers 1..{layers - 1}, through the final norm and
   the LM head, also predicts the next token (on every {config.exit_stride}rd position). The draft trains on

@@ -13,7 +13,7 @@ def add_parser(subparsers) -> None:
                         help="model directory root (default: the package's codespec/models/default)")
     parser.add_argument("--work", type=Path, default=Path("train-default-work"),
                         help="checkpoints and the training log go here")
-    parser.add_argument("--mix-steps", type=int, default=1400,
+    parser.add_argument("--mix-steps", type=int, default=1100,
                         help="optimizer steps on the natural mixture after the copy curriculum")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1,
