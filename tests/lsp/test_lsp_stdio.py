@@ -208,3 +208,25 @@ async def test_out_of_range_position_is_an_error_not_a_crash(client, workspace):
         await inline(client, uri, 4, len('    """Join ') + 1)
     stats = await client.protocol.send_request_async("codespec/stats", {})
     assert stats.documents_open >= 1
+
+
+async def test_completion_fallback_returns_the_same_completion(client, workspace):
+    uri = (workspace / "util.py").as_uri()
+    inline_items = await inline(client, uri, 9, len("    result = "))
+    completion = await client.text_document_completion_async(types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(9, len("    result = "))))
+    assert [item.text_edit.new_text for item in completion.items] == [item.insert_text for item in inline_items]
+
+
+async def test_reindex_command_reports_progress_again(client):
+    def ended() -> int:
+        return sum(1 for token, values in client.progress_reports.items()
+                   if str(token).startswith("codespec/indexing")
+                   and any(isinstance(value, types.WorkDoneProgressEnd) for value in values))
+
+    before = ended()
+    await asyncio.wait_for(client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="codespec.reindex")), WAIT_S)
+    while ended() == before:  # the end notification precedes the command's response, but be safe
+        await asyncio.wait_for(client.protocol.wait_for_notification_async("$/progress"), WAIT_S)
+    assert ended() == before + 1
