@@ -287,7 +287,7 @@ def _check_table(table: NgramTable, number: int) -> None:
     from index.ngram import DEEP_SORT_GROUP, _word_layout, sort_words
 
     bits, per_word = _word_layout(table.tokens.dtype)
-    words = sort_words(table.tokens, table.order.astype(np.int64), table.sep, table.max_ngram)
+    words = sort_words(table.tokens, table.order, table.max_ngram)
     first = words[0]
     if len(first) > 1 and not np.all(first[1:] >= first[:-1]):
         raise AssertionError(f"level {number}: positions are not sorted by their nearest tokens")
