@@ -84,6 +84,18 @@ def verify_ms_by_draft_len(steps) -> dict[str, float]:
     return {name: round(percentile(values, 50), 3) for name, values in buckets.items()}
 
 
+def drafts_by_proposer(steps) -> dict[str, dict]:
+    """Per drafting source (auto's sub-proposers show up by name): steps, proposed, accepted."""
+    table: dict[str, dict] = {}
+    for step in steps:
+        if step.draft_len:
+            row = table.setdefault(step.proposer or "?", {"steps": 0, "proposed": 0, "accepted": 0})
+            row["steps"] += 1
+            row["proposed"] += step.draft_len
+            row["accepted"] += step.accepted
+    return table
+
+
 def summarize(results: Sequence[RunResult], baseline: Sequence[RunResult] | None,
               sampling: bool = False) -> dict:
     """Every metric of one configuration over its requests (``baseline``: greedy's, same order)."""
@@ -131,6 +143,7 @@ def summarize(results: Sequence[RunResult], baseline: Sequence[RunResult] | None
         "request_throughput_per_s": len(results) / elapsed if elapsed > 0 else None,
         "speedup_median": None,
         "cuda_max_allocated_mb": max((r.cuda_peak_mb for r in results if r.cuda_peak_mb is not None), default=None),
+        "drafts_by_proposer": drafts_by_proposer(steps),
         "verify_ms_p50_by_draft_len": verify_ms_by_draft_len(
             [step for r in results for step in r.stats.steps[1:]]),
         "itl_ms": [round(gap, 3) for gap in gaps_ms],  # for the distribution plot
