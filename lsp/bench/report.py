@@ -101,8 +101,9 @@ def markdown(report: dict, command: str = "", plots_note: str | None = None, tit
                 "request, with the prefill, left out):", "", cost_table(body["configs"]), ""]
         if body.get("auto_policy"):
             auto = body["configs"].get("auto", {})
-            out += [f"`auto`: drafts by source {auto.get('drafts_by_proposer')}; fitted verification cost at the "
-                    f"end (ms = a + b k): {body['auto_policy'].get('verify_fit_ms')}", ""]
+            sources = auto.get("drafts_by_proposer")
+            out += [(f"`auto`: drafts by source {sources}; " if sources else "`auto`: ")
+                    + f"fitted verification cost at the end (ms = a + b k): {body['auto_policy'].get('verify_fit_ms')}", ""]
     if len(report["workloads"]) > 1:
         out += [f"{h2} all workloads together", "", markdown_table(report["configs"]), ""]
     if report.get("sweeps"):

@@ -50,6 +50,8 @@ def test_speedup_is_aggregate_rate_over_same_run_greedy():
     assert row["equivalence"] == 1.0  # same token ids as greedy
     assert row["tokens_per_forward"] == pytest.approx((25 * 4 + 17 * 3) / 42, abs=1e-3)  # steps emit 4 and 3
     assert set(METRIC_KEYS) <= set(row)
+    assert row["drafts_by_proposer"] == {"p": {"steps": 42, "proposed": 25 * 3 + 17 * 2, "accepted": 25 * 3 + 17 * 2}}
+    assert base_row["drafts_by_proposer"] == {}
 
 
 def test_equivalence_counts_token_identical_requests():
