@@ -1,0 +1,122 @@
+"""Requests, results and jobs of the engine service (the values crossing lsp/ modules).
+
+A ``Job`` is cancelled through a threading.Event the decode loop checks once per cycle; an
+``AsyncJob`` is the same job seen from an event loop (deltas as loop callbacks, an awaitable
+result that cancels the job when the awaiting task is cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from lsp.service import EngineService
+
+DeltaCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One completion or rewrite, already turned into a prompt."""
+
+    prompt: str
+    max_tokens: int
+    kind: str = "complete"  # "complete" | "edit": stats and what history records
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.0
+    reference: str | None = None  # reference draft: the text being rewritten, a prediction, a shown suggestion
+    cache_key: str | None = None  # document whose KV cache to reuse
+    uri: str | None = None  # for the index proposer's locality ranking
+    cursor: int | None = None  # code point offset of the cursor in ``uri``
+    deadline_s: float | None = None
+    proposer: str | None = None  # None: the service default
+    fim: tuple[str, str] | None = None  # (prefix, suffix) the prompt was built from: lets the service
+    # shrink the window to the model's context (keeping the text nearest the cursor)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts in the style of OpenAI's usage.completion_tokens_details."""
+
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens whose KV state was reused (no prefill)
+    completion_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    text: str
+    reason: str  # "eos" | "stop" | "length" | "context" | "deadline" | "cancelled"
+    usage: Usage
+    stats: dict  # RequestStats.summary(), design.md §3 names
+    proposer: str
+    elapsed_s: float
+
+
+class Job:
+    """A submitted request: cancel it, wait for it (thread or asyncio)."""
+
+    def __init__(self, request: GenerationRequest, on_delta: DeltaCallback | None) -> None:
+        self.request = request
+        self.on_delta = on_delta
+        self.future: concurrent.futures.Future[JobResult] = concurrent.futures.Future()
+        self._cancel = threading.Event()
+        self.submitted_s = time.perf_counter()
+        # worker-thread state
+        self.generator = None
+        self.proposer = None
+        self.cache = None
+        self.prompt_len = 0
+        self.cached_len = 0
+
+    def cancel(self) -> None:
+        """Stop at the next cycle (or before starting); the result's reason becomes "cancelled"."""
+        self._cancel.set()
+
+    def is_set(self) -> bool:  # the engine's Cancellation protocol
+        return self._cancel.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def wait(self, timeout: float | None = None) -> JobResult:
+        return self.future.result(timeout)
+
+
+class AsyncJob:
+    """A Job seen from an event loop: deltas arrive as loop callbacks, the result is awaitable."""
+
+    def __init__(self, service: "EngineService", request: GenerationRequest,
+                 on_delta: DeltaCallback | None = None) -> None:
+        loop = asyncio.get_running_loop()
+
+        def deliver(text: str) -> None:
+            if on_delta is not None and not loop.is_closed():
+                try:
+                    loop.call_soon_threadsafe(on_delta, text)
+                except RuntimeError:  # the loop closed meanwhile (client gone)
+                    pass
+
+        self.job = service.submit(request, deliver)
+
+    def cancel(self) -> None:
+        self.job.cancel()
+
+    async def result(self) -> JobResult:
+        """The result; if the awaiting task is cancelled, the job is cancelled too."""
+        try:
+            return await asyncio.shield(asyncio.wrap_future(self.job.future))
+        except asyncio.CancelledError:
+            self.job.cancel()
+            raise
