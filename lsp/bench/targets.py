@@ -22,6 +22,7 @@ class Target:
     versus: str  # a configuration name, compared by tokens/s
     ratio: float
     needs_equivalence: bool = False
+    report_only: bool = False  # the issue asks for the comparison, not for a threshold
 
 
 TARGETS = (
@@ -29,6 +30,8 @@ TARGETS = (
     Target("edits-httpx", "replay", "auto", "greedy", 4.0, needs_equivalence=True),
     Target("completions-httpx", "replay", "auto", "hf-pld", 1.3),
     Target("editeval", "real", "auto", "greedy", 1.0),
+    Target("editeval", "real", "draft", "hf-assisted", 0.0, report_only=True),
+    Target("editeval", "real", "early-exit", "hf-early-exit", 0.0, report_only=True),
 )
 
 
@@ -54,19 +57,23 @@ def check(target: Target, report: dict) -> dict | None:
 
 
 def targets_table(reports: list[dict]) -> str:
-    lines = ["| target | measured (aggregate tok/s ratio) | per-request median ratio | equivalence | met |",
+    lines = ["| target | measured: aggregate tok/s ratio | per-request medians (x greedy) ratio | equivalence | met |",
              "|---|---:|---:|---:|:---:|"]
     for target in TARGETS:
         found = next((result for report in reports if (result := check(target, report)) is not None), None)
-        name = (f"{target.workload} ({target.mode}): `{target.config}` >= {target.ratio:g}x `{target.versus}`"
-                + (" with 100% equivalence" if target.needs_equivalence else ""))
+        if target.report_only:
+            name = f"{target.workload} ({target.mode}): `{target.config}` against `{target.versus}` (reported)"
+        else:
+            name = (f"{target.workload} ({target.mode}): `{target.config}` >= {target.ratio:g}x `{target.versus}`"
+                    + (" with 100% equivalence" if target.needs_equivalence else ""))
         if found is None:
             lines.append(f"| {name} | not run | - | - | - |")
             continue
         ratio = f"{found['ratio']:.2f}x" if found["ratio"] is not None else "-"
         median = f"{found['median_ratio']:.2f}x" if found["median_ratio"] is not None else "-"
         equivalence = f"{found['equivalence']:.0%}" if found["equivalence"] is not None else "-"
-        lines.append(f"| {name} | {ratio} | {median} | {equivalence} | {'yes' if found['met'] else '**no**'} |")
+        verdict = "-" if target.report_only else ("yes" if found["met"] else "**no**")
+        lines.append(f"| {name} | {ratio} | {median} | {equivalence} | {verdict} |")
     return "\n".join(lines)
 
 

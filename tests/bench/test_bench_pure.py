@@ -150,3 +150,20 @@ def test_plots_are_written_with_matplotlib(tmp_path):
     assert note.startswith("plots:")
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
         "acceptance_by_depth.png", "itl_distribution.png", "speedup_per_workload.png"]
+
+
+def test_targets_read_same_run_ratios():
+    from lsp.bench.targets import TARGETS, check, targets_table
+
+    configs = {"greedy": {"tokens_per_s": 10.0, "speedup_median": 1.0, "equivalence": 1.0},
+               "auto": {"tokens_per_s": 45.0, "speedup_median": 4.0, "equivalence": 1.0},
+               "hf-pld": {"tokens_per_s": 25.0, "speedup_median": 2.5, "equivalence": 1.0}}
+    report = {"mode": "replay", "workloads": {"edits-httpx": {"configs": configs}}}
+    versus_pld, versus_greedy = (check(t, report) for t in TARGETS[:2])
+    assert versus_pld["ratio"] == pytest.approx(1.8) and not versus_pld["met"]
+    assert versus_pld["median_ratio"] == pytest.approx(1.6)
+    assert versus_greedy["ratio"] == pytest.approx(4.5) and versus_greedy["met"]
+    configs["auto"]["equivalence"] = 0.9  # fast but not lossless: the target is not met
+    assert not check(TARGETS[1], report)["met"]
+    assert check(TARGETS[0], {**report, "mode": "real"}) is None  # another mode does not count
+    assert "not run" in targets_table([report])  # completions and editeval were not in this report
