@@ -146,6 +146,49 @@ async def bench(args) -> dict:
     return report
 
 
+def bench_in_process(args) -> dict:
+    """The same cold / keystroke requests straight into the engine service (no LSP transport, no
+    index): separates engine latency from protocol overhead."""
+    from lsp.inline import completion_context, completion_prompt
+    from lsp.options import ServerOptions
+    from lsp.runtime import close_service, start_service
+    from lsp.service import GenerationRequest
+
+    options = ServerOptions(model=args.model, device=args.device, mode=args.mode,
+                            proposer=args.proposer or "auto")
+    service = start_service(options)
+    windows = service.windows(options.prefix_chars, options.suffix_chars, options.block_tokens)
+    series: dict[str, list[float]] = {"cold_item_ms": [], "cold_ttft_ms": [], "keystroke_item_ms": [],
+                                      "keystroke_ttft_ms": []}
+
+    def ask(text: str, offset: int, key: str, phase: str) -> None:
+        context = completion_context(text, offset, options.line_tokens, options.block_tokens, *windows,
+                                     False, options.mode)
+        started = time.perf_counter()
+        result = service.submit(GenerationRequest(
+            prompt=completion_prompt(context), fim=(context.prefix, context.suffix),
+            max_tokens=context.max_tokens, stop=context.stop, cache_key=key)).wait()
+        series[f"{phase}_item_ms"].append((time.perf_counter() - started) * 1e3)
+        if result.stats["ttft_ms"] is not None:
+            series[f"{phase}_ttft_ms"].append(result.stats["ttft_ms"])
+
+    try:
+        for number, case in enumerate(_load(args.cases, args.limit)):
+            text, offset = case["prefix"] + case["suffix"], len(case["prefix"])
+            ask(text, offset, f"case-{number}", "cold")
+            typed = case["target"][:1]
+            if typed:
+                ask(text[:offset] + typed + text[offset:], offset + len(typed), f"case-{number}", "keystroke")
+    finally:
+        close_service(service)
+    report = {"cases": len(_load(args.cases, args.limit)), "mode": args.mode, "in_process": True,
+              "proposer": options.proposer}
+    for name, values in series.items():
+        report[f"{name}_p50"] = round(percentile(values, 50), 2)
+        report[f"{name}_p95"] = round(percentile(values, 95), 2)
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=Path, required=True, help="completion records (JSON lines)")
@@ -156,8 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("auto", "line", "block"), default="line")
     parser.add_argument("--limit", type=int, default=None, help="first N cases only")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--in-process", action="store_true",
+                        help="call the engine service directly (no LSP, no index): engine latency only")
     args = parser.parse_args(argv)
-    report = asyncio.run(bench(args))
+    report = bench_in_process(args) if args.in_process else asyncio.run(bench(args))
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:

@@ -73,7 +73,7 @@ async def _serve_ws(args, options) -> int:
 
     from lsp.auth import resolve_token
     from lsp.options import WsLimits
-    from lsp.server import start_service
+    from lsp.runtime import start_service
     from lsp.ws import bound_port, start_ws_server
 
     source = resolve_token(args.token, args.token_file)
@@ -94,7 +94,7 @@ async def _serve_ws(args, options) -> int:
     await stop.wait()
     server.close()
     await server.wait_closed()
-    from lsp.server import close_service
+    from lsp.runtime import close_service
 
     close_service(service)
     return 0

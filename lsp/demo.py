@@ -40,7 +40,7 @@ def complete_once(args) -> int:
     from lsp.cli import _index_folders
     from lsp.inline import completion_context, completion_prompt, trim_completion
     from lsp.options import ServerOptions
-    from lsp.server import close_service, start_service
+    from lsp.runtime import close_service, start_service
     from lsp.service import GenerationRequest
 
     path, line, column = parse_location(args.location)

@@ -95,7 +95,7 @@ def test_index_is_reused_after_a_restart_and_history_reaches_it(lsp_target, tmp_
                                                       uri=(root / "module_1.py").as_uri(), cursor=5)).wait(WAIT_S)
             assert result.usage.completion_tokens == 3
         finally:
-            from lsp.server import close_service
+            from lsp.runtime import close_service
             close_service(service)
     assert reports[0].tokenized == 3
     assert reports[1].tokenized == 0 and reports[1].reused == 3  # nothing re-tokenized on restart
