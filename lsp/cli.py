@@ -133,6 +133,8 @@ def add_complete_parser(subparsers) -> None:
     parser.add_argument("--mode", choices=("auto", "line", "block"), default="auto",
                         help="finish the line, write lines, or decide by the cursor's line (default)")
     parser.add_argument("--no-baseline", action="store_true", help="skip the plain-decoding comparison")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each configuration, alternating, cold caches; the median is reported")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run_complete)
 

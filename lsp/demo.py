@@ -75,16 +75,25 @@ def complete_once(args) -> int:
                 sys.stdout.write(delta)
                 sys.stdout.flush()
 
-        result = service.submit(request(None, "speculative"), stream).wait()
-        if not args.json:
-            sys.stdout.write("\n")
+        # Alternate the two configurations, each from a cold cache, and keep the median run of each:
+        # one run on a loaded machine can be off by 2x either way.
+        speculative_runs, plain_runs = [], []
+        for repeat in range(args.repeats):
+            on_delta = stream if repeat == 0 else None
+            speculative_runs.append(service.submit(request(None, f"speculative-{repeat}"), on_delta).wait())
+            if repeat == 0 and not args.json:
+                sys.stdout.write("\n")
+            if not args.no_baseline:
+                plain_runs.append(service.submit(request("none", f"plain-{repeat}")).wait())
+        result = _median_run(speculative_runs)
         report.update(_describe(result, "speculative"))
         report["completion"] = trim_completion(result.text, context)
         report["multiline"] = context.multiline
-        if not args.no_baseline:
-            plain = service.submit(request("none", "plain")).wait()
+        report["repeats"] = args.repeats
+        if plain_runs:
+            plain = _median_run(plain_runs)
             report.update(_describe(plain, "plain"))
-            report["identical_output"] = plain.text == result.text
+            report["identical_output"] = all(run.text == result.text for run in (*speculative_runs, *plain_runs))
             report["speedup_wall"] = _ratio(plain.elapsed_s, result.elapsed_s)
             report["speedup_decode"] = _ratio(result.stats["tokens_per_s"], plain.stats["tokens_per_s"])
     finally:
@@ -94,6 +103,10 @@ def complete_once(args) -> int:
     else:
         print(_summary(report), file=sys.stderr)
     return 0
+
+
+def _median_run(runs: list):
+    return sorted(runs, key=lambda run: run.elapsed_s)[len(runs) // 2]
 
 
 def _describe(result, label: str) -> dict:
@@ -114,7 +127,8 @@ def _ratio(numerator, denominator) -> float | None:
 
 def _summary(report: dict) -> str:
     lines = [
-        f"codespec [{report['speculative_proposer']}]: {report['speculative_tokens']} tokens in "
+        f"codespec [{report['speculative_proposer']}, median of {report['repeats']}]: "
+        f"{report['speculative_tokens']} tokens in "
         f"{report['speculative_ms']:.0f} ms ({report['speculative_target_forwards']} target forwards, "
         f"{report['speculative_tokens_per_forward']:.2f} tokens/forward vs 1.00 for plain decoding; "
         f"coverage {report['speculative_coverage']:.0%}; TTFT {report['speculative_ttft_ms'] or 0:.0f} ms; "

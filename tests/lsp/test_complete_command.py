@@ -1,0 +1,37 @@
+"""`codespec complete FILE:LINE:COL`: the end-to-end demo command, on the tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from codespec.cli import main
+from codespec.errors import CodespecError
+from lsp.demo import cursor_offset, parse_location
+
+SOURCE = "def square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n\n\ndef quad(x):\n    \n"
+
+
+def test_location_parsing():
+    assert parse_location("a/b.py:3:7")[1:] == (3, 7)
+    for bad in ("b.py:3", "b.py:0:1", "b.py:x:1"):
+        with pytest.raises(CodespecError):
+            parse_location(bad)
+    assert cursor_offset("ab\ncd\n", 2, 2) == 4
+    with pytest.raises(CodespecError, match="past the end"):
+        cursor_offset("ab\n", 1, 5)
+
+
+def test_complete_reports_identical_output_and_speedup(tmp_path, capsys, lsp_model_dir):
+    source = tmp_path / "shapes.py"
+    source.write_text(SOURCE)
+    code = main(["complete", f"{source}:10:5", "--model", str(lsp_model_dir), "--device", "cpu",
+                 "--workspace", str(tmp_path), "--max-tokens", "12", "--repeats", "1", "--json"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["identical_output"] is True  # greedy speculative decoding is lossless
+    assert report["speculative_tokens"] == report["plain_tokens"] > 0
+    assert report["plain_tokens_per_forward"] == 1.0
+    assert report["multiline"] is True and report["index_s"] is not None
+    assert report["speedup_wall"] > 0
