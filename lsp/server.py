@@ -140,14 +140,22 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: CodespecServer, params: types.DidChangeTextDocumentParams) -> None:
-        document = ls.documents.get(params.text_document.uri)
+        document = ls.documents.documents.get(params.text_document.uri)
+        if document is None:  # a client bug; nothing to apply the change to
+            log.warning("didChange for %s, which is not open", params.text_document.uri)
+            return
         for change in params.content_changes:
-            if isinstance(change, types.TextDocumentContentChangePartial):
-                rng = change.range
-                document.apply_change((rng.start.line, rng.start.character), (rng.end.line, rng.end.character),
-                                      change.text, None, ls.encoding)
-            else:
-                document.apply_change(None, None, change.text, None)
+            try:
+                if isinstance(change, types.TextDocumentContentChangePartial):
+                    rng = change.range
+                    document.apply_change((rng.start.line, rng.start.character),
+                                          (rng.end.line, rng.end.character), change.text, None, ls.encoding)
+                else:
+                    document.apply_change(None, None, change.text, None)
+            except PositionError as error:  # out of sync with the client: say so, keep serving
+                ls.tell_user(f"codespec: could not apply an edit to {document.uri} ({error}); "
+                             f"completions there may be off until the file is reopened")
+                break
         document.version = params.text_document.version
         if ls.debouncer is not None:
             ls.debouncer.touch(document.uri)
