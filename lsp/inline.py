@@ -95,6 +95,16 @@ def completion_context(text: str, offset: int, line_tokens: int, block_tokens: i
                              before_code=multiline and bool(after.strip()))
 
 
+def warm_prompt(text: str, prefix_chars: int) -> str | None:
+    """The start every completion prompt in the first window of ``text`` shares (the FIM prompt up
+    to the cursor), for prefilling a document's KV cache when it is opened. None for an empty text."""
+    head = text[:prefix_chars]
+    if not head.strip():
+        return None
+    full = fim_prompt(head, "")
+    return full[:full.find(head) + len(head)]
+
+
 def completion_prompt(context: CompletionContext) -> str:
     return fim_prompt(context.prefix, context.suffix)
 

@@ -26,7 +26,7 @@ class GenerationRequest:
 
     prompt: str
     max_tokens: int
-    kind: str = "complete"  # "complete" | "edit": stats and what history records
+    kind: str = "complete"  # "complete" | "edit" | "warm" (a prefill only): stats and history
     stop: tuple[str, ...] = ()
     temperature: float = 0.0
     reference: str | None = None  # reference draft: the text being rewritten, a prediction, a shown suggestion

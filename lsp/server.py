@@ -27,7 +27,8 @@ from codespec.errors import CodespecError
 from lsp import edit as edit_logic
 from lsp import indexing
 from lsp.documents import Debouncer, DocumentStore
-from lsp.inline import Suggestion, completion_context, completion_prompt, trim_completion, typed_along
+from lsp.inline import (Suggestion, completion_context, completion_prompt, trim_completion, typed_along,
+                        warm_prompt)
 from lsp.options import ServerOptions, parse_options
 from lsp.positions import LineIndex, PositionError
 from lsp.runtime import _index_text, close_service, start_service
@@ -137,6 +138,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         item = params.text_document
         document = ls.documents.open(item.uri, item.text, item.version, item.language_id)
         add_to_index(ls, document)
+        warm_document(ls, document)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: CodespecServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -302,6 +304,18 @@ async def complete_at(ls: CodespecServer, uri: str, position: types.Position,
     ls.suggestions[uri] = Suggestion(text[:offset], completion)
     # The item is anchored where it was asked for; the document may have moved on since.
     return completion, types.Position(position.line, position.character)
+
+
+def warm_document(ls: CodespecServer, document) -> None:
+    """Prefill a just-opened document's KV cache with the prompt start its completions will share,
+    so the first completion there prefills only the text near the cursor (one background forward)."""
+    if ls.service is None:
+        return
+    prefix_chars, _ = ls.service.windows(ls.options.prefix_chars, ls.options.suffix_chars, ls.options.block_tokens)
+    prompt = warm_prompt(document.text, prefix_chars)
+    if prompt is not None:
+        ls.service.submit(GenerationRequest(prompt=prompt, max_tokens=1, kind="warm", cache_key=document.uri,
+                                            proposer="none"))
 
 
 def add_to_index(ls: CodespecServer, document) -> None:

@@ -293,7 +293,7 @@ class EngineService:
         totals.accepted_prediction_tokens += accepted
         totals.rejected_prediction_tokens += rejected
         totals.recent.append(stats)
-        if text and reason != "cancelled":
+        if text and reason != "cancelled" and request.kind != "warm":
             self._add_history("generated", text, request.uri)
         name = getattr(job.proposer, "name", "none") if job.proposer is not None else "none"
         summary = _json_safe(stats.summary())

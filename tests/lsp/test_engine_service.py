@@ -57,6 +57,22 @@ def test_prompt_cache_reuses_the_common_prefix_and_changes_nothing(service):
     assert typed.text == fresh.text
 
 
+def test_warming_a_document_prefills_what_its_completions_share(service):
+    from lsp.inline import completion_context, completion_prompt, warm_prompt
+
+    text = LONG_TEXT
+    warm = service.submit(GenerationRequest(prompt=warm_prompt(text, 4000), max_tokens=1, kind="warm",
+                                            cache_key="warm-doc", proposer="none")).wait(WAIT_S)
+    assert warm.usage.cached_prompt_tokens == 0
+    offset = text.index("return value + 5")
+    context = completion_context(text, offset, 4, 8, 4000, 200)
+    request = GenerationRequest(prompt=completion_prompt(context), max_tokens=4, stop=context.stop,
+                                cache_key="warm-doc")
+    result = service.submit(request).wait(WAIT_S)
+    prefix_tokens = len(service.target.encode(completion_prompt(context).split("<|fim_suffix|>")[0]))
+    assert result.usage.cached_prompt_tokens >= prefix_tokens - 2  # only the suffix was prefilled
+
+
 def test_a_failing_request_does_not_hurt_the_service(service, lsp_target):
     too_long = service.submit(GenerationRequest(prompt="word " * (lsp_target.max_context + 10), max_tokens=3))
     with pytest.raises(CodespecError, match="context"):
