@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
@@ -116,3 +117,23 @@ def test_index_is_reused_after_a_restart_and_history_reaches_it(lsp_target, tmp_
     assert reports[0].tokenized == 3
     assert reports[1].tokenized == 0 and reports[1].reused == 3  # nothing re-tokenized on restart
     assert history_hits == [False, True]  # the accepted text was persisted and drafts after a restart
+
+
+async def test_newer_inline_request_supersedes_the_older_one(service):
+    from lsprotocol import types
+
+    from lsp.options import ServerOptions
+    from lsp.server import CodespecServer, complete_at
+
+    server = CodespecServer(ServerOptions())
+    server.options = ServerOptions(mode="block", block_tokens=600, deadline_ms=600_000)
+    server.service = service
+    uri = "file:///supersede.py"
+    server.documents.open(uri, LONG_TEXT + "\n", 1)
+    position = types.Position(LONG_TEXT.count("\n"), 0)
+    # Tasks start in creation order: the older one submits its job and waits before the newer starts.
+    older = asyncio.ensure_future(complete_at(server, uri, position, invoked=False))
+    newer = asyncio.ensure_future(complete_at(server, uri, position, invoked=False))
+    assert await asyncio.wait_for(older, WAIT_S) is None  # superseded: no item
+    await asyncio.wait_for(newer, WAIT_S)
+    assert service.snapshot()["finish_reasons"]["cancelled"] >= 1
