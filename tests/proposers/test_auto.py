@@ -158,7 +158,7 @@ def test_probe_interval_doubles_and_resets():
 # -- behaviour on streams ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def stream(tiny_target):
-    from conftest import stdlib_corpus
+    from engine_harness import stdlib_corpus
 
     prompt = tiny_target.encode(stdlib_corpus()[1][:200])
     reference = plain_greedy(tiny_target, prompt, 160)

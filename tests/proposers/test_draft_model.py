@@ -47,7 +47,7 @@ def save_model_with_tokenizer(directory, tokenizer, vocab_size: int, seed: int):
 
 @pytest.fixture(scope="module")
 def prompts(tiny_target):
-    from conftest import stdlib_corpus
+    from engine_harness import stdlib_corpus
 
     text = "\n".join(stdlib_corpus())
     return [tiny_target.encode(text[start:start + length]) for start, length in

@@ -38,7 +38,7 @@ def deep_target(tiny_target):
 
 @pytest.fixture(scope="module")
 def prompt(tiny_target):
-    from conftest import stdlib_corpus
+    from engine_harness import stdlib_corpus
 
     return tiny_target.encode(stdlib_corpus()[2][:300])
 

@@ -31,7 +31,7 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def cases(tiny_target):
-    from conftest import stdlib_corpus
+    from engine_harness import stdlib_corpus
 
     rng = random.Random(11)
     text = "\n".join(stdlib_corpus())
