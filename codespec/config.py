@@ -44,6 +44,8 @@ class GenerationLimits:
     stop: tuple[str, ...] = ()
     deadline_s: float | None = None  # wall-clock budget from request start
     max_draft_len: int = 8  # K: the most draft tokens verified in one forward
+    # Token ids that end the output like EOS (a prompt format's end markers, e.g. <|file_sep|>).
+    stop_token_ids: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:

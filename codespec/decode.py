@@ -77,6 +77,7 @@ def generate(
     output: list[int] = []
     stats = RequestStats()
     text = TextStream(target.decode, limits.stop, context_ids=prompt_ids)
+    end_ids = target.eos_token_ids | limits.stop_token_ids
     first_token_s = last_emit_s = None
     reason = None
     proposer.begin(prompt_ids)
@@ -116,7 +117,7 @@ def generate(
             kept: list[int] = []
             for token in emitted:
                 kept.append(token)
-                if token in target.eos_token_ids:
+                if token in end_ids:  # EOS or a format's end marker: kept in ids, not in text
                     reason = "eos"
                     break
                 delta = text.push(token)

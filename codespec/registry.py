@@ -8,6 +8,7 @@ arguments.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -25,19 +26,25 @@ class ProposerSetup:
     options: dict = field(default_factory=dict)  # e.g. {"max_ngram": 8, "draft_model": "..."}
 
 
+@lru_cache(maxsize=1)
+def _plugins() -> dict[str, Any]:
+    """Scanning installed distributions costs ~10 ms: do it once per process."""
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
 def available_proposers() -> list[str]:
-    return sorted({"none", *(ep.name for ep in entry_points(group=GROUP))})
+    return sorted({"none", *_plugins()})
 
 
 def create_proposer(name: str, setup: ProposerSetup | None = None) -> Proposer:
     if name == "none":
         return NoDraft()
-    matches = [ep for ep in entry_points(group=GROUP) if ep.name == name]
-    if not matches:
+    entry_point = _plugins().get(name)
+    if entry_point is None:
         raise CodespecError(
             f"unknown proposer {name!r}; available: {', '.join(available_proposers())} "
             f"(proposers are registered when codespec is installed, e.g. pip install -e .)"
         )
-    factory = matches[0].load()
+    factory = entry_point.load()
     setup = setup or ProposerSetup()
     return factory.from_setup(setup) if hasattr(factory, "from_setup") else factory()

@@ -13,20 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-try:  # the one place prompt formats live
-    from codespec.prompts import END_MARKERS, fim_prompt, rewrite_prompt
-except ImportError:  # pragma: no cover - only before codespec.prompts exists
-    END_MARKERS = ("<|endoftext|>", "<|file_sep|>", "<|fim_pad|>")
+from codespec.prompts import END_MARKERS, fim_prompt, rewrite_prompt  # the one place prompt formats live
 
-    def fim_prompt(prefix: str, suffix: str) -> str:
-        return f"<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>"
-
-    def rewrite_prompt(original: str, instruction: str | None = None) -> str:
-        parts = ["<|file_sep|>original.py\n", original]
-        if instruction:
-            parts += ["<|file_sep|>instruction.txt\n", instruction.strip(), "\n"]
-        parts.append("<|file_sep|>edited.py\n")
-        return "".join(parts)
 
 WINDOW_CHUNK = 1024  # characters the prompt window's start moves by
 CHARS_PER_TOKEN = 2.5  # a conservative estimate for code (byte-level BPEs give 3-4)

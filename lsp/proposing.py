@@ -15,33 +15,9 @@ log = logging.getLogger(__name__)
 
 
 def _create(name: str, setup):
-    """``codespec.registry.create_proposer`` with the plugin classes looked up once per process:
-    reading entry points scans every installed distribution (about 10 ms), too slow per keystroke."""
-    factory = _plugin(name)
-    if factory is None:
-        from codespec.registry import create_proposer
+    from codespec.registry import create_proposer  # looks plugins up once per process
 
-        return create_proposer(name, setup)  # "none", or the registry's own error message
-    return factory.from_setup(setup) if hasattr(factory, "from_setup") else factory()
-
-
-_PLUGINS: dict[str, object] = {}
-
-
-def _plugin(name: str):
-    if not _PLUGINS:
-        from importlib.metadata import entry_points
-
-        from codespec.registry import GROUP
-
-        for entry_point in entry_points(group=GROUP):
-            _PLUGINS.setdefault(entry_point.name, entry_point)
-    entry_point = _PLUGINS.get(name)
-    if entry_point is None:
-        return None
-    if not isinstance(entry_point, type):
-        entry_point = _PLUGINS[name] = entry_point.load()
-    return entry_point
+    return create_proposer(name, setup)
 
 
 class ProposerFactory:

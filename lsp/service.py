@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from codespec.config import GenerationLimits, SamplingParams
+from codespec.prompts import stop_token_ids
 from codespec.errors import CodespecError
 from codespec.stats import RequestStats
 from lsp.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
@@ -92,6 +93,7 @@ class EngineService:
     def __init__(self, target, proposer: str = "auto", max_draft: int = 16, cached_documents: int = 8,
                  index=None, proposer_options: dict | None = None) -> None:
         self.target = target
+        self.stop_token_ids = stop_token_ids(target.tokenizer)  # both prompt formats end at these
         self.default_proposer = proposer
         self.max_draft = max_draft
         self.index = index
@@ -227,7 +229,8 @@ class EngineService:
                 max_tokens += len(self.target.encode(request.reference))
             max_tokens = max(1, min(max_tokens, self.target.max_context - len(prompt_ids)))
             sampling = SamplingParams(temperature=request.temperature)
-            limits = GenerationLimits(max_tokens, tuple(request.stop), request.deadline_s, self.max_draft)
+            limits = GenerationLimits(max_tokens, tuple(request.stop), request.deadline_s, self.max_draft,
+                                      self.stop_token_ids)
             job.proposer = self._make_proposer(request)
             job.cache = self._caches.take(request.cache_key)
             job.prompt_len = len(prompt_ids)

@@ -141,3 +141,11 @@ def test_plain_decoding_is_one_token_per_forward(tiny_target, prompt):
                          GenerationLimits(max_new_tokens=10)).stats.summary()
     assert stats["tokens"] == stats["target_forwards"] == 10
     assert stats["tokens_per_forward"] == 1.0 and stats["coverage"] == 0.0
+
+
+def test_stop_token_ids_end_the_output_like_eos(tiny_target, prompt, reference):
+    marker = reference[4]
+    first = reference.index(marker)
+    finished = generate_all(tiny_target, prompt, NoDraft(), SamplingParams(),
+                            GenerationLimits(max_new_tokens=40, stop_token_ids=frozenset({marker})))
+    assert finished.reason == "eos" and finished.token_ids == tuple(reference[: first + 1])
