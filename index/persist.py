@@ -128,6 +128,10 @@ class IndexDB:
                               [kind, uri, text, when, np.ascontiguousarray(tokens, dtype=self.dtype).tobytes(),
                                self.fingerprint])
 
+    def clear_history(self) -> None:
+        with self.conn:
+            self.conn.execute("DELETE FROM history")
+
     def load_history(self, limit_per_kind: int) -> list[StoredHistory]:
         """The newest entries of each kind, oldest first; tokens None where another tokenizer made them."""
         rows = self.conn.execute(
@@ -259,6 +263,9 @@ class WriteBehindDB:
 
     def add_history(self, kind: str, text: str, uri: str | None, when: float, tokens: np.ndarray) -> None:
         self._submit("add_history", kind, text, uri, when, tokens)
+
+    def clear_history(self) -> None:
+        self._submit("clear_history")
 
     def add_stats(self, deltas: dict[str, tuple[int, int]]) -> None:
         self._submit("add_stats", dict(deltas))

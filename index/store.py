@@ -178,6 +178,14 @@ class WorkspaceIndex:
             if self.db is not None and len(tokens):
                 self.db.add_history(kind, text, uri, when, tokens)
 
+    def clear_history(self) -> None:
+        """Forget all session history (memory and database); documents stay."""
+        with self._lock:
+            for kind, buffer in list(self._history.items()):
+                self._history[kind] = HistoryBuffer(kind, self.adapter.dtype, self.adapter.sep, buffer.max_tokens)
+            if self.db is not None:
+                self.db.clear_history()
+
     def record_outcome(self, source: str, drafted: int, accepted: int) -> None:
         """Per-source acceptance counts (persisted in batches; flushed on close)."""
         with self._lock:

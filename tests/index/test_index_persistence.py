@@ -45,6 +45,21 @@ def test_round_trip(tmp_path, index_tokenizer, index_adapter):
         index.check_integrity()
 
 
+def test_clear_history_forgets_it_across_restarts(tmp_path, index_tokenizer, index_adapter):
+    db = tmp_path / "index.db"
+    context = index_adapter.encode("x = compute_accepted(")
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        index.add_document("mem://a", "first = make_thing(alpha)\n")
+        index.add_history("accepted", "accepted_value = compute_accepted(42)\n", uri="mem://a")
+        assert index.lookup(context, 4)[0].source == "history:accepted"
+        index.clear_history()
+        assert index.lookup(context, 4) == []
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        assert index.lookup(context, 4) == []
+        assert index.document_text("mem://a") == "first = make_thing(alpha)\n"
+        index.check_integrity()
+
+
 def test_restart_reuses_tokens_and_tables(tmp_path, index_tokenizer, monkeypatch):
     root = _workspace(tmp_path / "ws")
     db = tmp_path / "index.db"
