@@ -41,13 +41,13 @@ class CodespecConfig:
         the run did not ask for)."""
         if self._models is None:
             from codespec.registry import ProposerSetup, create_proposer
-            from proposers.auto import _supports_early_exit
+            from proposers.auto import supports_early_exit
 
             setup = ProposerSetup(self.raw_target, self.base_options)
             wanted = [n for n in MODELS if self.name in (n, "auto")]
             self._models = [create_proposer(n, setup) for n in wanted
                             if (n != "draft" or "draft_model" in self.base_options)
-                            and (n != "early-exit" or _supports_early_exit(self.raw_target))]
+                            and (n != "early-exit" or supports_early_exit(self.raw_target))]
         return self._models
 
     def proposer(self, options: dict):

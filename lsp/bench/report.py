@@ -130,7 +130,7 @@ def markdown(report: dict, command: str = "", plots_note: str | None = None, tit
         for level in load["levels"]:
             for name, count in (level.get("proposers") or {}).items():
                 ran[name] = ran.get(name, 0) + count
-        out += [f"Proposer the server reported per request: {ran}.", ""]
+        out += ["", f"Requests per proposer, as the server reported them: {ran}.", ""]
     if plots_note:
         out += [plots_note, ""]
     return "\n".join(out)
