@@ -68,8 +68,7 @@ class ProposerFactory:
         config = auto_module.PolicyConfig(**options.get("policy", {}))
         # The policy's statistics are shared by every auto with the same candidates (as auto's own
         # from_setup does), so later requests start informed.
-        key = (getattr(self.target, "name", ""), tuple(p.name for p in (*lookups, *models)), repr(config))
-        state = auto_module._SHARED_STATES.setdefault(key, auto_module.PolicyState.fresh(config))
+        state = auto_module.shared_state(self.target, [*lookups, *models], config)
         auto = auto_module.AutoProposer(lookups, models, config, state)
         if models:
             self._models_owner = auto
@@ -78,17 +77,17 @@ class ProposerFactory:
     def _model_proposers(self) -> list:
         if self._models is None:
             from codespec.registry import ProposerSetup
-            from proposers.auto import _draft_for_auto, _supports_early_exit
+            from proposers.auto import draft_for_auto, supports_early_exit
 
             self._models = []
             setup = ProposerSetup(self.target, self.base_options)
             try:
-                draft = _draft_for_auto(setup)
+                draft = draft_for_auto(setup)
                 if draft is not None:
                     self._models.append(draft)
             except Exception as error:  # a missing or incompatible draft model: lookups still work
                 self._warn("draft", error)
-            if _supports_early_exit(self.target):
+            if supports_early_exit(self.target):
                 try:
                     self._models.append(_create("early-exit", setup))
                 except Exception as error:

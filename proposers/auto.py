@@ -80,6 +80,12 @@ class PolicyState:
 _SHARED_STATES: dict[tuple, PolicyState] = {}
 
 
+def shared_state(target, candidates: Sequence, config: "PolicyConfig") -> PolicyState:
+    """The process-wide policy state for this target and these candidate proposers."""
+    key = (getattr(target, "name", ""), tuple(p.name for p in candidates), repr(config))
+    return _SHARED_STATES.setdefault(key, PolicyState.fresh(config))
+
+
 class _Sub:
     """One sub-proposer and what it did this step."""
 
@@ -142,10 +148,10 @@ class AutoProposer:
                     log.warning("auto: %s lookup unavailable (%s)", name, error)
         if _is_model_target(setup.target):  # not a tokenizer-only target (model-free simulate)
             if allowed("draft"):
-                draft = _draft_for_auto(setup)
+                draft = draft_for_auto(setup)
                 if draft is not None:
                     models.append(draft)
-            if allowed("early-exit") and _supports_early_exit(setup.target):
+            if allowed("early-exit") and supports_early_exit(setup.target):
                 models.append(create_proposer("early-exit", setup))
         policy = options.get("policy", {})
         try:
@@ -155,8 +161,7 @@ class AutoProposer:
                                 f"{', '.join(PolicyConfig.__dataclass_fields__)}") from error
         state = None
         if options.get("auto_state", "shared") == "shared":
-            key = (getattr(setup.target, "name", ""), tuple(p.name for p in (*lookups, *models)), repr(config))
-            state = _SHARED_STATES.setdefault(key, PolicyState.fresh(config))
+            state = shared_state(setup.target, [*lookups, *models], config)
         return cls(lookups, models, config, state)
 
     # -- protocol ------------------------------------------------------------------------------
@@ -287,7 +292,7 @@ def _is_model_target(target) -> bool:
     return target is not None and hasattr(target, "new_cache") and hasattr(target, "forward")
 
 
-def _draft_for_auto(setup) -> Proposer | None:
+def draft_for_auto(setup) -> Proposer | None:
     """A draft model named in the options (errors are the user's to see), else the shipped one if it
     shares the target's tokenizer (a different target simply runs without it)."""
     from codespec.registry import create_proposer
@@ -304,6 +309,6 @@ def _draft_for_auto(setup) -> Proposer | None:
         return None
 
 
-def _supports_early_exit(target) -> bool:
+def supports_early_exit(target) -> bool:
     layers = getattr(getattr(getattr(target, "model", None), "model", None), "layers", None)
     return layers is not None and len(layers) >= 2
