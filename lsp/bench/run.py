@@ -225,7 +225,8 @@ def make_runners(configs: Sequence[str], target, codespec_configs: dict, hf_conf
 
     def codespec_runner(config):
         def run(item: Prepared) -> RunResult:
-            limits = GenerationLimits(item.max_new_tokens, (), None, settings.draft_len)
+            limits = GenerationLimits(item.max_new_tokens, (), None, settings.draft_len,
+                                      stop_token_ids=frozenset(target.eos_token_ids))  # the formats' end markers too
             if item.recording is not None:
                 target.recordings.add(item.recording)
             try:
