@@ -25,8 +25,9 @@ _PROBE_TEXT = "def f(x):\n    return x + 1  # é ü 中文 \U0001f600\n\n\tclass
 
 
 @lru_cache(maxsize=1)
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's byte <-> printable-unicode table, inverted (char -> byte)."""
+def unicode_to_byte() -> dict[str, int]:
+    """GPT-2's bytes_to_unicode table inverted (printable stand-in char -> byte value), the map
+    every byte-level BPE vocabulary is written in. ``proposers.token_bytes`` uses it too."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
         range(ord("®"), ord("ÿ") + 1))
     chars = printable[:]
@@ -113,7 +114,7 @@ class TokenizerAdapter:
         """Per-id UTF-8 byte length, if this is a byte-level BPE (verified on a probe text)."""
         if self._backend is None:
             return None
-        decoder = _byte_decoder()
+        decoder = unicode_to_byte()
         table = np.zeros(self.vocab_size, dtype=np.int64)
         vocab = self._backend.get_vocab(with_added_tokens=True)
         added = {t.content for t in self._backend.get_added_tokens_decoder().values()} \

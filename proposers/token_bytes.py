@@ -12,23 +12,9 @@ with ``▁`` read as a space.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any, Callable, Sequence
 
-
-@lru_cache(maxsize=1)
-def _unicode_to_byte() -> dict[str, int]:
-    """The inverse of GPT-2's bytes_to_unicode (printable stand-ins for the 256 byte values)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1))
-    codes = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            codes.append(256 + extra)
-            extra += 1
-    return {chr(code): byte for byte, code in zip(printable, codes)}
+from index.tokens import unicode_to_byte
 
 
 def hf_tokenizer_of(tokenizer: Any) -> Any:
@@ -87,7 +73,7 @@ class TokenBytes:
         if piece is None:
             return b""
         if self._byte_level:
-            mapping = _unicode_to_byte()
+            mapping = unicode_to_byte()
             if all(char in mapping for char in piece):
                 return bytes(mapping[char] for char in piece)
             return piece.encode("utf-8")  # an added (non-special) token is stored as plain text
