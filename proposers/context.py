@@ -29,6 +29,14 @@ def periodic_continuation(tokens: Sequence[int], end: int, max_len: int) -> tupl
     return tuple(draft)
 
 
+def extends(mirror: Sequence[int], token_ids: Sequence[int]) -> bool:
+    """Whether ``token_ids`` continues a proposer's ``mirror`` of the engine's sequence. Within a
+    request the sequence only grows, so checking the length and the last mirrored token is enough;
+    anything else (a new request through the same proposer) means: restart the mirror."""
+    known = len(mirror)
+    return len(token_ids) >= known and (known == 0 or token_ids[known - 1] == mirror[-1])
+
+
 class ContextLookup:
     name = "context"
 
@@ -72,12 +80,9 @@ class ContextLookup:
         self.begin(())
 
     def _sync(self, token_ids: Sequence[int]) -> list[int]:
-        """Mirror the engine's sequence (append-only within a request; restart if it diverged)."""
-        known = len(self._tokens)
-        if len(token_ids) < known or (known and token_ids[known - 1] != self._tokens[-1]):
+        if not extends(self._tokens, token_ids):
             self.begin(())
-            known = 0
-        self._tokens.extend(token_ids[known:])
+        self._tokens.extend(token_ids[len(self._tokens):])
         return self._tokens
 
     def _index_until(self, last_end: int) -> None:

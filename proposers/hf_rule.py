@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
+from proposers.context import extends
 
 
 class PromptLookupRule:
@@ -44,12 +45,10 @@ class PromptLookupRule:
         self.begin(())
 
     def _sync(self, token_ids: Sequence[int]) -> list[int]:
-        known = len(self._tokens)
-        if len(token_ids) < known or (known and token_ids[known - 1] != self._tokens[-1]):
+        if not extends(self._tokens, token_ids):
             self.begin(())
-            known = 0
         tokens = self._tokens
-        for position in range(known, len(token_ids)):
+        for position in range(len(tokens), len(token_ids)):
             tokens.append(token_ids[position])
             for n in range(1, min(self.max_ngram, position + 1) + 1):
                 self._first_start[n].setdefault(tuple(tokens[position + 1 - n:position + 1]), position + 1 - n)
