@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 from codespec.errors import CodespecError
+from codespec.stats import json_safe
 
 # Other subcommands are plugins (entry point group "codespec.commands"): each names a function
 # that adds its subparser and sets ``run``. That keeps the engine free of imports from lsp/ and
@@ -88,7 +88,7 @@ def run_generate(args) -> int:
     stats = finished.stats.summary()
     if args.json:
         print(json.dumps({"text": finished.text, "token_ids": list(finished.token_ids),
-                          "finish_reason": finished.reason, "stats": _json_safe(stats)}))
+                          "finish_reason": finished.reason, "stats": json_safe(stats)}))
     else:
         sys.stdout.write("\n")
         print(describe_stats(stats, args.proposer), file=sys.stderr)
@@ -102,17 +102,6 @@ def describe_stats(stats: dict, proposer: str) -> str:
         f"coverage {stats['coverage']:.0%}, mean accepted length {stats['mean_accepted_length']:.2f}, "
         f"TTFT {stats['ttft_ms']:.1f} ms, decode {stats['tokens_per_s']:.1f} tokens/s"
     )
-
-
-def _json_safe(value):
-    """NaN (a percentile of nothing) is not JSON; report it as null."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(item) for item in value]
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -35,6 +35,18 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def json_safe(value):
+    """``value`` with every NaN (a percentile of nothing) replaced by None, which JSON can carry;
+    walks dicts and lists, so a whole ``summary()`` can be passed."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def acceptance_by_depth(steps: Iterable[StepRecord]) -> list[float]:
     """P(draft i accepted | drafts 1..i-1 accepted), i = 1..max K seen."""
     reached: list[int] = []  # reached[i]: steps whose draft had position i+1 and got that far

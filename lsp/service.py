@@ -26,7 +26,7 @@ from typing import Any, Callable
 from codespec.config import GenerationLimits, SamplingParams
 from codespec.prompts import stop_token_ids
 from codespec.errors import CodespecError
-from codespec.stats import RequestStats
+from codespec.stats import RequestStats, json_safe
 from lsp.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
 
 __all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "Usage"]
@@ -82,7 +82,7 @@ class ServiceStats:
             "accepted_prediction_tokens": self.accepted_prediction_tokens,
             "rejected_prediction_tokens": self.rejected_prediction_tokens,
             "history_entries": self.history_entries,
-            "engine": _json_safe(merged.summary()),
+            "engine": json_safe(merged.summary()),
             "last_requests": list(self.last_requests),
         }
 
@@ -299,7 +299,7 @@ class EngineService:
         if text and reason != "cancelled" and request.kind != "warm":
             self._add_history("generated", text, request.uri)
         name = getattr(job.proposer, "name", "none") if job.proposer is not None else "none"
-        summary = _json_safe(stats.summary())
+        summary = json_safe(stats.summary())
         elapsed_s = time.perf_counter() - job.submitted_s
         totals.last_requests.append({
             "kind": request.kind, "reason": reason, "proposer": name, "elapsed_ms": round(elapsed_s * 1e3, 3),
@@ -378,15 +378,3 @@ def _prediction_tokens(proposer, stats: RequestStats) -> tuple[int, int]:
     steps = [step for step in stats.steps if step.proposer.startswith("reference")]
     accepted = sum(step.accepted for step in steps)
     return accepted, sum(step.draft_len for step in steps) - accepted
-
-
-def _json_safe(value):
-    import math
-
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(item) for item in value]
-    return value

@@ -7,13 +7,12 @@ so what is measured is the installed proposer, not a copy of it.
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from codespec.errors import CodespecError
 from codespec.registry import ProposerSetup, create_proposer
-from codespec.stats import RequestStats, percentile
+from codespec.stats import RequestStats, json_safe, percentile
 from proposers.hf_rule import PromptLookupRule
 from proposers.lookup_sim import ceiling_forwards, replay
 from proposers.sim_workload import SimCase
@@ -75,13 +74,9 @@ def summary_row(stats: RequestStats) -> dict:
         "mean_accepted_length": summary["mean_accepted_length"],
         "tokens_per_forward": summary["tokens_per_forward"],
         "acceptance_by_depth": summary["acceptance_by_depth"],
-        "proposal_ms_p50": _finite(percentile(proposal_ms, 50)),
-        "proposal_ms_p99": _finite(percentile(proposal_ms, 99)),
+        "proposal_ms_p50": json_safe(percentile(proposal_ms, 50)),
+        "proposal_ms_p99": json_safe(percentile(proposal_ms, 99)),
     }
-
-
-def _finite(value: float) -> float | None:
-    return None if math.isnan(value) else value
 
 
 def build_index(tokenizer, workspace: Sequence[tuple[str, str]]):

@@ -33,3 +33,15 @@ def test_summary_counts_undrafted_steps():
 def test_percentile_interpolates():
     assert percentile([1, 2, 3, 4], 50) == 2.5
     assert math.isnan(percentile([], 50))
+
+
+def test_json_safe_turns_every_nan_into_null_so_a_summary_is_valid_json():
+    import json
+
+    from codespec.stats import json_safe
+
+    summary = RequestStats().summary()  # no steps: every percentile is NaN
+    cleaned = json_safe(summary)
+    text = json.dumps(cleaned, allow_nan=False)  # raises on any NaN left
+    assert json.loads(text)["proposal_ms_p50"] is None
+    assert json_safe({"a": [1.5, float("nan")]}) == {"a": [1.5, None]}
