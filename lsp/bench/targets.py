@@ -3,7 +3,8 @@
     python -m lsp.bench.targets OUT.md RUN.json [RUN.json ...] [--note TEXT]
 
 writes one document: a targets table (met / not met, with the measured same-run ratios, aggregate
-and per-request median) followed by each run's report. Targets (issue 6), each on one workload:
+and per-request median; repeated runs of a workload widen it to a range) followed by each run's
+report (the first run of each workload and mode). Targets (issue 6), each on one workload:
 """
 
 from __future__ import annotations
@@ -57,24 +58,42 @@ def check(target: Target, report: dict) -> dict | None:
 
 
 def targets_table(reports: list[dict]) -> str:
+    """One row per target: the first report that covers it, and the range over every report that
+    does (repeated runs of the same command show how stable a verdict is)."""
     lines = ["| target | measured: aggregate tok/s ratio | per-request medians (x greedy) ratio | equivalence | met |",
              "|---|---:|---:|---:|:---:|"]
     for target in TARGETS:
-        found = next((result for report in reports if (result := check(target, report)) is not None), None)
+        found = [result for report in reports if (result := check(target, report)) is not None]
         if target.report_only:
             name = f"{target.workload} ({target.mode}): `{target.config}` against `{target.versus}` (reported)"
         else:
             name = (f"{target.workload} ({target.mode}): `{target.config}` >= {target.ratio:g}x `{target.versus}`"
                     + (" with 100% equivalence" if target.needs_equivalence else ""))
-        if found is None:
+        if not found:
             lines.append(f"| {name} | not run | - | - | - |")
             continue
-        ratio = f"{found['ratio']:.2f}x" if found["ratio"] is not None else "-"
-        median = f"{found['median_ratio']:.2f}x" if found["median_ratio"] is not None else "-"
-        equivalence = f"{found['equivalence']:.0%}" if found["equivalence"] is not None else "-"
-        verdict = "-" if target.report_only else ("yes" if found["met"] else "**no**")
+        first = found[0]
+        ratio = _with_range(first["ratio"], [r["ratio"] for r in found])
+        median = _with_range(first["median_ratio"], [r["median_ratio"] for r in found])
+        equivalence = f"{first['equivalence']:.0%}" if first["equivalence"] is not None else "-"
+        if target.report_only:
+            verdict = "-"
+        elif len(found) > 1 and len({r["met"] for r in found}) > 1:
+            verdict = f"{'yes' if first['met'] else '**no**'} in this run; **not in every run** ({len(found)} runs)"
+        else:
+            verdict = "yes" if first["met"] else "**no**"
         lines.append(f"| {name} | {ratio} | {median} | {equivalence} | {verdict} |")
     return "\n".join(lines)
+
+
+def _with_range(value, values) -> str:
+    if value is None:
+        return "-"
+    text = f"{value:.2f}x"
+    known = [v for v in values if v is not None]
+    if len(known) > 1:
+        text += f" ({len(known)} runs: {min(known):.2f}x–{max(known):.2f}x)"
+    return text
 
 
 def main(argv: list[str]) -> int:
@@ -93,7 +112,12 @@ def main(argv: list[str]) -> int:
     if note:
         parts += [note, ""]
     parts += ["## targets (issue 6), same-run ratios", "", targets_table(reports), ""]
+    shown: set[str] = set()
     for path, report in zip(paths, reports):
+        key = ",".join(report["workloads"]) + report["mode"]
+        if key in shown:  # a repeated run: counted in the targets table, not printed again
+            continue
+        shown.add(key)
         command = report.get("setup", {}).get("command", "")
         title = f"{', '.join(report['workloads'])} ({report['mode']} mode)"
         parts.append(markdown(report, command=command, title=title, level=2))

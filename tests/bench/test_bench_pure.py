@@ -167,3 +167,15 @@ def test_targets_read_same_run_ratios():
     assert not check(TARGETS[1], report)["met"]
     assert check(TARGETS[0], {**report, "mode": "real"}) is None  # another mode does not count
     assert "not run" in targets_table([report])  # completions and editeval were not in this report
+
+
+def test_targets_table_shows_the_range_over_repeated_runs():
+    from lsp.bench.targets import targets_table
+
+    def run(auto_rate: float) -> dict:
+        configs = {"greedy": {"tokens_per_s": 10.0, "speedup_median": 1.0, "equivalence": 1.0},
+                   "auto": {"tokens_per_s": auto_rate, "speedup_median": auto_rate / 10, "equivalence": 1.0}}
+        return {"mode": "real", "workloads": {"editeval": {"configs": configs}}}
+
+    row = next(line for line in targets_table([run(11.0), run(9.0)]).splitlines() if "`auto` >= 1x" in line)
+    assert "1.10x (2 runs: 0.90x–1.10x)" in row and "not in every run" in row
