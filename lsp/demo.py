@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from codespec.errors import CodespecError
+from lsp.positions import LineIndex, PositionError
 
 
 def parse_location(location: str) -> tuple[Path, int, int]:
@@ -27,13 +28,12 @@ def parse_location(location: str) -> tuple[Path, int, int]:
 
 
 def cursor_offset(text: str, line: int, column: int) -> int:
-    """Code point offset of a 1-based line and column (columns count characters)."""
-    lines = text.split("\n")
-    if line > len(lines):
-        raise CodespecError(f"line {line} is past the end of the file ({len(lines)} lines)")
-    if column > len(lines[line - 1]) + 1:
-        raise CodespecError(f"column {column} is past the end of line {line} ({len(lines[line - 1])} characters)")
-    return sum(len(item) + 1 for item in lines[:line - 1]) + column - 1
+    """Code point offset of a 1-based line and column (columns count characters), read by the
+    server's one position codec, so line breaks ("\r\n", "\r", "\n") mean what they mean there."""
+    try:
+        return LineIndex(text, "utf-32").offset(line - 1, column - 1)
+    except PositionError as error:
+        raise CodespecError(f"{line}:{column} is past the end of the file or of its line: {error}") from None
 
 
 def complete_once(args) -> int:

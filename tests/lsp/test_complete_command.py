@@ -23,6 +23,16 @@ def test_location_parsing():
         cursor_offset("ab\n", 1, 5)
 
 
+def test_cursor_offset_reads_line_breaks_as_the_server_does():
+    assert cursor_offset("ab\r\ncd", 2, 2) == 5
+    assert cursor_offset("ab\rcd", 2, 1) == 3  # a lone "\r" ends a line too
+    assert cursor_offset("a\U0001f600b\n", 1, 3) == 2  # columns count code points
+    with pytest.raises(CodespecError, match="past the end"):
+        cursor_offset("ab\r\ncd", 1, 4)  # would land between "\r" and "\n"
+    with pytest.raises(CodespecError, match="past the end"):
+        cursor_offset("ab\ncd", 3, 1)
+
+
 def test_complete_reports_identical_output_and_speedup(tmp_path, capsys, lsp_model_dir):
     source = tmp_path / "shapes.py"
     source.write_text(SOURCE)
