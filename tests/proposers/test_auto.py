@@ -4,7 +4,6 @@ through the real decode loop (a tiny random Llama as the target)."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from codespec.config import GenerationLimits, SamplingParams
 from codespec.decode import generate_all
@@ -20,14 +19,6 @@ from proposers.policy import (AcceptanceTable, Candidate, DepthAcceptance, Linea
 from test_draft_model import SAMPLING, SMALL_VOCAB, exact_joint, run_samples, small_vocab_pair, views_failing  # noqa: F401
 
 VERIFY = (1.0, 0.01)  # a forward costs 1 s plus 0.01 s per scored draft token
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # -- pure decision logic ---------------------------------------------------------------------

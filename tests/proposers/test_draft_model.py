@@ -19,15 +19,6 @@ from codespec.shapes import build_tokenizer, random_llama
 from proposers.draft_model import DraftModelProposer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models on shared cores: one intra-op thread is several times faster than two."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def perturbed(target: TargetModel, scale: float, seed: int) -> TargetModel:
     """A draft close to the target (some drafts accepted, some rejected): its weights plus noise."""
     model = copy.deepcopy(target.model)

@@ -20,14 +20,6 @@ from proposers.early_exit import EarlyExitProposer, truncated_layers
 LAYERS = 4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def deep_target(tiny_target):
     """A 4-layer target sharing the tiny tokenizer (so exit layers 1..3 are all meaningful)."""

@@ -21,14 +21,6 @@ MAX_NEW = 24
 DRAFT_LENS = (1, 3, 8, 16)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def cases(tiny_target):
     from engine_harness import stdlib_corpus
