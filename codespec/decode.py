@@ -90,8 +90,9 @@ def generate(
                 reason = "deadline"
                 break
             remaining = limits.max_new_tokens - len(output)
-            # Drafts beyond the budget or the context window could never be used.
-            max_draft = min(limits.max_draft_len, remaining - 1, target.max_context - len(sequence))
+            # A step emits up to K + 1 tokens: keep that within the budget and the context window
+            # (plain decoding stops at max_context tokens; one more would be a token it never emits).
+            max_draft = min(limits.max_draft_len, remaining - 1, target.max_context - len(sequence) - 1)
 
             # 1. Draft (the policy inside an "auto" proposer picks source and length).
             step_start = time.perf_counter()

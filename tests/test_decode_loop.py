@@ -126,6 +126,18 @@ def test_context_window_ends_the_request(tiny_target):
     assert finished.reason == "context" and len(prompt) + len(finished.token_ids) == tiny_target.max_context
 
 
+def test_drafting_up_to_the_context_window_stops_where_plain_decoding_does(tiny_target):
+    prompt = tiny_target.encode("x = 1\n" * 200)[: tiny_target.max_context - 5]
+    plain = plain_greedy(tiny_target, prompt, 40)
+    assert len(prompt) + len(plain) == tiny_target.max_context
+    proposer = ScriptedProposer("oracle", oracle([*prompt, *plain]))
+    finished = generate_all(tiny_target, prompt, proposer, SamplingParams(),
+                            GenerationLimits(max_new_tokens=40, max_draft_len=8))
+    assert finished.reason == "context"
+    assert finished.token_ids == plain  # no bonus token past the last position the model has
+    assert sum(outcome.accepted for outcome in proposer.outcomes) > 0
+
+
 def test_prompt_cache_reuse_gives_the_same_output(tiny_target, prompt, reference):
     cache = tiny_target.new_cache()
     limits = GenerationLimits(max_new_tokens=12, max_draft_len=4)
