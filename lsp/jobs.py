@@ -84,11 +84,12 @@ class Job:
         self._cancel.set()
 
     def is_set(self) -> bool:  # the engine's Cancellation protocol
-        return self._cancel.is_set()
+        # A caller may also cancel ``future`` itself (nobody will read the result): stop working too.
+        return self._cancel.is_set() or self.future.cancelled()
 
     @property
     def cancelled(self) -> bool:
-        return self._cancel.is_set()
+        return self.is_set()
 
     def wait(self, timeout: float | None = None) -> JobResult:
         return self.future.result(timeout)

@@ -278,7 +278,8 @@ class EngineService:
                     self._complete(job, event.text, event.reason, event.stats)
                     return
         except Exception as error:  # a failed request must not take the service down
-            self._active.remove(job)
+            if job in self._active:
+                self._active.remove(job)
             job.cache = None  # its state is unknown: do not reuse it
             self._fail(job, error)
 
@@ -307,14 +308,16 @@ class EngineService:
             "prompt_tokens": usage.prompt_tokens, "cached_prompt_tokens": usage.cached_prompt_tokens,
             "accepted_prediction_tokens": accepted, "rejected_prediction_tokens": rejected})
         result = JobResult(text, reason, usage, summary, name, elapsed_s)
-        job.future.set_result(result)
+        if job.future.set_running_or_notify_cancel():  # False: the caller cancelled the future itself
+            job.future.set_result(result)
 
     def _fail(self, job: Job, error: Exception) -> None:
         self._proposers.release(job.proposer)
         self.stats.errors += 1
         if not isinstance(error, CodespecError):
             log.exception("request failed", exc_info=error)
-        job.future.set_exception(error)
+        if job.future.set_running_or_notify_cancel():
+            job.future.set_exception(error)
 
     def _add_history(self, kind: str, text: str, uri: str | None) -> None:
         self.history.append((kind, uri, text))

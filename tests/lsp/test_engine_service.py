@@ -82,6 +82,17 @@ def test_a_failing_request_does_not_hurt_the_service(service, lsp_target):
     assert service.snapshot()["errors"] >= 1
 
 
+def test_a_caller_cancelling_the_future_itself_does_not_hurt_the_service(service):
+    dropped = service.submit(GenerationRequest(prompt="x = 1", max_tokens=1))
+    failing = service.submit(GenerationRequest(prompt="", max_tokens=1))  # fails: an empty prompt
+    assert dropped.future.cancel() and failing.future.cancel()  # nobody will read these results
+    assert dropped.cancelled  # the engine sees it as a cancellation and does no work for it
+    after = service.submit(GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=4))
+    assert after.wait(WAIT_S).usage.completion_tokens == 4
+    then = service.submit(GenerationRequest(prompt="ok = ", max_tokens=2))  # the engine thread is alive
+    assert then.wait(WAIT_S).usage.completion_tokens == 2
+
+
 def test_fim_prompt_is_narrowed_to_the_context(service, lsp_target):
     prefix = "value = compute(value)\n" * 800
     request = GenerationRequest(prompt=f"<|fim_prefix|>{prefix}<|fim_suffix|><|fim_middle|>", max_tokens=3,
