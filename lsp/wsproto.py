@@ -69,6 +69,8 @@ def parse_message(raw: str | bytes, max_bytes: int) -> Message:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ProtocolError("invalid_json", f"message is not valid JSON: {error}") from None
+    except RecursionError:  # "[[[[..." within the size limit: the decoder recurses once per level
+        raise ProtocolError("invalid_json", "message is nested too deeply to decode") from None
     if not isinstance(data, dict):
         raise ProtocolError("invalid_request", "a message is a JSON object with a \"type\"")
     request_id = data.get("id")

@@ -139,6 +139,7 @@ async def test_accepted_handshakes(endpoint, headers, query):
 BAD_MESSAGES = [
     ("x" * 9000, "message_too_large"),
     ("{not json", "invalid_json"),
+    ("[" * 4000, "invalid_json"),  # nested deeper than the JSON decoder recurses
     ("[1, 2]", "invalid_request"),
     (json.dumps({"type": "teleport", "id": 1}), "unknown_type"),
     (json.dumps({"type": "complete", "prefix": "x"}), "invalid_request"),  # no id
