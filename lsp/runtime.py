@@ -33,10 +33,11 @@ def close_service(service: EngineService) -> None:
 
 def start_service(options: ServerOptions) -> EngineService:
     """Load the model (blocking: runs in a worker thread during initialize) and start the engine."""
+    from codespec.cli import default_model_path
     from codespec.errors import CodespecError
     from codespec.model import TargetModel
 
-    model = options.model or default_model()
+    model = options.model or default_model_path()
     if model is None:
         raise CodespecError("no model: pass --model DIR or initializationOptions.model "
                             "(this build ships no default model)")
@@ -59,12 +60,3 @@ def _set_cpu_threads(threads: int | None) -> None:
     import torch
 
     torch.set_num_threads(threads or max(1, min(8, (os.cpu_count() or 2) // 2)))
-
-
-def default_model() -> str | None:
-    try:
-        from codespec.default_model import target_path
-    except ImportError:
-        return None
-    path = target_path()
-    return str(path) if path is not None else None
