@@ -42,13 +42,19 @@ class Verdict:
         return self.accepted == self.draft_len
 
 
+def leading_survivors(survived: Sequence[bool]) -> int:
+    """w: how many drafts survived before the first rejection (later survivors do not count)."""
+    accepted = 0
+    while accepted < len(survived) and survived[accepted]:
+        accepted += 1
+    return accepted
+
+
 def verify_greedy(draft_ids: Sequence[int], target_logits: torch.Tensor) -> Verdict:
     """target_logits: [K+1, V] raw logits."""
     num_draft = len(draft_ids)
     target_choice = target_logits.argmax(dim=-1).tolist()  # [K+1] one device sync
-    accepted = 0
-    while accepted < num_draft and draft_ids[accepted] == target_choice[accepted]:
-        accepted += 1
+    accepted = leading_survivors([draft == choice for draft, choice in zip(draft_ids, target_choice)])
     return Verdict(accepted, target_choice[accepted], num_draft)
 
 
@@ -58,16 +64,10 @@ def verify_lookup_sampling(
     """Exact sampling for a deterministic draft (q one-hot). target_probs: [K+1, V]."""
     num_draft = len(draft_ids)
     device = target_probs.device
-    if num_draft:
-        draft = torch.tensor(draft_ids, device=device)  # [K]
-        draft_token_probs = target_probs[:-1].gather(1, draft[:, None]).squeeze(1)  # [K] p(x_i)
-        uniforms = torch.rand(num_draft, generator=generator, device=device)  # [K]
-        survived = (uniforms < draft_token_probs).tolist()
-    else:
-        survived = []
-    accepted = 0
-    while accepted < num_draft and survived[accepted]:
-        accepted += 1
+    draft = torch.tensor(draft_ids, dtype=torch.long, device=device)[:, None]  # [K, 1]
+    draft_token_probs = target_probs[:-1].gather(1, draft).squeeze(1)  # [K] p(x_i)
+    uniforms = torch.rand(num_draft, generator=generator, device=device)  # [K]
+    accepted = leading_survivors((uniforms < draft_token_probs).tolist())
     if accepted == num_draft:
         return Verdict(accepted, sample(target_probs[num_draft], generator), num_draft)
     residual = target_probs[accepted].clone()  # [V]
@@ -85,18 +85,12 @@ def verify_model_sampling(
     num_draft = len(draft_ids)
     device = target_probs.device
     draft_probs = draft_probs.to(device)
-    if num_draft:
-        draft = torch.tensor(draft_ids, device=device)[:, None]  # [K, 1]
-        target_token_probs = target_probs[:-1].gather(1, draft).squeeze(1)  # [K] p(x_i)
-        draft_token_probs = draft_probs.gather(1, draft).squeeze(1)  # [K] q(x_i) > 0
-        uniforms = torch.rand(num_draft, generator=generator, device=device)  # [K]
-        # u < min(1, p/q)  <=>  u * q < p, without dividing by q.
-        survived = (uniforms * draft_token_probs < target_token_probs).tolist()
-    else:
-        survived = []
-    accepted = 0
-    while accepted < num_draft and survived[accepted]:
-        accepted += 1
+    draft = torch.tensor(draft_ids, dtype=torch.long, device=device)[:, None]  # [K, 1]
+    target_token_probs = target_probs[:-1].gather(1, draft).squeeze(1)  # [K] p(x_i)
+    draft_token_probs = draft_probs.gather(1, draft).squeeze(1)  # [K] q(x_i) > 0
+    uniforms = torch.rand(num_draft, generator=generator, device=device)  # [K]
+    # u < min(1, p/q)  <=>  u * q < p, without dividing by q.
+    accepted = leading_survivors((uniforms * draft_token_probs < target_token_probs).tolist())
     if accepted == num_draft:
         return Verdict(accepted, sample(target_probs[num_draft], generator), num_draft)
     residual = (target_probs[accepted] - draft_probs[accepted]).clamp_min(0.0)  # [V]
