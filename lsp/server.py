@@ -82,7 +82,8 @@ class CodespecServer(LanguageServer):
         start, end, new_text = change
         version = document.version
         document.indexed_text = document.text
-        service.call(lambda: service.index.update_document(uri, start, end, new_text, version))
+        log_failure(service.call(lambda: service.index.update_document(uri, start, end, new_text, version)),
+                    f"index update of {uri}")
 
 
 def client_errors(handler):
@@ -324,7 +325,16 @@ def add_to_index(ls: CodespecServer, document) -> None:
         return
     uri, text, version = document.uri, document.text, document.version
     document.indexed_text = text
-    service.call(lambda: service.index.add_document(uri, text, version))
+    log_failure(service.call(lambda: service.index.add_document(uri, text, version)), f"indexing {uri}")
+
+
+def log_failure(future, what: str) -> None:
+    """Fire-and-forget index work has no caller to raise to: log its error instead of losing it."""
+    def check(done) -> None:
+        error = None if done.cancelled() else done.exception()
+        if error is not None:
+            log.error("%s failed: %s", what, error, exc_info=error)
+    future.add_done_callback(check)
 
 
 async def run_indexing(ls: CodespecServer) -> None:

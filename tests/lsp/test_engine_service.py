@@ -102,6 +102,25 @@ def test_fim_prompt_is_narrowed_to_the_context(service, lsp_target):
     assert result.usage.completion_tokens == 3
 
 
+def test_a_failed_background_index_update_is_logged_not_lost(lsp_target, caplog):
+    from index import WorkspaceIndex
+    from lsp.server import CodespecServer
+
+    server = CodespecServer()
+    server.service = EngineService(lsp_target, proposer="context")
+    try:
+        server.service.index = WorkspaceIndex(lsp_target.tokenizer, db_path=None)
+        document = server.documents.open("file:///never-indexed.py", "a = 1\n", 1)
+        document.indexed_text = "a = 0\n"  # the index is believed to hold it, but does not
+        with caplog.at_level("ERROR", logger="lsp.server"):
+            server.sync_index(document.uri)
+            server.service.call(lambda: None).result(WAIT_S)  # calls run in order: the update is done
+        assert any("index update of file:///never-indexed.py failed" in record.getMessage()
+                   for record in caplog.records)
+    finally:
+        server.service.close()
+
+
 def test_index_is_reused_after_a_restart_and_history_reaches_it(lsp_target, tmp_path):
     root = tmp_path / "project"
     root.mkdir()
