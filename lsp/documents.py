@@ -45,6 +45,10 @@ class Document:
         return changed_span(self.indexed_text, self.text)
 
 
+class DocumentNotOpen(KeyError):
+    """A request named a document the client never opened (a client error, not a server bug)."""
+
+
 class DocumentStore:
     def __init__(self) -> None:
         self.documents: dict[str, Document] = {}
@@ -57,7 +61,7 @@ class DocumentStore:
     def get(self, uri: str) -> Document:
         document = self.documents.get(uri)
         if document is None:
-            raise KeyError(f"document {uri} is not open (send textDocument/didOpen first)")
+            raise DocumentNotOpen(f"document {uri} is not open (send textDocument/didOpen first)")
         return document
 
     def close(self, uri: str) -> Document | None:

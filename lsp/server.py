@@ -26,7 +26,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from codespec.errors import CodespecError
 from lsp import edit as edit_logic
 from lsp import indexing
-from lsp.documents import Debouncer, DocumentStore
+from lsp.documents import Debouncer, DocumentNotOpen, DocumentStore
 from lsp.inline import (Suggestion, completion_context, completion_prompt, trim_completion, typed_along,
                         warm_prompt)
 from lsp.options import ServerOptions, parse_options
@@ -95,7 +95,7 @@ def client_errors(handler):
     async def wrapped(*args, **kwargs):
         try:
             return await handler(*args, **kwargs)
-        except (PositionError, KeyError, edit_logic.EditParamsError) as error:
+        except (PositionError, DocumentNotOpen, edit_logic.EditParamsError) as error:
             raise JsonRpcInvalidParams(str(error).strip("'\"")) from None
         except CodespecError as error:
             raise JsonRpcException(str(error), code=REQUEST_FAILED) from None

@@ -169,3 +169,23 @@ def test_refusal_rules():
     assert refusal("/", headers(), "t", ())[0] == 401
     assert refusal("/?token=t", headers(Origin="http://localhost:3000"), "t", ())[0] == 403
     assert refusal("/?token=t", headers(Origin="http://ok"), "t", ("http://ok",)) is None
+
+
+async def test_client_errors_blame_the_client_only_for_client_mistakes():
+    from pygls.exceptions import JsonRpcInvalidParams
+
+    from lsp.documents import DocumentStore
+    from lsp.server import client_errors
+
+    @client_errors
+    async def unopened():
+        return DocumentStore().get("file:///nowhere.py")
+
+    @client_errors
+    async def server_bug():
+        return {}["missing"]  # a KeyError of our own making is an internal error, not InvalidParams
+
+    with pytest.raises(JsonRpcInvalidParams, match="not open"):
+        await unopened()
+    with pytest.raises(KeyError):
+        await server_bug()
