@@ -106,7 +106,6 @@ class EngineService:
         self._active: list[Job] = []
         self._closed = False
         self._proposer_warnings: set[str] = set()
-        self._char_starts: dict[str, tuple[str, list[int]]] = {}  # uri -> (index text, token starts)
         from lsp.proposing import ProposerFactory
 
         self._proposers = ProposerFactory(target, proposer_options)
@@ -341,7 +340,7 @@ class EngineService:
         if request.reference:
             options["reference"] = request.reference
         if self.index is not None:
-            options.update(index=self.index, uri=request.uri, cursor=self._token_cursor(request.uri, request.cursor))
+            options.update(index=self.index, uri=request.uri, cursor=request.cursor)  # characters
         wanted = request.proposer or self.default_proposer
         chain = [wanted] + (["reference"] if request.reference else []) + ["context", "none"]
         for name in dict.fromkeys(chain):
@@ -352,23 +351,6 @@ class EngineService:
                     self._proposer_warnings.add(name)
                     log.warning("proposer %r unavailable (%s); falling back", name, error)
         raise CodespecError("no proposer could be created")
-
-
-    def _token_cursor(self, uri: str | None, offset: int | None) -> int | None:
-        """The cursor as a token offset in the index's copy of ``uri`` (for locality ranking)."""
-        if uri is None or offset is None:
-            return None
-        from lsp.positions import token_at
-
-        try:
-            text = self.index.document_text(uri)
-            cached = self._char_starts.get(uri)
-            if cached is None or cached[0] is not text:
-                starts = self.index.adapter.char_starts(text, self.index.document_tokens(uri))
-                cached = self._char_starts[uri] = (text, list(starts))
-        except Exception:  # not (yet) in the index: rank without locality
-            return None
-        return token_at(cached[1], min(offset, len(text)))
 
 
 def _prediction_tokens(proposer, stats: RequestStats) -> tuple[int, int]:

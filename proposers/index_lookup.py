@@ -13,7 +13,6 @@ reported to the index per source (``record_outcome``) for its acceptance statist
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from typing import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
@@ -32,7 +31,9 @@ class IndexLookup:
         self.uri = uri if uri is not None and uri in index.documents() else None
         self.max_candidates = max_candidates
         self.context = ContextLookup(index.max_ngram, index.min_ngram) if use_context else None
-        self._start_cursor = self._token_offset(cursor) if self.uri is not None and cursor is not None else None
+        # The index's own char -> token conversion (its token starts are cached per document).
+        self._start_cursor = index.token_offset(self.uri, cursor) if self.uri is not None and cursor is not None \
+            else None
         self.begin(())
 
     @classmethod
@@ -75,11 +76,7 @@ class IndexLookup:
         if self.context is not None:
             self.context.end()
 
-    def _token_offset(self, char_offset: int) -> int:
-        """Token offset in ``self.uri`` of the token that starts at or before ``char_offset``."""
-        import numpy as np
-
-        text = self.index.document_text(self.uri)
-        tokens = np.asarray(self.index.document_tokens(self.uri))
-        starts = self.index.adapter.char_starts(text, tokens).tolist()
-        return bisect_right(starts, char_offset) - 1 if starts and char_offset < len(text) else len(starts)
+    @property
+    def cursor(self) -> int | None:
+        """The token offset in ``uri`` that the index's locality ranking is centred on now."""
+        return self._cursor

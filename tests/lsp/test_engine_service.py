@@ -121,6 +121,24 @@ def test_a_failed_background_index_update_is_logged_not_lost(lsp_target, caplog)
         server.service.close()
 
 
+def test_the_index_proposer_centres_on_the_cursor_the_editor_sent(lsp_target):
+    from index import WorkspaceIndex
+
+    service = EngineService(lsp_target, proposer="index")
+    try:
+        service.index = WorkspaceIndex(lsp_target.tokenizer, db_path=None)
+        uri, text = "file:///doc.py", LONG_TEXT
+        cursor = text.index("def function_7")  # a code point offset, as requests carry it
+        service.call(lambda: service.index.add_document(uri, text, 1)).result(WAIT_S)
+        request = GenerationRequest(prompt=text[:cursor], max_tokens=1, uri=uri, cursor=cursor)
+        proposer = service.call(lambda: service._make_proposer(request)).result(WAIT_S)
+        expected = service.call(lambda: service.index.token_offset(uri, cursor)).result(WAIT_S)
+        assert proposer.name == "index" and proposer.cursor == expected
+        assert lsp_target.decode(service.index.document_tokens(uri)[expected:][:16]).startswith("def function_7")
+    finally:
+        service.close()
+
+
 def test_index_is_reused_after_a_restart_and_history_reaches_it(lsp_target, tmp_path):
     root = tmp_path / "project"
     root.mkdir()
