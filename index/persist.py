@@ -50,7 +50,8 @@ class StoredHistory:
 
 
 class IndexDB:
-    """The on-disk half of the index. One instance per process; not shared between threads."""
+    """The on-disk half of the index: one SQLite connection. Callers serialise its use (the
+    index's lock, or the one writer thread of ``WriteBehindDB``), possibly from different threads."""
 
     def __init__(self, path: str | Path, tokenizer_fingerprint: str, dtype: np.dtype) -> None:
         self.path = Path(path)

@@ -5,7 +5,8 @@ The drafting loop (``ModelDrafter``) is shared with early exit; only the forward
 KV contract (the same as the target's, codespec/kv.py): the drafter's cache holds keys/values for
 exactly ``cache.token_ids``, and those ids are always a prefix of the engine's sequence *or* of the
 sequence plus this step's draft. After drafting K tokens the cache holds ``sequence + draft[:K-1]``
-(the last draft token is never fed). ``observe`` then keeps the longest prefix that the accepted
+(the last draft token is not fed), or all K when drafting stopped early on low confidence (the
+check reads the forward that fed the last token). ``observe`` then keeps the longest prefix that the accepted
 sequence confirms: a cached position is valid exactly when every token up to it matches, so a
 common-prefix rollback is right whether this drafter's draft was verified, another proposer's was,
 or none. The next ``propose`` feeds only what is missing (the recovered or bonus token, and the last
