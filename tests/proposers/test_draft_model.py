@@ -294,3 +294,18 @@ def test_the_exactness_check_catches_a_draft_that_lies_about_q(small_vocab_pair)
     samples = 400
     counts = run_samples(target, LyingDraft(draft, SMALL_VOCAB), prompt, samples)
     assert views_failing(counts, expected, samples), "a draft claiming the wrong q went unnoticed"
+
+
+def test_confidence_stop_mid_draft_keeps_greedy_output_identical(tiny_target, prompts):
+    """A low-confidence stop leaves every draft token fed to the draft cache (not K - 1): the next
+    steps must still roll back and catch up correctly."""
+    limits = GenerationLimits(max_new_tokens=24, max_draft_len=6)
+    lengths = set()
+    for threshold in (0.3, 0.6):
+        proposer = DraftModelProposer(perturbed(tiny_target, 0.3, 2), tiny_target.vocab_size, min_confidence=threshold)
+        for prompt in prompts[:3]:
+            spec = generate_all(tiny_target, prompt, proposer, SamplingParams(), limits)
+            plain = generate_all(tiny_target, prompt, NoDraft(), SamplingParams(), limits)
+            assert spec.token_ids == plain.token_ids
+            lengths |= {step.draft_len for step in spec.stats.steps if step.draft_len}
+    assert len(lengths - {6}) >= 2, f"drafts should stop at several depths, got lengths {sorted(lengths)}"
