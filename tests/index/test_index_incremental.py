@@ -24,19 +24,25 @@ def _apply(text, fraction, length, replacement):
     return start, end, text[:start] + replacement + text[end:]
 
 
+def check_splices(adapter, initial, edits):
+    """Apply ``edits`` one by one through ``splice``: after each, text, tokens and starts equal a
+    full encode of the new text."""
+    text = initial
+    token_ids, starts = full_encode(adapter, text)
+    for fraction, length, replacement in edits:
+        start, end, expected_text = _apply(text, fraction, length, replacement)
+        result = splice(adapter, text, token_ids, starts, start, end, replacement)
+        text, token_ids, starts = result.text, result.token_ids, result.starts
+        assert text == expected_text
+        full_ids, full_starts = full_encode(adapter, text)
+        assert np.array_equal(token_ids, full_ids)
+        assert np.array_equal(starts, full_starts)
+
+
 @SETTINGS
 @given(initial=texts, edits=st.lists(edit, min_size=1, max_size=8))
 def test_splice_equals_full_encode(index_adapter, initial, edits):
-    text = initial
-    token_ids, starts = full_encode(index_adapter, text)
-    for fraction, length, replacement in edits:
-        start, end, expected_text = _apply(text, fraction, length, replacement)
-        result = splice(index_adapter, text, token_ids, starts, start, end, replacement)
-        text, token_ids, starts = result.text, result.token_ids, result.starts
-        assert text == expected_text
-        full_ids, full_starts = full_encode(index_adapter, text)
-        assert np.array_equal(token_ids, full_ids)
-        assert np.array_equal(starts, full_starts)
+    check_splices(index_adapter, initial, edits)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -47,15 +53,7 @@ def test_splice_without_byte_table(index_tokenizer, initial, edits):
 
     adapter = TokenizerAdapter(index_tokenizer)
     adapter.byte_lengths = None
-    text = initial
-    token_ids, starts = full_encode(adapter, text)
-    for fraction, length, replacement in edits:
-        start, end, expected_text = _apply(text, fraction, length, replacement)
-        result = splice(adapter, text, token_ids, starts, start, end, replacement)
-        text, token_ids, starts = result.text, result.token_ids, result.starts
-        full_ids, full_starts = full_encode(adapter, text)
-        assert text == expected_text
-        assert np.array_equal(token_ids, full_ids) and np.array_equal(starts, full_starts)
+    check_splices(adapter, initial, edits)
 
 
 @SETTINGS
