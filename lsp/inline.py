@@ -3,8 +3,9 @@
 - The prompt window around the cursor is *anchored*: its start moves in whole chunks at line
   starts, not with every keystroke, so consecutive requests on a document share a long token
   prefix and the KV cache (prompt caching) makes a keystroke cost a few tokens of prefill.
-- Single-line or multi-line: a cursor with code before it on its line, or text after it, gets the
-  rest of the line (stop at the newline); a cursor on an empty or indented-blank line gets a block.
+- Single-line or multi-line: a cursor with code before it on its line gets the rest of the line
+  (stop at the newline); a cursor with only indentation before it gets a block (stop at a blank
+  line), which ends with a newline when code follows the cursor on its line.
 - Typing along a shown suggestion: the rest of the previous suggestion becomes the reference draft
   for the next request (near-free reuse; the target still verifies every token).
 """
