@@ -64,7 +64,7 @@ def run_generate(args) -> int:
     from codespec.model import TargetModel
     from codespec.registry import ProposerSetup, create_proposer
 
-    prompt = args.prompt if args.prompt is not None else args.prompt_file.read_text(encoding="utf-8")
+    prompt = args.prompt if args.prompt is not None else read_text_file(args.prompt_file, "--prompt-file")
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
     draft_len = args.draft_len if args.draft_len is not None else (64 if args.proposer == "auto" else 8)
     limits = GenerationLimits(args.max_new_tokens, tuple(args.stop), max_draft_len=draft_len)
@@ -76,7 +76,7 @@ def run_generate(args) -> int:
     if args.exit_layer is not None:
         options["exit_layer"] = args.exit_layer
     if args.reference_file is not None:
-        options["reference"] = args.reference_file.read_text(encoding="utf-8")
+        options["reference"] = read_text_file(args.reference_file, "--reference-file")
     proposer = create_proposer(args.proposer, ProposerSetup(target, options))
     finished = None
     for event in generate(target, target.encode(prompt), proposer, sampling, limits):
@@ -93,6 +93,14 @@ def run_generate(args) -> int:
         sys.stdout.write("\n")
         print(describe_stats(stats, args.proposer), file=sys.stderr)
     return 0
+
+
+def read_text_file(path: Path, option: str) -> str:
+    """A UTF-8 file named on the command line; a missing or unreadable one is a clear error."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise CodespecError(f"{option} {path}: cannot read it ({error})") from None
 
 
 def describe_stats(stats: dict, proposer: str) -> str:

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import torch
 
-from codespec.errors import ModelNotFoundError
+from codespec.errors import InvalidRequestError, ModelNotFoundError
 from codespec.kv import KVCache
 
 log = logging.getLogger(__name__)
@@ -18,7 +18,13 @@ log = logging.getLogger(__name__)
 def resolve_device(device: str = "auto") -> torch.device:
     """"auto" picks cuda, then mps, then cpu; anything else is passed to torch as given."""
     if device != "auto":
-        return torch.device(device)
+        try:
+            chosen = torch.device(device)
+        except (RuntimeError, TypeError) as error:
+            raise InvalidRequestError(f"unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps ({error})") from None
+        if chosen.type == "cuda" and not torch.cuda.is_available():
+            raise InvalidRequestError(f"device {device!r} asked for, but this torch sees no CUDA device; use auto or cpu")
+        return chosen
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)
@@ -34,7 +40,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
     if dtype not in names:
-        raise ValueError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+        raise InvalidRequestError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
     return names[dtype]
 
 

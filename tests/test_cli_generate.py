@@ -7,6 +7,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from codespec.cli import main
+
 STATS_KEYS = {"tokens", "target_forwards", "tokens_per_forward", "mean_accepted_length", "coverage",
               "acceptance_by_depth", "proposal_ms_p50", "verify_ms_p50", "ttft_ms", "tokens_per_s"}
 PROMPT = "def area(width, height):\n    return width * height\n\n\ndef area(width, height):\n"
@@ -70,3 +74,17 @@ def test_reference_file_drives_the_copy_pointer(tiny_model_dir, tmp_path):
     run = json.loads(result.stdout)
     assert run["token_ids"] == json.loads(baseline.stdout)["token_ids"]
     assert run["stats"]["tokens_per_forward"] > 1.0
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--dtype", "bogus"], "unknown dtype"),
+    (["--device", "nodevice"], "unknown device"),
+    (["--prompt-file", "/nonexistent/prompt.txt"], "--prompt-file"),
+    (["--prompt", "x", "--reference-file", "/nonexistent/reference.txt"], "--reference-file"),
+])
+def test_bad_options_are_an_error_message_not_a_traceback(tiny_model_dir, capsys, extra, message):
+    argv = ["generate", "--model", str(tiny_model_dir), *extra]
+    if "--prompt-file" not in extra and "--prompt" not in extra:
+        argv += ["--prompt", "x"]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
