@@ -14,9 +14,10 @@ log = logging.getLogger(__name__)
 
 
 def _index_text(index, uri: str) -> str | None:
+    """The index's copy of ``uri``, None when it holds none (other errors are real: raised)."""
     try:
         return index.document_text(uri)
-    except Exception:  # not in the index
+    except KeyError:  # not in the index
         return None
 
 
