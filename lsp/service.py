@@ -146,7 +146,7 @@ class EngineService:
         """One short request through the default proposer: the first forward of a fresh process is
         slow (allocations, kernel selection) and model proposers load lazily; pay that at start."""
         request = GenerationRequest(prompt="def main():\n    return", max_tokens=4, cache_key="__warm_up__",
-                                    reference="def main():\n    return 0\n")
+                                    reference="def main():\n    return 0\n", kind="warm")  # not user history
         try:
             self.submit(request).wait()
         except CodespecError as error:

@@ -139,6 +139,18 @@ def test_the_index_proposer_centres_on_the_cursor_the_editor_sent(lsp_target):
         service.close()
 
 
+def test_warm_up_is_neither_history_nor_a_completion(lsp_target):
+    service = EngineService(lsp_target, proposer="context")
+    try:
+        service.warm_up()
+        snapshot = service.snapshot()
+        assert snapshot["last_requests"] and snapshot["last_requests"][-1]["tokens"] > 0  # it did decode
+        assert not service.history and snapshot["history_entries"] == 0
+        assert snapshot["requests"].get("complete", 0) == 0
+    finally:
+        service.close()
+
+
 def test_index_is_reused_after_a_restart_and_history_reaches_it(lsp_target, tmp_path):
     root = tmp_path / "project"
     root.mkdir()
