@@ -120,5 +120,6 @@ class RequestStats:
             "ttft_ms": percentile([t * 1e3 for t in self.ttft_s], 50),
             "itl_ms_p50": percentile([t * 1e3 for t in self.token_gaps_s], 50),
             "itl_ms_p95": percentile([t * 1e3 for t in self.token_gaps_s], 95),
+            "itl_ms_p99": percentile([t * 1e3 for t in self.token_gaps_s], 99),
             "tokens_per_s": sum(self.decode_tokens) / decode_time if decode_time > 0 else 0.0,
         }

@@ -45,3 +45,10 @@ def test_json_safe_turns_every_nan_into_null_so_a_summary_is_valid_json():
     text = json.dumps(cleaned, allow_nan=False)  # raises on any NaN left
     assert json.loads(text)["proposal_ms_p50"] is None
     assert json_safe({"a": [1.5, float("nan")]}) == {"a": [1.5, None]}
+
+
+def test_itl_is_reported_at_p50_p95_and_p99():
+    stats = RequestStats(token_gaps_s=[0.001 * i for i in range(1, 101)])  # 1..100 ms
+    summary = stats.summary()
+    assert summary["itl_ms_p50"] < summary["itl_ms_p95"] < summary["itl_ms_p99"] <= 100.0
+    assert math.isclose(summary["itl_ms_p99"], 99.01)
