@@ -60,8 +60,10 @@ def run_serve(args) -> int:
     server = build_server(options)
     if args.tcp:
         port = 2087 if args.port is None else args.port
+        from lsp.tcp import start_tcp
+
         print(f"codespec: LSP on tcp://{args.host}:{port}", file=sys.stderr)
-        server.start_tcp(args.host, port)
+        start_tcp(server, args.host, port)  # refuses HTTP (a web page) on the port, unlike pygls's own
     else:
         server.start_io()
     return 0

@@ -1,0 +1,77 @@
+"""LSP over TCP (`codespec serve --tcp`) that refuses anything that is not an LSP stream.
+
+pygls's own TCP loop skips header lines it does not know, so a web page's plain HTTP POST to the
+port (a browser sends one to 127.0.0.1 for any page, no questions asked) would be read as an LSP
+message: ``initialize`` with options of the page's choosing (an index path, a model directory),
+commands, edits. An LSP stream starts with a ``Content-Length`` or ``Content-Type`` header; an
+HTTP request starts with its request line (``POST / HTTP/1.1``), so the first line decides. A
+refused connection is closed and the server keeps serving (pygls's loop would also shut the
+whole server down when such a connection ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+LSP_FIRST_LINE = re.compile(rb"^Content-(Length|Type):", re.IGNORECASE)
+
+
+def speaks_lsp(first_line: bytes) -> bool:
+    """Whether a connection's first line is an LSP base-protocol header."""
+    return LSP_FIRST_LINE.match(first_line) is not None
+
+
+class _Replayed:
+    """The connection's reader, with the first line (already read to check it) read again."""
+
+    def __init__(self, first_line: bytes, reader: asyncio.StreamReader) -> None:
+        self._first_line: bytes | None = first_line
+        self._reader = reader
+
+    async def readline(self) -> bytes:
+        if self._first_line is not None:
+            line, self._first_line = self._first_line, None
+            return line
+        return await self._reader.readline()
+
+    async def readexactly(self, count: int) -> bytes:
+        return await self._reader.readexactly(count)
+
+
+async def serve_tcp(server, host: str, port: int, ready: Callable[[int], None] | None = None) -> None:
+    """Serve ``server`` (a pygls LanguageServer) on ``host:port`` until it shuts down;
+    ``ready(port)`` is called once listening (port 0 picks a free one)."""
+    from pygls.io_ import run_async
+
+    stop_event = server._stop_event = threading.Event()
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        first_line = await reader.readline()
+        if not speaks_lsp(first_line):
+            log.warning("refused a TCP connection that does not speak LSP (first line %r)", first_line[:60])
+            writer.close()
+            return
+        server.protocol.set_writer(writer)
+        await run_async(stop_event=stop_event, reader=_Replayed(first_line, reader), protocol=server.protocol,
+                        logger=log, error_handler=server.report_server_error)
+        server.shutdown()  # the editor went away: as pygls does, the server ends with it
+
+    listener = server._server = await asyncio.start_server(connection, host, port)
+    if ready is not None:
+        ready(listener.sockets[0].getsockname()[1])
+    async with listener:
+        await listener.serve_forever()  # CancelledError once shutdown() closes the listener
+
+
+def start_tcp(server, host: str, port: int) -> None:
+    """Blocking: serve until the client disconnects or asks the server to exit."""
+    try:
+        asyncio.run(serve_tcp(server, host, port))
+    except asyncio.CancelledError:
+        log.debug("TCP server closed")
