@@ -105,6 +105,8 @@ WRITER = textwrap.dedent("""
         index.add_history("generated", f"generated_output_{n} = {n}\\n", uri="mem://x")
         index.record_outcome("mem://doc0", drafted=3, accepted=2)
         n += 1
+        if n <= 7:  # every document committed once before the parent may kill us (writes are queued)
+            index.flush(wait=True)
         print(n, flush=True)
 """)
 
