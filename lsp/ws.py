@@ -35,14 +35,19 @@ class Session:
         self.options = options
         self.limits = limits
         self.jobs: dict[Any, AsyncJob | None] = {}  # request id -> job (None while being set up)
+        self.cancel_early: set = set()  # ids cancelled while their job was being set up
         self.tasks: set[asyncio.Task] = set()
         self.outbox: asyncio.Queue = asyncio.Queue()
 
     async def run(self) -> None:
+        import websockets
+
         writer = asyncio.create_task(self._write())
         try:
             async for raw in self.connection:
                 self.dispatch(raw)
+        except websockets.ConnectionClosed:
+            pass  # the client left without a clean close (it crashed, the network dropped): not our error
         finally:
             for job in self.jobs.values():
                 if job is not None:
@@ -76,6 +81,8 @@ class Session:
                 self.send(error_message("unknown_id", f"no request {message.id!r} is running", message.id))
             elif job is not None:
                 job.cancel()  # the request itself answers with "cancelled"
+            else:
+                self.cancel_early.add(message.id)  # its job does not exist yet: cancel it on creation
             return
         if isinstance(message, StatsMessage):
             self._spawn(self._stats(message))
@@ -109,6 +116,8 @@ class Session:
 
             job = AsyncJob(self.service, request, on_delta)
             self.jobs[request_id] = job
+            if request_id in self.cancel_early:
+                job.cancel()
             result = await job.result()
             text = trim_completion(result.text, context) if context is not None else result.text
             body = {"id": request_id, "text": text, "finish_reason": result.reason,
@@ -123,6 +132,7 @@ class Session:
             self.send(error_message("internal", f"{type(error).__name__}: {error}", request_id))
         finally:
             self.jobs.pop(request_id, None)
+            self.cancel_early.discard(request_id)
 
     def _request(self, message: CompleteMessage | EditMessage):
         options = self.options

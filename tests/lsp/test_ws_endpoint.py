@@ -101,6 +101,16 @@ async def test_cancel_ends_a_running_request(endpoint):
         assert stats[1]["stats"]["finish_reasons"]["cancelled"] >= 1
 
 
+async def test_a_cancel_right_behind_its_request_is_not_lost(endpoint):
+    original = "".join(f"def function_{i}(value):\n    return value + {i}\n\n" for i in range(12))
+    async with authorized(endpoint) as ws:
+        for n in range(3):  # the cancel may arrive before the request's job exists: it must still count
+            await ws.send(json.dumps({"type": "edit", "id": f"quick-{n}", "text": original, "max_tokens": 2000}))
+            await ws.send(json.dumps({"type": "cancel", "id": f"quick-{n}"}))
+            _, final = await until_final(ws, f"quick-{n}")
+            assert final["type"] == "cancelled"
+
+
 async def test_stats(endpoint):
     async with authorized(endpoint) as ws:
         await ws.send(json.dumps({"type": "stats", "id": "s1"}))
