@@ -83,7 +83,7 @@ def test_cli_default_model_is_the_shipped_target():
     assert default_model_path() == str(target_path())
 
 
-@pytest.mark.xfail(strict=False, reason="measured 0% (0 of 40 held-out functions) on the shipped weights; bar 80%")
+@pytest.mark.xfail(strict=False, reason="measured 30% (12 of 40 held-out functions) on the shipped weights after the copy-rescue fine-tune (0% before it); bar 80%")
 def test_rewrite_prompt_copies_heldout_functions(target, heldout_functions):
     """Bar: greedy rewrite output reproduces >= 80% of 30 held-out functions exactly, then EOS."""
     from codespec.training.evaluate import copy_check
@@ -97,7 +97,7 @@ def test_rewrite_prompt_copies_heldout_functions(target, heldout_functions):
     assert rate >= 0.8, f"copy rate {rate:.0%} < 80%; e.g. {failures}"
 
 
-@pytest.mark.xfail(strict=False, reason="measured 30% valid (12 of 40) on the shipped weights; bar 50%")
+@pytest.mark.xfail(strict=False, reason="measured 27.5% valid (11 of 40) on the shipped weights; bar 50%")
 def test_fim_completes_a_removed_line_with_valid_python(target, heldout_functions):
     """Bar: with one body line removed, >= 50% of completions make the function parse again."""
     from codespec.training.evaluate import fim_check, fim_split
@@ -113,9 +113,39 @@ def test_fim_completes_a_removed_line_with_valid_python(target, heldout_function
     assert not any(r.valid for r in results if not r.completion.strip())
 
 
-@pytest.mark.xfail(strict=False, reason="the shipped weights do not copy (copy rate 0%), so a rewrite may run to the budget")
 def test_rewrite_output_ends_with_eos_not_the_budget(target):
     from codespec.training.evaluate import copy_check
 
     result = copy_check(target, "def add(a, b):\n    return a + b\n")
     assert result.reason == "eos", result
+
+
+def test_copy_rescue_identity_rows_put_the_loss_on_the_copy_only():
+    """The copy-rescue phase's unchanged-rewrite rows: no loss on the prompt, loss on the copy + end token."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from codespec import prompts
+    from codespec.training.examples import IGNORE, ExampleMaker
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target_path()))
+    function = "def area(width, height):\n    return width * height\n"
+    maker = ExampleMaker(tokenizer, ["x = 1\ny = 2\n"], [function], [5, 6, 7], [5, 6, 7], random.Random(0))
+    maker.region = lambda max_chars=600: function  # always the one function
+    ids, targets = maker.identity_row()
+    assert len(ids) == len(targets)
+    prompt_len = len(maker.encode(prompts.rewrite_prompt(function)))
+    assert all(t == IGNORE for t in targets[:prompt_len - 1])
+    trained = [t for t in targets if t != IGNORE]
+    assert tokenizer.decode(trained).endswith(function + prompts.END_OF_TEXT)
+    assert len(trained) <= len(ids) - prompt_len + 1
+
+
+def test_copy_rescue_lr_is_constant_then_decays():
+    from codespec.training.rescue import RescueConfig, rescue_lr
+
+    config = RescueConfig(steps=100, lr=1e-3, decay_fraction=0.2)
+    assert rescue_lr(0, config) == rescue_lr(79, config) == 1e-3
+    assert rescue_lr(90, config) < 1e-3
+    assert rescue_lr(99, config) == pytest.approx(1e-3 * (1 - 0.9 * 19 / 20))

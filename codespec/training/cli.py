@@ -15,6 +15,10 @@ def add_parser(subparsers) -> None:
                         help="checkpoints and the training log go here")
     parser.add_argument("--mix-steps", type=int, default=1100,
                         help="optimizer steps on the natural mixture after the copy curriculum")
+    parser.add_argument("--rescue-steps", type=int, default=500,
+                        help="steps of the copy-rescue fine-tune after the main run (0: skip)")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip the main run: restore the checkpoint in --work, then run the copy rescue")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (1 is fastest on a shared 2-core machine: measured 2.0k vs "
@@ -34,7 +38,14 @@ def run(args) -> int:
     if args.export_only:
         result = pipeline.restore()
     else:
-        result = pipeline.train(args.mix_steps)
+        result = pipeline.restore() if args.resume else pipeline.train(args.mix_steps)
+        if args.rescue_steps > 0:
+            rescued = pipeline.rescue(args.rescue_steps)
+            result.rescue_steps, result.rescue_tokens = rescued.steps, rescued.tokens_seen
+            result.rescue_warm_steps = rescued.warm_steps
+            result.rescue_wall_s, result.rescue_probes = rescued.wall_s, rescued.probes
+            result.tokens_seen += rescued.tokens_seen
+            pipeline.save(result)
     pipeline.export()
     if not args.no_eval:
         pipeline.evaluate_and_write_card(result, args.card)

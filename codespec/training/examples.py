@@ -41,6 +41,7 @@ class ExampleMaker:
         self.original_header = self.encode(prompts.ORIGINAL_HEADER)
         self.edited_header = self.encode(prompts.EDITED_HEADER)
         self.file_lines = [f.splitlines(keepends=True) for f in files]
+        self.copy_span = (10, 60)  # synthetic copy span lengths; the copy-rescue phase lengthens them
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -56,8 +57,11 @@ class ExampleMaker:
         while len(ids) < length + 1:
             if kind == "copy":
                 example, mask = self.synthetic_copy(vocab)
+            elif kind == "identity":
+                example, mask = self.identity_row()
             else:
-                example = self.encode(self.rewrite_text() if kind == "rewrite" else self.fim_text())
+                text = {"rewrite": self.rewrite_text, "identity": self.identity_text, "fim": self.fim_text}[kind]()
+                example = self.encode(text)
                 mask = example
             ids += example
             targets += mask
@@ -65,7 +69,7 @@ class ExampleMaker:
 
     def synthetic_copy(self, vocab: int) -> tuple[list[int], list[int]]:
         """Random span, rewrite separator, the same span, EOS; loss only where copying is possible."""
-        span_len = self.rng.randint(10, 60)
+        span_len = self.rng.randint(*self.copy_span)
         pool = self.frequent_ids[:vocab]
         span = [self.rng.choice(pool) for _ in range(span_len)]
         ids = [*self.original_header, *span, *self.edited_header, *span, self.eos_id]
@@ -98,6 +102,19 @@ class ExampleMaker:
             return prompts.rewrite_example(original, original)
         edited, instruction = self.edit(original)
         return prompts.rewrite_example(original, edited, instruction)
+
+    def identity_row(self) -> tuple[list[int], list[int]]:
+        """An unchanged rewrite with loss only on the copy (and its end token): all signal is copying."""
+        original = self.region()
+        prompt = self.encode(prompts.rewrite_prompt(original))
+        ids = self.encode(prompts.rewrite_example(original, original))
+        keep = len(prompt) - 1  # BPE may merge across the boundary: start the loss a token early
+        return ids, [IGNORE] * keep + ids[keep:]
+
+    def identity_text(self) -> str:
+        """A rewrite example with no instruction: the edited region is the original, unchanged."""
+        original = self.region()
+        return prompts.rewrite_example(original, original)
 
     def edit(self, original: str) -> tuple[str, str | None]:
         """A small synthetic edit and an instruction that says what it is."""

@@ -15,7 +15,7 @@ from codespec.training import corpus
 from codespec.training.examples import ExampleMaker
 from codespec.training.tokenizer import train_tokenizer
 from codespec.training.trainer import (DRAFT_SHAPE, TARGET_SHAPE, TrainConfig, TrainResult, build_llama,
-                                       export, load_checkpoint, train)
+                                       export, load_checkpoint, save_checkpoint, train)
 
 log = logging.getLogger(__name__)
 VOCAB_SIZE = 4096
@@ -72,6 +72,18 @@ class Pipeline:
         config = TrainConfig(seed=self.seed, mix_steps=mix_steps)
         self.say(f"training (copy curriculum, then {mix_steps} mixture steps): target {count(self.target)} params, draft {count(self.draft)}")
         return train(self.target, self.draft, self.maker, config, self.work, log=self.say)
+
+    def rescue(self, steps: int):
+        from codespec.training.rescue import RescueConfig, rescue
+
+        probe_functions = corpus.heldout_functions(50, files=self.heldout_files)[40:]  # not the eval set
+        config = RescueConfig(seed=self.seed, steps=steps)
+        self.say(f"copy-rescue fine-tune: {steps} steps, mixture {config.mixture}")
+        return rescue(self.target, self.tokenizer, self.maker, probe_functions, config, log=self.say,
+                      stop=(self.work / "STOP").exists)
+
+    def save(self, result: TrainResult) -> None:
+        save_checkpoint(self.work, self.target, self.draft, result, TrainConfig(seed=self.seed))
 
     def restore(self) -> TrainResult:
         result = load_checkpoint(self.work, self.target, self.draft)

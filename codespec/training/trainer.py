@@ -63,6 +63,11 @@ class TrainResult:
     copy_steps: int = 0
     wall_s: float = 0.0
     final_loss: float = float("nan")
+    rescue_steps: int = 0  # the copy-rescue fine-tune (codespec/training/rescue.py) after the main run
+    rescue_warm_steps: int = 0
+    rescue_tokens: int = 0
+    rescue_wall_s: float = 0.0
+    rescue_probes: list = field(default_factory=list)
     history: list = field(default_factory=list)
 
 
