@@ -60,7 +60,8 @@ def read_jsonl(path: Path, max_records: int | None = None) -> list[dict]:
     return records
 
 
-def _text(record: dict, key: str, where: str) -> str:
+def text_field(record: dict, key: str, where: str) -> str:
+    """A record's string field, or a CodespecError naming the record and the field."""
     value = record.get(key)
     if not isinstance(value, str):
         raise CodespecError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
@@ -70,15 +71,15 @@ def _text(record: dict, key: str, where: str) -> str:
 def case_from_record(record: dict, where: str) -> SimCase:
     record_id = str(record.get("id", where))
     if "before" in record or "after" in record:
-        before, after = _text(record, "before", where), _text(record, "after", where)
+        before, after = text_field(record, "before", where), text_field(record, "after", where)
         instruction = record.get("instruction") if isinstance(record.get("instruction"), str) else None
         return SimCase(record_id, "edit", edit_prompt(before, instruction), after, before, 0,
                        f"edit:{record_id}", before, 0)
     if "prefix" in record or "target" in record:
-        prefix, suffix = _text(record, "prefix", where), record.get("suffix", "")
+        prefix, suffix = text_field(record, "prefix", where), record.get("suffix", "")
         if not isinstance(suffix, str):
             raise CodespecError(f"{where}: field 'suffix' must be a string")
-        target = _text(record, "target", where)
+        target = text_field(record, "target", where)
         uri = str(record.get("path") or f"completion:{record_id}")
         return SimCase(record_id, "completion", prefix, target, prefix + suffix, len(prefix),
                        uri, prefix + suffix, len(prefix))
@@ -98,5 +99,5 @@ def load_workspace(path: Path) -> list[tuple[str, str]]:
     files = []
     for number, record in enumerate(read_jsonl(path), 1):
         where = f"{path} record {number}"
-        files.append((_text(record, "path", where), _text(record, "text", where)))
+        files.append((text_field(record, "path", where), text_field(record, "text", where)))
     return files

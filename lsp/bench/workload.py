@@ -19,6 +19,7 @@ from pathlib import Path
 
 from codespec.errors import CodespecError
 from codespec.prompts import fim_prompt, rewrite_prompt
+from proposers.sim_workload import text_field
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,13 @@ def _head(lines: list[str], max_chars: int) -> str:
 def case_from_record(record: dict, workload: str, where: str, max_chars: int | None = None) -> BenchCase:
     record_id = str(record.get("id", where))
     if "before" in record or "after" in record:
-        before, after = _text(record, "before", where), _text(record, "after", where)
+        before, after = text_field(record, "before", where), text_field(record, "after", where)
         instruction = record.get("instruction") if isinstance(record.get("instruction"), str) else None
         before, after = window_edit(before, after, max_chars)
         return BenchCase(record_id, workload, "edit", rewrite_prompt(before, instruction), after, before, 0,
                          f"edit:{record_id}", before, 0, instruction)
     if "prefix" in record or "target" in record:
-        prefix, target = _text(record, "prefix", where), _text(record, "target", where)
+        prefix, target = text_field(record, "prefix", where), text_field(record, "target", where)
         suffix = record.get("suffix", "")
         if not isinstance(suffix, str):
             raise CodespecError(f"{where}: field 'suffix' must be a string")
@@ -121,10 +122,3 @@ def load_cases(path: Path, max_records: int | None = None, max_chars: int | None
     if not cases:
         raise CodespecError(f"workload file {path} holds no usable records")
     return cases
-
-
-def _text(record: dict, key: str, where: str) -> str:
-    value = record.get(key)
-    if not isinstance(value, str):
-        raise CodespecError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
-    return value
