@@ -92,6 +92,18 @@ def copy_probe(model, tokenizer, functions: list[str]) -> float:
     return hits / len(functions)
 
 
+
+def copy_step(target, optimizer, ids, targets, exit_stride: int) -> float:
+    """One optimizer step on copy rows (no early-exit loss); returns the loss on the copied part."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, final = target_loss(target, ids, targets, 0.0, exit_stride, 0)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
+    optimizer.step()
+    return final
+
+
 def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], config: RescueConfig,
            log: Callable[[str], None] = print, stop: Callable[[], bool] = lambda: False) -> RescueResult:
     """Fine-tune ``target`` in place; on return it holds the weights with the best copy probe."""
@@ -121,12 +133,7 @@ def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], c
             ids, targets = batch(maker, rng, ["copy"], [1.0], *config.warm_batch, vocab)
             for group in optimizer.param_groups:
                 group["lr"] = config.warm_lr
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss, final = target_loss(target, ids, targets, 0.0, config.exit_stride, 0)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
-            optimizer.step()
+            final = copy_step(target, optimizer, ids, targets, config.exit_stride)
             result.warm_steps += 1
             result.tokens_seen += ids.numel()
             recent = (recent + [final])[-20:]
@@ -139,12 +146,7 @@ def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], c
     for vocab, steps, rows, length in config.bridge_stages:
         for stage_step in range(steps):
             ids, targets = batch(maker, rng, ["copy", "identity"], [0.5, 0.5], rows, length, vocab)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss, final = target_loss(target, ids, targets, 0.0, config.exit_stride, 0)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
-            optimizer.step()
+            final = copy_step(target, optimizer, ids, targets, config.exit_stride)
             result.warm_steps += 1
             result.tokens_seen += ids.numel()
             if stage_step % config.log_every == 0:
