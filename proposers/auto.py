@@ -32,8 +32,8 @@ from typing import Sequence
 from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
 from codespec.errors import CodespecError
 from codespec.kv import common_prefix_len
-from proposers.policy import (AcceptanceTable, Candidate, Choice, LinearCost, ProbeSchedule, best_length,
-                              choose)
+from proposers.policy import (AcceptanceTable, Candidate, Choice, ForwardCosts, LinearCost, ProbeSchedule,
+                              best_length, choose)
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,8 @@ class PolicyConfig:
     probe_max_interval: int = 256
     probe_max_len: int = 4
     model_max_len: int = 64  # longest autoregressive draft considered (bounds the per-step arithmetic)
-    # Fixed costs instead of measured ones, (a, b) seconds for k tokens = a + b k: for replays that
-    # model time, and for deterministic tests. None = measure.
+    # Fixed costs instead of measured ones, (a, b) seconds for k tokens = a + b k (a plain step: a):
+    # for replays that model time, and for deterministic tests. None = measure.
     verify_cost: tuple[float, float] | None = None
     proposal_costs: dict | None = None  # proposer name -> (a, b)
     catch_up_limit: int = 2  # model timings with a longer catch-up prefill are not per-token costs
@@ -68,13 +68,13 @@ class PolicyState:
     the caller keeps one proposer for a server's lifetime or builds one per request."""
 
     acceptance: AcceptanceTable
-    verify_cost: LinearCost
+    verify_cost: ForwardCosts
     proposal_costs: dict[str, LinearCost] = field(default_factory=dict)
 
     @classmethod
     def fresh(cls, config: "PolicyConfig") -> "PolicyState":
         return cls(AcceptanceTable(config.acceptance_decay, config.prior_acceptance, config.prior_strength),
-                   LinearCost("flat", config.cost_decay))
+                   ForwardCosts(config.cost_decay))
 
 
 _SHARED_STATES: dict[tuple, PolicyState] = {}
@@ -184,10 +184,13 @@ class AutoProposer:
                 sub.proposal_s = time.perf_counter() - start
 
         # 2. Score every option; a model's cost is its fitted proposal time, a lookup's is sunk.
-        verify_fit = self.config.verify_cost or self.verify_cost.fit() or (1.0, 0.02)
+        if self.config.verify_cost is not None:
+            verify_fit, plain_s = self.config.verify_cost, self.config.verify_cost[0]
+        else:
+            verify_fit, plain_s = self.verify_cost.verify_fit(), self.verify_cost.plain()
         candidates = [self._candidate(sub, context.max_len, verify_fit) for sub in self.subs]
         decision, _ = choose([c for c in candidates if c is not None], verify_fit, self.config.margin,
-                             self.config.waste)
+                             self.config.waste, plain_s)
 
         # 3. Nothing pays: plain decoding, but probe a model proposer now and then.
         self._probing = False
@@ -274,9 +277,9 @@ class AutoProposer:
 
     def summary(self) -> dict:
         """Current estimates, for logs and benchmarks."""
-        verify_fit = self.verify_cost.fit()
         return {
-            "verify_s": verify_fit,
+            "verify_s": self.verify_cost.fit(),
+            "plain_s": self.verify_cost.plain_measured,
             "proposal_s": {sub.name: sub.proposal_cost.fit() for sub in self.subs if sub.kind == MODEL},
             "acceptance": {name: [round(a, 3) for a in table.estimates(8, self.acceptance.prior)]
                            for name, table in self.acceptance.by_proposer.items()},

@@ -1,6 +1,6 @@
 """The speculation policy's statistics and decision, as pure values and small estimators.
 
-One step of plain decoding yields 1 token for ``verify(0)`` seconds. A draft of length k from a
+One step of plain decoding yields 1 token for ``plain`` seconds. A draft of length k from a
 proposer whose per-depth acceptance is a_1, a_2, ... (a_i = P(draft i accepted | drafts before it
 accepted)) yields in expectation
 
@@ -9,7 +9,7 @@ accepted)) yields in expectation
 for ``proposal(k) + verify(k)`` seconds, plus a charge for each expected rejected token (``waste``,
 a fraction of a forward: rejected drafts are compute spent for nothing, which the measured slope
 of a GPU forward barely shows). The policy picks the (proposer, k) with the best E(k) / cost, and
-plain decoding when nothing beats 1 / verify(0) by a margin. Long drafts fall out
+plain decoding when nothing beats 1 / plain by a margin. Long drafts fall out
 of this by themselves: when a source's acceptance stays near 1 at every depth, E(k) grows almost
 linearly while verify(k) = a + b k grows slowly, so the best k is the longest available.
 
@@ -20,6 +20,11 @@ Estimators:
   to everything after.
 - ``LinearCost``: seconds ~ a + b k by exponentially forgetting least squares, with a ridge pull on
   the slope so a fit from one draft length is still sensible.
+- ``ForwardCosts``: plain steps (k = 0) and drafted steps (k >= 1) are measured apart. On a CPU a
+  forward over 2 positions costs far more than over 1 (matrix-vector becomes matrix-matrix: 10 ms
+  -> 15 ms for a 30M-parameter Llama here, then +1 ms per position), so one line through both
+  would put plain decoding's cost too high and make weak drafts look worth verifying. On a GPU
+  the two agree and the split changes nothing.
 """
 
 from __future__ import annotations
@@ -177,6 +182,49 @@ class LinearCost:
         return a + b * k
 
 
+class ForwardCosts:
+    """Target forward costs as the policy sees them: ``plain`` seconds for a step without a draft,
+    ``a + b k`` for a step verifying k >= 1 drafted tokens. Each is measured on its own steps;
+    until one has a measurement it is derived from the other (or ``default`` when neither has)."""
+
+    def __init__(self, decay: float = 0.98, default: tuple[float, float] = (1.0, 0.02)) -> None:
+        self.drafted = LinearCost("flat", decay)
+        self.decay = decay
+        self.default = default
+        self._plain_sum = self._plain_weight = 0.0
+
+    def add(self, k: int, seconds: float) -> None:
+        if not (seconds > 0.0 and math.isfinite(seconds)):
+            return
+        if k > 0:
+            self.drafted.add(k, seconds)
+        else:
+            self._plain_sum = self._plain_sum * self.decay + seconds
+            self._plain_weight = self._plain_weight * self.decay + 1.0
+
+    @property
+    def plain_measured(self) -> float | None:
+        return self._plain_sum / self._plain_weight if self._plain_weight > 0.0 else None
+
+    def verify_fit(self) -> tuple[float, float]:
+        """(a, b) for drafted steps: seconds = a + b k."""
+        fit = self.drafted.fit()
+        if fit is not None:
+            return fit
+        plain = self.plain_measured
+        if plain is not None:  # nothing drafted yet: assume a flat slope from the plain step
+            return plain, self.drafted.flat_slope * plain
+        return self.default
+
+    def plain(self) -> float:
+        measured = self.plain_measured
+        return measured if measured is not None else self.verify_fit()[0]
+
+    def fit(self) -> tuple[float, float] | None:
+        """The drafted-step fit, or None before any measurement (for reports)."""
+        return self.drafted.fit()
+
+
 # -- decision -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Candidate:
@@ -234,16 +282,18 @@ def best_length(candidate: Candidate, verify_s: tuple[float, float], waste: floa
     return best
 
 
-def plain_choice(verify_s: tuple[float, float]) -> Choice:
-    return Choice(None, 0, 1.0, verify_s[0])
+def plain_choice(plain_s: float) -> Choice:
+    return Choice(None, 0, 1.0, plain_s)
 
 
 def choose(candidates: Sequence[Candidate], verify_s: tuple[float, float], margin: float = 0.05,
-           waste: float = 0.0) -> tuple[Choice, Choice | None]:
-    """(decision, best speculative option). Speculate only when it beats plain decoding by ``margin``."""
+           waste: float = 0.0, plain_s: float | None = None) -> tuple[Choice, Choice | None]:
+    """(decision, best speculative option). Speculate only when it beats plain decoding by ``margin``.
+
+    ``plain_s`` is a step without a draft (default: ``verify_s``'s intercept)."""
     options = [best_length(c, verify_s, waste) for c in candidates if c.max_len > 0]
     best = max(options, key=lambda choice: choice.rate, default=None)
-    plain = plain_choice(verify_s)
+    plain = plain_choice(verify_s[0] if plain_s is None else plain_s)
     if best is not None and best.rate > plain.rate * (1.0 + margin):
         return best, best
     return plain, best

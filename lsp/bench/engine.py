@@ -79,7 +79,9 @@ class CodespecConfig:
         if self._state is None:
             return None
         fit = self._state.verify_cost.fit()
-        return {"verify_fit_ms": None if fit is None else [round(fit[0] * 1e3, 3), round(fit[1] * 1e3, 4)]}
+        plain = self._state.verify_cost.plain_measured
+        return {"verify_fit_ms": None if fit is None else [round(fit[0] * 1e3, 3), round(fit[1] * 1e3, 4)],
+                "plain_step_ms": None if plain is None else round(plain * 1e3, 3)}
 
     def run(self, target, case, prompt_ids: Sequence[int], limits: GenerationLimits,
             sampling: SamplingParams, probe: MemoryProbe) -> RunResult:

@@ -103,7 +103,9 @@ def markdown(report: dict, command: str = "", plots_note: str | None = None, tit
             auto = body["configs"].get("auto", {})
             sources = auto.get("drafts_by_proposer")
             out += [(f"`auto`: drafts by source {sources}; " if sources else "`auto`: ")
-                    + f"fitted verification cost at the end (ms = a + b k): {body['auto_policy'].get('verify_fit_ms')}", ""]
+                    + f"fitted verification cost at the end (ms = a + b k for k >= 1 drafted tokens): "
+                    f"{body['auto_policy'].get('verify_fit_ms')}, plain step "
+                    f"{body['auto_policy'].get('plain_step_ms')} ms", ""]
     if len(report["workloads"]) > 1:
         out += [f"{h2} all workloads together", "", markdown_table(report["configs"]), ""]
     if report.get("sweeps"):

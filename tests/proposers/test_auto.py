@@ -13,7 +13,7 @@ from codespec.registry import ProposerSetup, create_proposer
 from engine_harness import ScriptedProposer, always_wrong, oracle, plain_greedy
 from proposers.auto import AutoProposer, PolicyConfig
 from proposers.draft_model import DraftModelProposer
-from proposers.policy import (AcceptanceTable, Candidate, DepthAcceptance, LinearCost, ProbeSchedule, best_length,
+from proposers.policy import (AcceptanceTable, Candidate, DepthAcceptance, ForwardCosts, LinearCost, ProbeSchedule, best_length,
                               bucket, choose, expected_tokens)
 
 from test_draft_model import SAMPLING, SMALL_VOCAB, exact_joint, run_samples, small_vocab_pair, views_failing  # noqa: F401
@@ -131,6 +131,34 @@ def test_noisy_costs_never_make_a_forward_free():
     a, b = fit.fit()
     assert a > 0 and b > 0
     assert choose([Candidate("c", [1.0] * 96, 96)], (a, b))[0].name == "c"
+
+
+def test_plain_and_drafted_forwards_are_measured_apart():
+    """A CPU-like cost: 10 ms plain, 15 ms + 1 ms per token once anything is drafted. One line
+    through all steps would price the plain step near the drafted intercept; the split keeps it."""
+    costs = ForwardCosts(decay=1.0)
+    assert costs.verify_fit() == (1.0, 0.02) and costs.plain() == 1.0  # nothing measured: the default
+    costs.add(0, 0.010)
+    assert costs.plain() == pytest.approx(0.010)
+    assert costs.verify_fit() == pytest.approx((0.010, 0.0002))  # derived until a draft is measured
+    for k in (1, 2, 4, 8, 16):
+        for _ in range(4):
+            costs.add(k, 0.015 + 0.001 * k)
+            costs.add(0, 0.010)
+    a, b = costs.verify_fit()
+    assert a == pytest.approx(0.015, rel=0.1) and b == pytest.approx(0.001, rel=0.1)
+    assert costs.plain() == pytest.approx(0.010)
+
+
+def test_weak_short_drafts_lose_to_a_cheaper_plain_step():
+    """40% first-token acceptance: worth a draft when a plain step costs as much as a drafted one's
+    intercept, not when the drafted forward costs 1.5x a plain one (a CPU's matrix-matrix jump)."""
+    weak = Candidate("reference", [0.4, 0.5, 0.5, 0.5], 4)
+    drafted = (0.015, 0.001)
+    assert choose([weak], drafted, margin=0.0)[0].name == "reference"
+    assert choose([weak], drafted, margin=0.0, plain_s=0.010)[0].name is None
+    strong = Candidate("reference", [0.95] * 16, 16)
+    assert choose([strong], drafted, margin=0.0, plain_s=0.010)[0].name == "reference"
 
 
 def test_probe_interval_doubles_and_resets():
