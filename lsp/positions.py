@@ -15,7 +15,6 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass
-from typing import Sequence
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
@@ -129,12 +128,6 @@ def range_offsets(text: str, start: tuple[int, int], end: tuple[int, int], clamp
     if end_offset < start_offset:
         raise PositionError(f"range end {end} comes before its start {start}")
     return start_offset, end_offset
-
-
-def token_at(char_starts: Sequence[int], offset: int) -> int:
-    """Index of the token holding code point ``offset``, given each token's first character offset
-    (sorted); an offset between tokens belongs to the token that starts there."""
-    return max(0, bisect.bisect_right(char_starts, offset) - 1)
 
 
 def changed_span(old: str, new: str) -> tuple[int, int, str]:

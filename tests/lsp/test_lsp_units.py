@@ -13,7 +13,7 @@ from lsp.auth import presented_token, refusal, resolve_token
 from lsp.documents import Debouncer, Document
 from lsp.inline import Suggestion, completion_context, trim_completion, typed_along, window_start
 from lsp.options import ServerOptions, parse_options
-from lsp.positions import LineIndex, PositionError, changed_span, position_at, range_offsets, token_at
+from lsp.positions import LineIndex, PositionError, changed_span, position_at, range_offsets
 
 
 # ---- positions -------------------------------------------------------------------------------
@@ -65,7 +65,6 @@ def test_range_offsets_and_changed_span():
         range_offsets("ab\ncd", (1, 1), (0, 1))
     assert changed_span("hello world", "hello brave world") == (6, 6, "brave ")
     assert changed_span("aaa", "aa") == (2, 3, "")
-    assert token_at([0, 3, 5], 4) == 1 and token_at([0, 3, 5], 5) == 2 and token_at([0, 3], 0) == 0
 
 
 # ---- options ---------------------------------------------------------------------------------
