@@ -45,11 +45,18 @@ class _Replayed:
 
 
 async def serve_tcp(server, host: str, port: int, ready: Callable[[int], None] | None = None) -> None:
-    """Serve ``server`` (a pygls LanguageServer) on ``host:port`` until it shuts down;
-    ``ready(port)`` is called once listening (port 0 picks a free one)."""
+    """Serve ``server`` (a pygls LanguageServer) on ``host:port`` until its LSP connection ends
+    (or this task is cancelled); ``ready(port)`` is called once listening (port 0 picks a free one).
+
+    Only pygls's public API is used (``protocol.set_writer``, ``pygls.io_.run_async``,
+    ``report_server_error``, ``shutdown``): the stop event and the listener are ours, so nothing
+    depends on the private fields pygls's own ``start_tcp`` keeps them in.
+    """
     from pygls.io_ import run_async
 
-    stop_event = server._stop_event = threading.Event()
+    stop_event = threading.Event()  # ends run_async's read loop
+    ended = asyncio.Event()  # the LSP connection is over: as with pygls, the server ends with it
+    connections: set[asyncio.StreamWriter] = set()
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         first_line = await reader.readline()
@@ -57,21 +64,28 @@ async def serve_tcp(server, host: str, port: int, ready: Callable[[int], None] |
             log.warning("refused a TCP connection that does not speak LSP (first line %r)", first_line[:60])
             writer.close()
             return
+        connections.add(writer)
         server.protocol.set_writer(writer)
-        await run_async(stop_event=stop_event, reader=_Replayed(first_line, reader), protocol=server.protocol,
-                        logger=log, error_handler=server.report_server_error)
-        server.shutdown()  # the editor went away: as pygls does, the server ends with it
+        try:
+            await run_async(stop_event=stop_event, reader=_Replayed(first_line, reader), protocol=server.protocol,
+                            logger=log, error_handler=server.report_server_error)
+        finally:
+            connections.discard(writer)
+            ended.set()
 
-    listener = server._server = await asyncio.start_server(connection, host, port)
+    listener = await asyncio.start_server(connection, host, port)
     if ready is not None:
         ready(listener.sockets[0].getsockname()[1])
-    async with listener:
-        await listener.serve_forever()  # CancelledError once shutdown() closes the listener
+    try:
+        async with listener:  # closes the listener on the way out
+            await ended.wait()
+    finally:
+        stop_event.set()
+        for writer in list(connections):  # a read loop still waiting for input ends at EOF
+            writer.close()
+        server.shutdown()  # pygls's own teardown (its thread pool), as its start_tcp does
 
 
 def start_tcp(server, host: str, port: int) -> None:
     """Blocking: serve until the client disconnects or asks the server to exit."""
-    try:
-        asyncio.run(serve_tcp(server, host, port))
-    except asyncio.CancelledError:
-        log.debug("TCP server closed")
+    asyncio.run(serve_tcp(server, host, port))

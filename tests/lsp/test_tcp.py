@@ -47,7 +47,25 @@ async def test_an_http_post_is_refused_and_an_lsp_client_is_still_served():
         response = json.loads(await asyncio.wait_for(reader.readexactly(length), WAIT_S))
         assert response["id"] == 1 and "error" not in response
         writer.close()
+        await asyncio.wait_for(serving, WAIT_S)  # the LSP connection ended: so does the server
     finally:
-        server.shutdown()
+        serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(serving, WAIT_S)
+
+
+async def test_cancelling_the_server_closes_its_open_connection():
+    server = build_server()
+    port: asyncio.Future = asyncio.get_running_loop().create_future()
+    serving = asyncio.create_task(serve_tcp(server, "127.0.0.1", 0, port.set_result))
+    number = await asyncio.wait_for(port, WAIT_S)
+    reader, writer = await asyncio.open_connection("127.0.0.1", number)
+    writer.write(lsp_message({"jsonrpc": "2.0", "id": 1, "method": "shutdown"}))
+    await writer.drain()
+    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)  # served: the connection is live
+    serving.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(serving, WAIT_S)
+    await asyncio.wait_for(reader.read(), WAIT_S)  # EOF: the server closed it rather than leaving it open
+    assert reader.at_eof()
+    writer.close()
