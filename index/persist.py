@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import queue
 import threading
 import sqlite3
@@ -23,7 +24,42 @@ import numpy as np
 import sqlite_utils
 
 SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 30.0  # how long a connection waits for another process's write before failing
 log = logging.getLogger("codespec.index")
+
+
+class SchemaError(RuntimeError):
+    """The file is a readable index of another schema version (not corruption: left in place)."""
+
+
+def _is_busy(error: BaseException) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return (code is not None and (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)) or \
+        "locked" in str(error) or "busy" in str(error)
+
+
+def _is_corrupt(error: BaseException) -> bool:
+    """Errors that mean the file is not a usable database (as opposed to locked or unopenable)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+    return "malformed" in str(error) or "not a database" in str(error)
+
+
+def _retry_busy(step, timeout: float):
+    """Run ``step`` again while SQLite reports the database busy. The busy handler covers most
+    waits; a few cases (switching to WAL, a read lock upgraded while another connection
+    recovers the WAL) return SQLITE_BUSY at once, so retry them here until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as error:
+            if not _is_busy(error) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def content_hash(text: str) -> str:
@@ -53,35 +89,78 @@ class IndexDB:
     """The on-disk half of the index: one SQLite connection. Callers serialise its use (the
     index's lock, or the one writer thread of ``WriteBehindDB``), possibly from different threads."""
 
-    def __init__(self, path: str | Path, tokenizer_fingerprint: str, dtype: np.dtype) -> None:
+    def __init__(self, path: str | Path, tokenizer_fingerprint: str, dtype: np.dtype,
+                 busy_timeout: float = BUSY_TIMEOUT_S) -> None:
         self.path = Path(path)
         self.dtype = np.dtype(dtype)
         self.fingerprint = tokenizer_fingerprint
-        # Used only under the index's lock, possibly from several threads (an LSP worker).
-        self.db = sqlite_utils.Database(sqlite3.connect(str(self.path), check_same_thread=False))
-        self.db.enable_wal()
-        self.conn: sqlite3.Connection = self.db.conn
+        self.busy_timeout = busy_timeout
+        self.moved_aside: Path | None = None  # where an unreadable file went, if it did
+        try:
+            self._open()
+        except sqlite3.DatabaseError as error:
+            if _is_busy(error) or not _is_corrupt(error) or not self.path.exists():
+                raise
+            self._set_aside(error)
+            self._open()
+
+    def _open(self) -> None:
+        # Used only under the index's lock, possibly from several threads (an LSP worker). The
+        # timeout is SQLite's busy handler: another process writing waits us, it does not fail us.
+        conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False)
+        try:
+            self.db = sqlite_utils.Database(conn)
+            self.conn: sqlite3.Connection = conn
+            _retry_busy(self._setup, self.busy_timeout)
+        except BaseException:
+            conn.close()
+            raise
+
+    def _setup(self) -> None:
+        """WAL mode, then create-if-missing and the version check in one ``BEGIN IMMEDIATE``
+        transaction: two processes opening the same new file at once (two editor windows on one
+        workspace) see either no tables or all of them, never half a schema or two versions."""
+        if self.db.journal_mode != "wal":
+            self.db.enable_wal()
         self.conn.execute("PRAGMA synchronous=NORMAL")
-        self._create()
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._create()
+        except BaseException:
+            self.conn.rollback()
+            raise
+        self.conn.commit()
+
+    def _set_aside(self, error: BaseException) -> None:
+        """Move an unreadable database (and its WAL) out of the way, keeping it for inspection;
+        the index is rebuilt from the workspace."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{os.getpid()}")
+        for suffix in ("", "-wal", "-shm"):
+            part = Path(str(self.path) + suffix)
+            if part.exists():
+                os.replace(part, Path(str(aside) + suffix))
+        log.error("index: database %s is unreadable (%s); moved it to %s and starting a new one",
+                  self.path, error, aside)
+        self.moved_aside = aside
 
     def _create(self) -> None:
         db = self.db
-        with self.conn:
-            if "schema_version" not in db.table_names():
-                db["schema_version"].create({"version": int}, pk="version")
-                self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
-            found = [r[0] for r in self.conn.execute("SELECT version FROM schema_version")]
-            if found != [SCHEMA_VERSION]:
-                raise RuntimeError(f"{self.path}: index schema {found}, this codespec reads {SCHEMA_VERSION}; "
-                                   "delete the file to rebuild it")
-            db["documents"].create({"uri": str, "hash": str, "version": int, "text": str, "tokens": bytes,
-                                    "tokenizer": str, "updated": float}, pk="uri", if_not_exists=True)
-            db["history"].create({"id": int, "kind": str, "uri": str, "text": str, "time": float,
-                                  "tokens": bytes, "tokenizer": str}, pk="id", if_not_exists=True)
-            db["stats"].create({"source": str, "drafted": int, "accepted": int, "updated": float},
-                               pk="source", if_not_exists=True)
-            db["tables"].create({"fingerprint": str, "positions": bytes, "groups": bytes, "created": float},
-                                pk="fingerprint", if_not_exists=True)
+        if "schema_version" not in db.table_names():
+            db["schema_version"].create({"version": int}, pk="version")
+            self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
+        found = [r[0] for r in self.conn.execute("SELECT version FROM schema_version")]
+        if found != [SCHEMA_VERSION]:
+            raise SchemaError(f"{self.path}: index schema {found}, this codespec reads {SCHEMA_VERSION}; "
+                              "delete the file to rebuild it")
+        db["documents"].create({"uri": str, "hash": str, "version": int, "text": str, "tokens": bytes,
+                                "tokenizer": str, "updated": float}, pk="uri", if_not_exists=True)
+        db["history"].create({"id": int, "kind": str, "uri": str, "text": str, "time": float,
+                              "tokens": bytes, "tokenizer": str}, pk="id", if_not_exists=True)
+        db["stats"].create({"source": str, "drafted": int, "accepted": int, "updated": float},
+                           pk="source", if_not_exists=True)
+        db["tables"].create({"fingerprint": str, "positions": bytes, "groups": bytes, "created": float},
+                            pk="fingerprint", if_not_exists=True)
 
     # -- documents ------------------------------------------------------------------------------
     def load_documents(self, uris: Iterable[str]) -> Iterator[StoredDocument]:
