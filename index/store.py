@@ -34,6 +34,7 @@ import numpy as np
 
 from index import scan
 from index.history import HistoryBuffer, HistoryEntry
+from index.ingest import ScanCancelled
 from index.levels import Doc, LevelSet
 from index.persist import WriteBehindDB, content_hash
 from index.ranking import Occurrence, rank
@@ -249,17 +250,34 @@ class WorkspaceIndex:
 
     # -- workspace ------------------------------------------------------------------------------
     def index_workspace(self, roots: list[Path], exclude: Sequence[str] = (), max_file_bytes: int = 1_000_000,
-                        progress: Callable[[int, int], None] | None = None) -> IndexReport:
+                        progress: Callable[[int, int], None] | None = None, *,
+                        adapter: TokenizerAdapter | None = None,
+                        cancel: Callable[[], bool] | None = None) -> IndexReport:
         """Index every source file under ``roots`` (see :mod:`index.discovery`). Files whose
         content hash matches the database reuse its tokens; nothing unchanged is re-tokenized.
 
         Reading, hashing, tokenizing and sorting run without the index's lock, so lookups and
         edits from other threads proceed meanwhile; a document opened or edited through the API
-        in the meantime keeps its buffer (the scanned copy is discarded)."""
+        in the meantime keeps its buffer (the scanned copy is discarded). Stored tokens are read
+        back one batch of files per lock hold.
+
+        A scan on its own thread passes ``adapter``, its own copy of the tokenizer
+        (:func:`index.ingest.thread_adapter`): a tokenizer must not be used by two threads at
+        once. ``cancel`` is checked after discovery, between batches and before installing; when
+        it returns True the scan raises :class:`index.ingest.ScanCancelled`, having changed nothing."""
+        tokenizer = self.adapter if adapter is None else adapter
+        if tokenizer.fingerprint != self.adapter.fingerprint:
+            raise ValueError("index_workspace: the adapter does not tokenize like the index's")
+
+        def check_cancel() -> None:
+            if cancel is not None and cancel():
+                raise ScanCancelled("workspace scan cancelled")
+
         with self._scan_lock:
             started = time.perf_counter()
             report = IndexReport()
             found = scan.find_files(roots, exclude, max_file_bytes, report)
+            check_cancel()
             with self._lock:
                 resident = dict(self._docs)
                 stored = self.db.document_hashes() if self.db is not None else {}
@@ -271,16 +289,21 @@ class WorkspaceIndex:
                 done[0] += count
                 if progress:
                     progress(done[0], report.files)
+                check_cancel()
 
             fresh: list[Doc] = []
             if to_load:
-                with self._lock:
-                    rows = list(self.db.load_documents(set(to_load)))
+                rows = []
+                wanted = list(to_load)
+                for batch_start in range(0, len(wanted), scan.BATCH_FILES):
+                    with self._lock:  # the reader connection is used under the lock: one batch per hold
+                        batch = list(self.db.load_documents(wanted[batch_start:batch_start + scan.BATCH_FILES]))
+                    rows += batch
+                    advance(len(batch))
                 fresh = scan.reuse(rows, to_load, tick)
                 report.reused = len(rows)
                 to_tokenize += [to_load[u] for u in set(to_load) - {r.uri for r in rows}]  # rows gone meanwhile
-                advance(len(rows))
-            fresh += scan.tokenize(self.adapter, to_tokenize, tick, report, advance)
+            fresh += scan.tokenize(tokenizer, to_tokenize, tick, report, advance)
             rank = {item.uri: n for n, item in enumerate(found)}
             fresh.sort(key=lambda d: rank[d.uri])  # discovery order: the same workspace gives the same table
             if fresh:
@@ -290,6 +313,7 @@ class WorkspaceIndex:
                 table_started = time.perf_counter()
                 built = self._levels.build(fresh, stored_table)  # the sort: no lock held
                 report.table_seconds = time.perf_counter() - table_started
+            check_cancel()
             with self._lock:
                 dead = set()
                 for slot, doc in enumerate(fresh):

@@ -1,19 +1,41 @@
-"""The workspace index as the servers use it: created, filled and updated on the engine thread.
+"""The workspace index as the servers use it: opened, filled by a background scan, updated.
+
+Threading model (why a workspace scan never holds up a completion):
+
+- **engine thread** (``codespec-engine``): owns the target and its tokenizer. Every index call
+  the editor drives (open, add and update documents, history, the lookups inside decode cycles,
+  stats, close) goes through ``EngineService.call``, so it runs between two decode cycles, and
+  the index's own tokenizer adapter (the target's tokenizer) is used on this thread only.
+- **indexing thread** (``codespec-indexer``, one per index): runs workspace scans, one at a
+  time. Discovery, reading, hashing, tokenizing and the table sort (the seconds-to-minutes part)
+  hold no lock; the scan tokenizes with its **own copy** of the tokenizer
+  (:func:`index.ingest.thread_adapter`; a fast tokenizer used by two threads at once can fail
+  with "Already borrowed"). It takes the index's lock only for short steps: a snapshot, one
+  batch of stored rows per hold, and the final install. So a decode cycle waits for at most one
+  of those steps, and never for the scan.
+- ``progress(done, total)`` is called on the indexing thread (the servers hop to their loop).
+- **cancellation and shutdown**: a scan checks its cancel flag between batches and stops before
+  installing anything (:class:`index.ingest.ScanCancelled`), so the index and its database stay
+  as they were. :func:`stop_indexing` cancels and joins the indexing thread; ``close_service``
+  calls it before closing the index on the engine thread.
 
 The index is optional at run time (``index.enabled: false``, or an install without it): every
-call here degrades to "no index" with one log line instead of failing a request. All index calls
-run on the engine thread through ``EngineService.call``, because SQLite connections belong to
-the thread that made them and lookups happen inside decode cycles on that thread.
+call here degrades to "no index" with one log line instead of failing a request.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import queue
+import threading
 from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlparse
 
 log = logging.getLogger(__name__)
+
+Progress = Callable[[int, int], None]
 
 
 def uri_to_path(uri: str) -> Path | None:
@@ -30,8 +52,84 @@ def default_index_path(roots: list[Path]) -> Path:
     return Path.home() / ".cache" / "codespec" / "index.db"
 
 
+class Scan(concurrent.futures.Future):
+    """One workspace scan: a Future of its :class:`~index.scan.IndexReport`. ``cancel()`` also
+    stops a running scan at its next check (its result is then :class:`~index.ingest.ScanCancelled`),
+    so cancelling an asyncio task that awaits it through ``asyncio.wrap_future`` stops it too."""
+
+    def __init__(self, roots: list[Path], exclude: tuple[str, ...], max_file_bytes: int,
+                 progress: Progress | None) -> None:
+        super().__init__()
+        self.roots, self.exclude, self.max_file_bytes, self.progress = roots, exclude, max_file_bytes, progress
+        self.stopped = threading.Event()
+
+    def cancel(self) -> bool:
+        self.stopped.set()
+        return super().cancel()  # False once running: the scan then ends with ScanCancelled
+
+
+class WorkspaceIndexer:
+    """The indexing thread of one index: scans run there in submission order."""
+
+    def __init__(self, index) -> None:
+        self.index = index
+        self.closing = threading.Event()  # cancels the running scan and every queued one
+        self.adapter = None  # the thread's own tokenizer adapter: made and used on that thread only
+        self._queue: queue.Queue[Scan | None] = queue.Queue()
+        self._submit_lock = threading.Lock()  # a scan is either queued before close, or refused
+        self._thread = threading.Thread(target=self._run, name="codespec-indexer", daemon=True)
+        self._thread.start()
+
+    def submit(self, roots: list[Path], exclude: tuple[str, ...], max_file_bytes: int,
+               progress: Progress | None = None) -> Scan:
+        from index.ingest import ScanCancelled
+
+        scan = Scan(list(roots), tuple(exclude), max_file_bytes, progress)
+        with self._submit_lock:
+            if self.closing.is_set():
+                scan.set_exception(ScanCancelled("the index is closing"))
+            else:
+                self._queue.put(scan)
+        return scan
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Cancel the running and queued scans and wait for the thread; False if it is still
+        running after ``timeout`` (a scan notices cancellation between batches, not inside
+        discovery or the table sort)."""
+        with self._submit_lock:
+            self.closing.set()
+            self._queue.put(None)
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        from index.ingest import ScanCancelled, thread_adapter
+
+        while (scan := self._queue.get()) is not None:
+            if not scan.set_running_or_notify_cancel():
+                continue
+            try:
+                if self.closing.is_set() or scan.stopped.is_set():
+                    raise ScanCancelled("workspace scan cancelled before it started")
+                if self.adapter is None:
+                    self.adapter = thread_adapter(self.index.adapter)
+                report = self.index.index_workspace(
+                    [str(root) for root in scan.roots], exclude=list(scan.exclude),
+                    max_file_bytes=scan.max_file_bytes, progress=scan.progress, adapter=self.adapter,
+                    cancel=lambda: self.closing.is_set() or scan.stopped.is_set())
+            except BaseException as error:  # handed to whoever awaits the scan
+                scan.set_exception(error)
+            else:
+                scan.set_result(report)
+        while not self._queue.empty():  # submitted just before close: refused, not left pending
+            scan = self._queue.get_nowait()
+            if scan is not None and scan.set_running_or_notify_cancel():
+                scan.set_exception(ScanCancelled("the index is closing"))
+
+
 def open_index(service, db_path: Path):
-    """A WorkspaceIndex on the engine thread (and attached to ``service``), or None if unavailable."""
+    """A WorkspaceIndex made on the engine thread and attached to ``service`` (with its
+    indexing thread), or None if unavailable."""
     try:
         from index import WorkspaceIndex
     except ImportError as error:
@@ -45,18 +143,24 @@ def open_index(service, db_path: Path):
         return index
 
     try:
-        return service.call(create).result()
+        index = service.call(create).result()
     except Exception as error:  # a broken database must not stop the editor from completing
         log.warning("could not open the index at %s: %s", db_path, error)
         return None
+    service.indexer = WorkspaceIndexer(index)
+    return index
 
 
 def index_workspace(service, roots: list[Path], exclude: tuple[str, ...], max_file_bytes: int,
-                    progress: Callable[[int, int], None]):
-    """Index the roots on the engine thread; ``progress(done, total)`` is called from that thread.
+                    progress: Progress | None = None) -> Scan:
+    """Scan the roots on the indexing thread (engine requests keep running meanwhile);
+    ``progress(done, total)`` is called from that thread. Returns the scan (a Future of the
+    index's report); ``scan.cancel()`` stops it."""
+    return service.indexer.submit(roots, exclude, max_file_bytes, progress)
 
-    Returns a concurrent Future (its result is whatever the index reports, e.g. a summary).
-    """
-    index = service.index
-    return service.call(lambda: index.index_workspace([str(root) for root in roots], exclude=list(exclude),
-                                                      max_file_bytes=max_file_bytes, progress=progress))
+
+def stop_indexing(service, timeout: float | None = 60.0) -> None:
+    """Cancel scans and join the indexing thread (before the index is closed)."""
+    indexer = getattr(service, "indexer", None)
+    if indexer is not None and not indexer.stop(timeout):
+        log.warning("the workspace scan did not stop within %.0f s; closing the index anyway", timeout)

@@ -22,7 +22,11 @@ def _index_text(index, uri: str) -> str | None:
 
 
 def close_service(service: EngineService) -> None:
-    """Flush and close the index on the engine thread (SQLite objects belong to it), then stop."""
+    """Stop a workspace scan (it installs nothing once cancelled), flush and close the index on
+    the engine thread (ordered after the index updates already queued there), then stop."""
+    from lsp.indexing import stop_indexing
+
+    stop_indexing(service)
     index = service.index
     if index is not None and hasattr(index, "close"):
         try:

@@ -338,7 +338,10 @@ def log_failure(future, what: str) -> None:
 
 
 async def run_indexing(ls: CodespecServer) -> None:
-    """Index the workspace folders, reporting work-done progress when the client supports it."""
+    """Index the workspace folders on the indexing thread (completions keep running), reporting
+    work-done progress when the client supports it; the user may cancel it from the progress."""
+    from index.ingest import ScanCancelled  # only reached once an index is open
+
     loop = asyncio.get_running_loop()
     token = f"{PROGRESS_TOKEN_PREFIX}/{uuid.uuid4().hex[:8]}"
     capabilities = ls.client_capabilities
@@ -351,7 +354,7 @@ async def run_indexing(ls: CodespecServer) -> None:
             use_progress = False
     if use_progress:
         ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(
-            title="codespec: indexing workspace", cancellable=False, percentage=0))
+            title="codespec: indexing workspace", cancellable=True, percentage=0))
 
     def report(done: int, total: int) -> None:
         ls.indexed_files = done
@@ -360,13 +363,18 @@ async def run_indexing(ls: CodespecServer) -> None:
             ls.work_done_progress.report(token, types.WorkDoneProgressReport(
                 message=f"{done}/{total} files", percentage=percentage))
 
-    def progress(done: int, total: int) -> None:  # engine thread
+    def progress(done: int, total: int) -> None:  # the indexing thread
         loop.call_soon_threadsafe(report, done, total)
 
     summary = "done"
+    scan = indexing.index_workspace(ls.service, ls.roots, ls.options.exclude, ls.options.max_file_bytes, progress)
+    cancelled_by_user = ls.work_done_progress.tokens.get(token) if use_progress else None
+    if cancelled_by_user is not None:  # pygls cancels the token's future on window/workDoneProgress/cancel
+        cancelled_by_user.add_done_callback(lambda _: scan.cancel())
     try:
-        await asyncio.wrap_future(indexing.index_workspace(
-            ls.service, ls.roots, ls.options.exclude, ls.options.max_file_bytes, progress))
+        await asyncio.wrap_future(scan)
+    except ScanCancelled:
+        summary = "cancelled; run the codespec.reindex command to index again"
     except Exception as error:
         summary = f"failed: {error}"
         log.warning("workspace indexing failed: %s", error)

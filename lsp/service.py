@@ -1,9 +1,12 @@
 """The engine service both servers (LSP and websocket) and `codespec complete` share.
 
-One worker thread owns the model, the KV caches and the index (SQLite connections and torch stay
-on one thread). It round-robins the active requests **one decode cycle (one target forward) at a
-time**, so a long edit delays a completion by at most one cycle, and a cancelled request stops
-at its next cycle. Callers on an event loop get deltas and results through thread-safe callbacks
+One worker thread, the engine thread, owns the model, its tokenizer and the KV caches, and runs
+every index call the editor drives (document updates, history, the lookups inside decode cycles),
+so they are ordered with the cycles. It round-robins the active requests **one decode cycle (one
+target forward) at a time**, so a long edit delays a completion by at most one cycle, and a
+cancelled request stops at its next cycle. Workspace scans do not run here: they run on the
+index's own thread with their own tokenizer (``lsp.indexing``), so indexing a large workspace
+delays a cycle at most by one short locked step of the index, never by the scan. Callers on an event loop get deltas and results through thread-safe callbacks
 (``AsyncJob`` wraps them for asyncio).
 
 Prompt caching: each document key keeps the KV cache of its last request; the engine reuses its
@@ -97,6 +100,7 @@ class EngineService:
         self.default_proposer = proposer
         self.max_draft = max_draft
         self.index = index
+        self.indexer = None  # lsp.indexing.WorkspaceIndexer: the index's scanning thread
         self.stats = ServiceStats()
         self.history: collections.deque = collections.deque(maxlen=1024)  # (kind, uri, text), newest last
         self._caches = _CachePool(target, cached_documents)
@@ -123,7 +127,8 @@ class EngineService:
         return job
 
     def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
-        """Run ``fn`` on the engine thread between two decode cycles (index updates, stats)."""
+        """Run ``fn`` on the engine thread between two decode cycles (index updates, stats).
+        Keep ``fn`` short: every active request waits for it (a workspace scan is not one)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
             if self._closed:
