@@ -7,7 +7,9 @@ document lives where, which level entries are dead, when to build, merge or rebu
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -20,6 +22,20 @@ from index.tokens import TokenizerAdapter
 HOT_DOCUMENTS = 4  # most recently changed overlay documents stay scanned (they are being edited)
 OVERLAY_DOCUMENTS = 64  # more overlay documents than this also triggers a new level
 RANGE_SAMPLE = 4096  # most level entries examined per lookup
+RETRY_MAX_S = 60.0  # longest wait before retrying a failed level build after repeated failures
+
+log = logging.getLogger("codespec.index")
+
+
+@dataclass(frozen=True)
+class MaintenanceError:
+    """A level build, rebuild or merge that failed. The levels it would have replaced stay in
+    place (they are still valid), and the next maintenance retries it."""
+
+    what: str  # "merge of 2 levels (12,345 live tokens) on the worker thread", ...
+    error: str  # "ValueError: ..."
+    time: float  # time.time() of the failure
+    failures: int  # consecutive failures so far
 
 
 @dataclass(eq=False)
@@ -65,6 +81,9 @@ class LevelSet:
         self.trie_depth, self.overlay_tokens, self.db = trie_depth, overlay_tokens, db
         self.levels: list[Level] = []
         self.overlay: dict[str, Doc] = {}  # in order of last change
+        self.last_error: MaintenanceError | None = None  # the latest failed build, until one succeeds
+        self._failures = 0  # consecutive failed builds
+        self._retry_at = 0.0  # time.monotonic() before which maintain() does not build again
 
     # -- membership -----------------------------------------------------------------------------
     def overlay_add(self, doc: Doc) -> None:
@@ -90,9 +109,21 @@ class LevelSet:
 
     # -- levels ---------------------------------------------------------------------------------
     def add_level(self, docs: Sequence[Doc]) -> None:
-        if docs:
+        """A new level over ``docs``. If it cannot be built, they are matched from the overlay
+        instead (nothing is lost; the failure is logged and kept in ``last_error``)."""
+        if not docs:
+            return
+        try:
             fingerprint = self.fingerprint(docs)
-            self.install(docs, self.build(docs, self.stored_table(fingerprint, docs)), fingerprint)
+            built = self.build(docs, self.stored_table(fingerprint, docs))
+        except Exception as error:
+            self._failed(f"new level of {len(docs)} documents", error)
+            for doc in docs:
+                if doc.level is None:
+                    self.overlay_add(doc)
+            return
+        self.install(docs, built, fingerprint)
+        self._succeeded()
 
     # A level is made in three steps so that a caller can run the slow middle one (the sort)
     # without holding the index's lock: fingerprint + stored_table (reads the database), build
@@ -120,7 +151,7 @@ class LevelSet:
         """Bind documents to a built table; slots in ``dead`` start dead (changed meanwhile).
         ``position`` keeps the levels ordered oldest (largest) first after a merge."""
         table, was_stored = built
-        level = Level(docs, table, fingerprint)
+        level = Level(docs, table, fingerprint)  # first: nothing changes if this fails
         for slot, doc in enumerate(docs):
             if slot in dead:
                 level.alive[slot] = False
@@ -137,11 +168,16 @@ class LevelSet:
     def maintain(self) -> None:
         """Move cold overlay documents into a level; drop, rebuild and merge levels. Rebuilds
         and merges of more than ``background_tokens`` live tokens run on a worker thread (the
-        old levels keep answering meanwhile), smaller ones right here."""
+        old levels keep answering meanwhile), smaller ones right here. After a failed build the
+        next call retries; after repeated failures, retries back off (up to ``RETRY_MAX_S``)."""
+        if time.monotonic() < self._retry_at:
+            return
         overlay = list(self.overlay.values())
         cold = overlay[:-self.hot_documents] if len(overlay) > self.hot_documents else []
         if cold and (sum(len(d.tokens) for d in overlay) > self.overlay_tokens or len(overlay) > OVERLAY_DOCUMENTS):
             self.add_level(cold)
+            if self._failures:
+                return
         while True:
             plan = next(([level] for level in self.levels if level.live * 2 < level.total), None)
             if plan is None and len(self.levels) > 1 and self.levels[-1].live * 4 >= self.levels[-2].live:
@@ -149,22 +185,32 @@ class LevelSet:
             if plan is None:
                 return
             if sum(level.live for level in plan) <= self.background_tokens:
-                self._replace(plan)
+                if not self._replace(plan):
+                    return
             else:
                 self._replace_in_background(plan)
                 return
 
-    def _replace(self, old: list[Level]) -> None:
-        position = self.levels.index(old[0])
+    def _replace(self, old: list[Level]) -> bool:
+        """Rebuild or merge ``old`` into one level, here; False (old levels kept) if that fails."""
         docs = [d for level in old for d, alive in zip(level.docs, level.alive) if alive]
+        built = None
+        if docs:
+            try:  # build before changing anything: a failure leaves the old levels answering
+                fingerprint = self.fingerprint(docs)
+                built = self.build(docs, self.stored_table(fingerprint, docs))
+            except Exception as error:
+                self._failed(_describe(old), error)
+                return False
+        position = self.levels.index(old[0])
         for level in old:
             self.levels.remove(level)
         for doc in docs:
             doc.level, doc.slot = None, -1
-        if docs:
-            fingerprint = self.fingerprint(docs)
-            self.install(docs, self.build(docs, self.stored_table(fingerprint, docs)), fingerprint,
-                         position=position)
+        if built is not None:
+            self.install(docs, built, fingerprint, position=position)
+        self._succeeded()
+        return True
 
     def _replace_in_background(self, old: list[Level]) -> None:
         """Snapshot now (under the caller's lock); sort on a worker; install under the lock,
@@ -179,7 +225,12 @@ class LevelSet:
         stored = self.stored_table(fingerprint, docs)
 
         def job() -> None:
-            built = self.build(docs, stored, arrays)
+            try:
+                built = self.build(docs, stored, arrays)
+            except Exception as error:  # old levels untouched; logged, kept, retried
+                with self.lock:
+                    self._failed(_describe(old) + " on the worker thread", error)
+                return
             with self.lock:
                 if any(level not in self.levels for level in old):
                     return
@@ -192,12 +243,36 @@ class LevelSet:
                     if n not in dead:
                         doc.level, doc.slot = None, -1
                 self.install(docs, built, fingerprint, dead, position)
+                self._succeeded()
 
         if self.deferred is not None:
             self.deferred.append(job)
             return
         self._worker = threading.Thread(target=job, name="codespec-index-merge", daemon=True)
         self._worker.start()
+
+    def _failed(self, what: str, error: Exception) -> None:
+        self._failures += 1
+        backoff = 0.0 if self._failures == 1 else min(RETRY_MAX_S, 2.0 ** (self._failures - 2))
+        self._retry_at = time.monotonic() + backoff
+        self.last_error = MaintenanceError(what, f"{type(error).__name__}: {error}", time.time(), self._failures)
+        log.error("index: %s failed (%s); the current levels stay in use, retry %s", what,
+                  self.last_error.error, "at the next change" if not backoff else f"in {backoff:.0f} s",
+                  exc_info=error)
+
+    def _succeeded(self) -> None:
+        if self._failures:
+            log.info("index: level maintenance works again after %d failure(s)", self._failures)
+        self._failures, self._retry_at, self.last_error = 0, 0.0, None
+
+    def health(self) -> dict:
+        """For status reports: level count and sizes, the overlay, and the latest build failure."""
+        error = self.last_error
+        return {"levels": len(self.levels), "level_live_tokens": [level.live for level in self.levels],
+                "overlay_documents": len(self.overlay),
+                "merge_running": self._worker is not None and self._worker.is_alive(),
+                "last_error": None if error is None else {"what": error.what, "error": error.error,
+                                                          "time": error.time, "failures": error.failures}}
 
     def wait_idle(self) -> None:
         """Block until a background rebuild or merge has been installed (tests, shutdown)."""
@@ -279,6 +354,13 @@ class LevelSet:
         missing = set(resident) - set(placed)
         if missing:
             raise AssertionError(f"resident documents not matched anywhere: {sorted(missing)[:3]}")
+
+
+def _describe(levels: Sequence[Level]) -> str:
+    live = sum(level.live for level in levels)
+    if len(levels) == 1:
+        return f"rebuild of a level ({live:,} live tokens)"
+    return f"merge of {len(levels)} levels ({live:,} live tokens)"
 
 
 def _check_table(table: NgramTable, number: int) -> None:

@@ -351,7 +351,11 @@ class WriteBehindDB:
         self._submit("add_stats", dict(deltas))
 
     def save_table(self, fingerprint: str, positions: np.ndarray, groups: np.ndarray, keep: Iterable[str]) -> None:
-        self._submit("save_table", fingerprint, positions, groups, list(keep))
+        """Queued without raising an earlier write's error (that stays for the next read or
+        ``wait``): a level is installed whatever happens here, and a table that is not saved is
+        only re-sorted at the next start."""
+        if self._thread.is_alive():
+            self._jobs.put(("save_table", (fingerprint, positions, groups, list(keep))))
 
     # reads (after the queue drains)
     def load_documents(self, uris: Iterable[str]) -> Iterator[StoredDocument]:

@@ -115,3 +115,93 @@ def test_unopenable_path_is_a_clear_error(tmp_path):
     with pytest.raises(sqlite3.OperationalError):
         IndexDB(tmp_path / "missing-dir" / "index.db", "tokenizer", np.uint16)
     assert not (tmp_path / "missing-dir").exists()
+
+
+def _text(n: int) -> str:
+    return "".join(f"value_{n}_{k} = compute_{n}(argument_{k})\n" for k in range(20))
+
+
+def _fail_once(index, monkeypatch, when=lambda: True):
+    """Make the level set's next build (where ``when()`` holds) raise; return the call log."""
+    real_build = index._levels.build
+    calls = []
+
+    def build(*args, **kwargs):
+        failing = when() and not any(failed for _, failed in calls)
+        calls.append((__import__("threading").current_thread().name, failing))
+        if failing:
+            raise MemoryError("injected: no memory for the sort")
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(index._levels, "build", build)
+    return calls
+
+
+def _all_found(index, index_adapter, ns) -> None:
+    for n in ns:
+        found = index.lookup(index_adapter.encode(f"x = compute_{n}("), 4, max_candidates=8)
+        assert found and found[0].source == f"mem://{n}", n
+
+
+def test_failed_background_merge_keeps_levels_reports_and_retries(index_tokenizer, index_adapter, monkeypatch,
+                                                                  caplog):
+    import threading
+
+    index = WorkspaceIndex(index_tokenizer, overlay_tokens=0, hot_documents=1, background_tokens=0)
+    index.add_document("mem://0", _text(0))
+    index.add_document("mem://1", _text(1))  # mem://0 becomes a level (built here: one level, no merge)
+    assert len(index._levels.levels) == 1
+    calls = _fail_once(index, monkeypatch, when=lambda: threading.current_thread().name == "codespec-index-merge")
+    with caplog.at_level(logging.ERROR, logger="codespec.index"):
+        index.add_document("mem://2", _text(2))  # mem://1 becomes a level; merging the two runs on the worker
+        index._levels.wait_idle()
+    assert ("codespec-index-merge", True) in calls
+    assert len(index._levels.levels) == 2  # the merge did not happen; both old levels still answer
+    health = index._levels.health()
+    assert health["last_error"]["failures"] == 1
+    assert "merge of 2 levels" in health["last_error"]["what"] and "injected" in health["last_error"]["error"]
+    logged = [r for r in caplog.records if "merge of 2 levels" in r.getMessage()]
+    assert logged and logged[0].exc_info is not None  # logged with its traceback, not printed to stderr
+    index.check_integrity()
+    _all_found(index, index_adapter, range(3))
+
+    index.update_document("mem://2", 0, 0, "# edited\n", version=2)  # the next maintenance retries the merge
+    index._levels.wait_idle()
+    assert [name for name, failed in calls if not failed][-1] == "codespec-index-merge"
+    assert len(index._levels.levels) == 1 and index._levels.health()["last_error"] is None
+    index.check_integrity()
+    _all_found(index, index_adapter, range(3))
+    index.close()
+
+
+def test_failed_merge_in_the_editing_thread_does_not_fail_the_edit(index_tokenizer, index_adapter, monkeypatch):
+    index = WorkspaceIndex(index_tokenizer, overlay_tokens=0, hot_documents=1)
+    index.add_document("mem://0", _text(0))
+    index.add_document("mem://1", _text(1))
+    calls = _fail_once(index, monkeypatch)
+    index.add_document("mem://2", _text(2))  # new level for mem://1 fails: it stays in the overlay
+    assert calls == [("MainThread", True)]
+    assert index._levels.health()["last_error"]["what"] == "new level of 1 documents"
+    assert set(index._levels.overlay) == {"mem://1", "mem://2"}
+    index.check_integrity()
+    _all_found(index, index_adapter, range(3))
+    index.add_document("mem://3", _text(3))  # retried: levels built and merged, nothing lost
+    assert index._levels.health()["last_error"] is None and len(index._levels.levels) == 1
+    assert set(index._levels.overlay) == {"mem://3"}
+    index.check_integrity()
+    _all_found(index, index_adapter, range(4))
+
+    index.remove_document("mem://0")
+    index.remove_document("mem://1")  # the level is now less than half alive
+    calls = _fail_once(index, monkeypatch)
+    index.update_document("mem://3", 0, 0, "# a\n", version=2)  # its rebuild fails; the edit does not
+    assert calls == [("MainThread", True)]
+    assert index._levels.health()["last_error"]["what"].startswith("rebuild of a level")
+    assert index.document_text("mem://3").startswith("# a\n")
+    index.check_integrity()
+    _all_found(index, index_adapter, [2, 3])
+    index.update_document("mem://3", 0, 0, "# b\n", version=3)
+    assert index._levels.health()["last_error"] is None
+    assert index._levels.health()["level_live_tokens"] == [len(index.document_tokens("mem://2"))]
+    index.check_integrity()
+    _all_found(index, index_adapter, [2, 3])
