@@ -46,6 +46,9 @@ def add_generate(subparsers) -> None:
                              "predicted output): drafted by --proposer reference and auto")
     parser.add_argument("--exit-layer", type=int, default=None,
                         help="early exit: draft with the target's first E layers (default: a quarter of the depth)")
+    parser.add_argument("--draft-min-confidence", type=float, default=None,
+                        help="draft model / early exit: stop drafting when the drafter's top probability falls "
+                             "below this (default 0.4, as transformers' assisted generation; 0 = full length)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
@@ -75,6 +78,8 @@ def run_generate(args) -> int:
         options["draft_model"] = args.draft_model
     if args.exit_layer is not None:
         options["exit_layer"] = args.exit_layer
+    if args.draft_min_confidence is not None:
+        options["draft_min_confidence"] = args.draft_min_confidence
     if args.reference_file is not None:
         options["reference"] = read_text_file(args.reference_file, "--reference-file")
     proposer = create_proposer(args.proposer, ProposerSetup(target, options))

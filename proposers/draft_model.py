@@ -32,6 +32,15 @@ from codespec.kv import KVCache, common_prefix_len
 from codespec.sampling import process_logits, sample
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+# Built from options (the CLI, servers, bench), a model drafter stops once its top probability falls
+# below this (option ``draft_min_confidence``; 0 = draft the full length). The same default as
+# transformers' ``assistant_confidence_threshold``: a confident-looking draft model is usually right,
+# an unconfident one usually wrong, and each of its tokens costs a forward.
+DEFAULT_MIN_CONFIDENCE = 0.4
+
+
+def min_confidence_option(options: dict) -> float:
+    return float(options.get("draft_min_confidence", DEFAULT_MIN_CONFIDENCE))
 
 
 class ModelDrafter:
@@ -177,7 +186,7 @@ class DraftModelProposer(ModelDrafter):
         dtype = DTYPE_NAMES.get(target.dtype, "auto")
         draft = TargetModel.load(str(path), device=str(target.device), dtype=dtype)
         check_vocab_compatible(target, draft)
-        return cls(draft, target.vocab_size, float(options.get("draft_min_confidence", 0.0)))
+        return cls(draft, target.vocab_size, min_confidence_option(options))
 
     def _new_cache(self) -> KVCache:
         return self.draft.new_cache()

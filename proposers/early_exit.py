@@ -23,7 +23,7 @@ import torch
 
 from codespec.errors import CodespecError
 from codespec.kv import KVCache
-from proposers.draft_model import ModelDrafter
+from proposers.draft_model import ModelDrafter, min_confidence_option
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:
@@ -74,7 +74,7 @@ class EarlyExitProposer(ModelDrafter):
         if setup.target is None:
             raise CodespecError("the early-exit proposer drafts with the target's own layers: it needs the target")
         options = setup.options
-        return cls(setup.target, options.get("exit_layer"), float(options.get("draft_min_confidence", 0.0)))
+        return cls(setup.target, options.get("exit_layer"), min_confidence_option(options))
 
     def _new_cache(self) -> KVCache:
         return self.target.new_cache()  # only layers [0, E) are written

@@ -51,6 +51,10 @@ def test_from_setup_loads_a_draft_sharing_the_tokenizer(tiny_target, tiny_model_
     proposer = create_proposer("draft", ProposerSetup(tiny_target, {"draft_model": str(directory)}))
     assert isinstance(proposer, DraftModelProposer)
     assert proposer.draft.device == tiny_target.device and proposer.draft.dtype == tiny_target.dtype
+    assert proposer.min_confidence == 0.4  # transformers' assistant_confidence_threshold default
+    full_length = create_proposer("draft", ProposerSetup(tiny_target, {"draft_model": str(directory),
+                                                                       "draft_min_confidence": 0}))
+    assert full_length.min_confidence == 0.0
 
 
 def test_a_draft_with_another_tokenizer_is_refused_clearly(tiny_target, tmp_path):
