@@ -40,23 +40,38 @@ def edit_prompt(before: str, instruction: str | None) -> str:
     return rewrite_prompt(before, instruction)
 
 
-def read_jsonl(path: Path, max_records: int | None = None) -> list[dict]:
+def read_jsonl(path: Path, max_records: int | None = None, what: str = "workload file") -> list[dict]:
+    return [record for _, record in numbered_records(path, max_records, what)]
+
+
+def numbered_records(path: Path, max_records: int | None = None, what: str = "workload file"
+                     ) -> list[tuple[int, dict]]:
+    """(line number, object) per non-blank line. Read as bytes and decoded line by line, so text
+    that is not UTF-8 is an error naming its line (a BOM at the start is allowed)."""
     if not path.is_file():
-        raise CodespecError(f"workload file {path} does not exist")
+        raise CodespecError(f"{what} {path} does not exist" if not path.exists() else f"{what} {path} is not a file")
     records = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise CodespecError(f"{path}:{number}: not JSON ({error.msg})") from None
-            if not isinstance(record, dict):
-                raise CodespecError(f"{path}:{number}: expected a JSON object per line")
-            records.append(record)
-            if max_records is not None and len(records) >= max_records:
-                break
+    try:
+        with path.open("rb") as lines:
+            for number, raw in enumerate(lines, 1):
+                try:
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as error:
+                    raise CodespecError(f"{path}:{number}: not UTF-8 text (byte {error.start + 1} of the line: "
+                                        f"{raw[error.start:error.start + 1]!r}); {what}s are UTF-8 JSONL") from None
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise CodespecError(f"{path}:{number}: not JSON ({error.msg})") from None
+                if not isinstance(record, dict):
+                    raise CodespecError(f"{path}:{number}: expected a JSON object per line")
+                records.append((number, record))
+                if max_records is not None and len(records) >= max_records:
+                    break
+    except OSError as error:
+        raise CodespecError(f"{what} {path}: cannot read it ({error.strerror or error})") from None
     return records
 
 
@@ -65,6 +80,11 @@ def text_field(record: dict, key: str, where: str) -> str:
     value = record.get(key)
     if not isinstance(value, str):
         raise CodespecError(f"{where}: field {key!r} must be a string, got {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:  # a lone surrogate escape such as "\ud800"
+        raise CodespecError(f"{where}: field {key!r} is not valid Unicode ({error.reason} at "
+                            f"character {error.start})") from None
     return value
 
 
@@ -87,8 +107,8 @@ def case_from_record(record: dict, where: str) -> SimCase:
 
 
 def load_cases(path: Path, max_records: int | None = None) -> list[SimCase]:
-    records = read_jsonl(path, max_records)
-    cases = [case_from_record(record, f"{path} record {number}") for number, record in enumerate(records, 1)]
+    records = numbered_records(path, max_records)
+    cases = [case_from_record(record, f"{path}:{line}") for line, record in records]
     if not cases:
         raise CodespecError(f"workload file {path} holds no records")
     return cases
@@ -97,7 +117,7 @@ def load_cases(path: Path, max_records: int | None = None) -> list[SimCase]:
 def load_workspace(path: Path) -> list[tuple[str, str]]:
     """``{path, text}`` records -> (uri, text) pairs."""
     files = []
-    for number, record in enumerate(read_jsonl(path), 1):
-        where = f"{path} record {number}"
+    for line, record in numbered_records(path, what="workspace file"):
+        where = f"{path}:{line}"
         files.append((text_field(record, "path", where), text_field(record, "text", where)))
     return files

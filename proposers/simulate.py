@@ -64,23 +64,30 @@ def run(args) -> int:
 
     if args.max_draft < 1:
         raise CodespecError(f"--max-draft must be >= 1, got {args.max_draft}")
+    if args.max_records is not None and args.max_records < 1:
+        raise CodespecError(f"--max-records must be >= 1, got {args.max_records}")
+    if args.json and (args.json.is_dir() or not args.json.parent.is_dir()):
+        raise CodespecError(f"--json {args.json}: not a file in an existing directory")  # before the run, not after
     names = list(dict.fromkeys(args.proposer or _default_proposers()))
     for name in names:
         if name in MODEL_PROPOSERS:
             raise CodespecError(f"proposer {name!r} needs a model; simulate is model-free "
                                 f"(use `codespec bench` for model proposers)")
-    tokenizer = load_tokenizer(args.tokenizer)
-    cases = load_cases(args.workload, args.max_records)
-    workspace = load_workspace(args.workspace) if args.workspace else []
     if min(args.verify_ms) < 0:
         raise CodespecError(f"--verify-ms takes two non-negative numbers, got {args.verify_ms}")
+    cases = load_cases(args.workload, args.max_records)  # bad input fails before the tokenizer loads
+    workspace = load_workspace(args.workspace) if args.workspace else []
+    tokenizer = load_tokenizer(args.tokenizer)
     extras: dict = {}
     report = simulate_workload(cases, names, tokenizer, args.max_draft, workspace,
                                workload=args.workload.stem,
                                verify_cost=(args.verify_ms[0] / 1e3, args.verify_ms[1] / 1e3), extras=extras)
     print(format_table(report, extras))
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        try:
+            args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        except OSError as error:  # the table above is already printed
+            raise CodespecError(f"--json {args.json}: cannot write it ({error.strerror or error})") from None
     return 0
 
 

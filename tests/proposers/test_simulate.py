@@ -130,3 +130,59 @@ def test_real_edits_reference_beats_the_baseline(tokenizer_dir, tmp_path):
     assert report["records"] == 12
     assert rows["reference"]["tokens_per_forward"] > 1.5 * rows["hf-rule"]["tokens_per_forward"]
     assert rows["reference"]["tokens_per_forward"] > 0.9 * report["ceiling"]["tokens_per_forward"]
+
+
+def test_cli_bad_workload_bytes_name_the_file_and_line(tmp_path):
+    """Through the installed entry point: exit code 2, one line naming file:line, no traceback."""
+    import subprocess
+    import sys
+
+    good = json.dumps(_edit("a", "x = 1\n", "x = 2\n")) + "\n"
+    workload = tmp_path / "latin1.jsonl"
+    workload.write_bytes(good.encode() + b"\n" + json.dumps(_edit("b", "x", "y")).replace('"y"', '"caf\u00e9"')
+                         .encode("latin-1") + b"\n")
+    result = subprocess.run([sys.executable, "-m", "codespec.cli", "simulate", "--workload", str(workload),
+                             "--tokenizer", str(tmp_path / "unused")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert f"{workload}:3: not UTF-8" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b'{"id": "a", "before": "x = 1\\n"}\n', "broken.jsonl:1: field 'after' must be a string, got NoneType"),
+    (b'\n\n{"id": "a", "before": 1, "after": "x"}\n', "broken.jsonl:3: field 'before' must be a string, got int"),
+    (b'{"id": "a", "prefix": "x = "}\n', "broken.jsonl:1: field 'target' must be a string"),
+    (b'{"id": "a", "text": "x"}\n', "broken.jsonl:1: neither an edit record"),
+    (b'[1, 2]\n', "broken.jsonl:1: expected a JSON object per line"),
+    (b'{"id": "a", "before": "\\ud800", "after": "x"}\n', "broken.jsonl:1: field 'before' is not valid Unicode"),
+    (b'\xff\xfe{"id": 1}\n', "broken.jsonl:1: not UTF-8 text (byte 1 of the line: b'\\xff')"),
+    (b'\n  \n', "holds no records"),
+])
+def test_cli_bad_records_are_clear_errors(tokenizer_dir, tmp_path, capsys, content, expected):
+    workload = tmp_path / "broken.jsonl"
+    workload.write_bytes(content)
+    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir)]) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_cli_bad_workspace_and_output_paths(tokenizer_dir, tmp_path, capsys):
+    workload = tmp_path / "edits.jsonl"
+    workload.write_text(json.dumps(_edit("a", "x = 1\n", "x = 2\n")) + "\n")
+    workspace = tmp_path / "workspace.jsonl"
+    workspace.write_bytes(b'{"path": "a.py", "text": "ok"}\n{"path": "b.py", "text": "caf\xe9"}\n')
+    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
+                 "--workspace", str(workspace)]) == 2
+    assert f"{workspace}:2: not UTF-8" in capsys.readouterr().err
+    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
+                 "--workspace", str(tmp_path)]) == 2
+    assert f"workspace file {tmp_path} is not a file" in capsys.readouterr().err
+    out = tmp_path / "no-such-dir" / "report.json"
+    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
+                 "--json", str(out)]) == 2
+    assert "--json" in capsys.readouterr().err
+    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
+                 "--max-records", "0"]) == 2
+    assert "--max-records" in capsys.readouterr().err
+    bom = tmp_path / "bom.jsonl"  # a byte-order mark at the start is accepted
+    bom.write_bytes(b"\xef\xbb\xbf" + workload.read_bytes())
+    assert main(["simulate", "--workload", str(bom), "--tokenizer", str(tokenizer_dir), "--proposer", "context"]) == 0
