@@ -1,0 +1,170 @@
+"""Workspace scans run on the indexing thread: completions go on meanwhile, the result equals a
+synchronous scan, the tokenizer is not shared, and a cancelled or shut-down scan changes nothing.
+
+The scan is held mid-way by its own progress callback (an event the test releases), so every
+ordering below is decided by events, never by timing.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from index import WorkspaceIndex
+from index.ingest import ScanCancelled
+from lsp import indexing
+from lsp.runtime import close_service
+from lsp.service import EngineService, GenerationRequest
+
+WAIT_S = 60  # a hang guard only
+FILES = 300  # three tokenizer batches (index.scan.BATCH_FILES = 128)
+PROBES = ["    return value * 1", "def helper_7(value", "offset_3\n"]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("many-files")
+    for i in range(FILES):
+        package = root / f"package_{i % 10}"
+        package.mkdir(exist_ok=True)
+        (package / f"module_{i}.py").write_text(
+            f"def helper_{i}(value):\n    return value * {i} + offset_{i % 7}\n\n\nclass Thing{i}:\n    size = {i}\n")
+    return root
+
+
+class HeldScan:
+    """A progress callback that holds the scan at its first report until ``release()``."""
+
+    def __init__(self) -> None:
+        self.held = threading.Event()
+        self._release = threading.Event()
+        self.reports: list[tuple[int, int]] = []
+        self.threads: set[str] = set()
+
+    def __call__(self, done: int, total: int) -> None:
+        self.reports.append((done, total))
+        self.threads.add(threading.current_thread().name)
+        if not self.held.is_set():
+            self.held.set()
+            assert self._release.wait(WAIT_S)
+
+    def release(self) -> None:
+        self._release.set()
+
+
+def open_service(target, db_path) -> EngineService:
+    service = EngineService(target, proposer="auto", max_draft=8)
+    assert indexing.open_index(service, db_path) is not None
+    return service
+
+
+def index_summary(index: WorkspaceIndex, target) -> tuple[dict, list]:
+    """Documents with their tokens, and what lookups find (scores aside: they count recency)."""
+    documents = {uri: index.document_tokens(uri) for uri in sorted(index.documents())}
+    found = [[(c.token_ids, c.match_len, c.source, c.position) for c in index.lookup(target.encode(p), 6)]
+             for p in PROBES]
+    return documents, found
+
+
+def test_completions_run_while_the_workspace_is_indexed(lsp_target, workspace, tmp_path):
+    service = open_service(lsp_target, tmp_path / "index.db")
+    held = HeldScan()
+    events = []
+    try:
+        scan = indexing.index_workspace(service, [workspace], (), 1_000_000, held)
+        assert held.held.wait(WAIT_S)  # the scan is mid-way, between two tokenizer batches
+        uri = (workspace / "package_1" / "module_1.py").as_uri()
+        result = service.submit(GenerationRequest(prompt="def helper_1(value):\n    return", max_tokens=4,
+                                                  uri=uri, cursor=30)).wait(WAIT_S)
+        events.append("completion")
+        found = service.call(lambda: service.index.lookup(lsp_target.encode("def helper_1(value"), 4)).result(WAIT_S)
+        events.append("lookup")
+        assert not scan.done()  # both were served while the scan was still running
+        held.release()
+        report = scan.result(WAIT_S)
+        events.append("scan")
+        assert events == ["completion", "lookup", "scan"]
+        assert result.usage.completion_tokens == 4
+        assert isinstance(found, list)
+        assert report.tokenized == FILES and report.files == FILES
+        assert held.reports[-1] == (FILES, FILES) and len(held.reports) >= 3
+        assert held.threads == {"codespec-indexer"}  # progress comes from the indexing thread
+        service.call(lambda: service.index.check_integrity(deep=True)).result(WAIT_S)
+        background = service.call(lambda: index_summary(service.index, lsp_target)).result(WAIT_S)
+    finally:
+        held.release()
+        close_service(service)
+
+    synchronous = WorkspaceIndex(lsp_target.tokenizer)  # the engine thread is gone: nothing shares it now
+    synchronous.index_workspace([str(workspace)])
+    assert len(background[0]) == FILES
+    assert background == index_summary(synchronous, lsp_target)
+    assert any(background[1])  # the probes do match: the comparison is not of empty lists
+
+
+def test_the_scan_tokenizes_with_its_own_tokenizer(lsp_target, workspace, tmp_path):
+    service = open_service(lsp_target, tmp_path / "index.db")
+    try:
+        indexing.index_workspace(service, [workspace], (), 1_000_000).result(WAIT_S)
+        own = service.indexer.adapter
+        shared = service.index.adapter
+        assert shared.tokenizer is lsp_target.tokenizer  # the engine thread's
+        assert own.tokenizer is not lsp_target.tokenizer
+        assert own.tokenizer.backend_tokenizer is not lsp_target.tokenizer.backend_tokenizer
+        assert own.fingerprint == shared.fingerprint
+    finally:
+        close_service(service)
+
+
+def test_a_cancelled_scan_leaves_the_index_as_it_was(lsp_target, workspace, tmp_path):
+    db_path = tmp_path / "index.db"
+    service = open_service(lsp_target, db_path)
+    held = HeldScan()
+    open_uri = "file:///open/buffer.py"
+    try:
+        service.call(lambda: service.index.add_document(open_uri, "def buffer():\n    pass\n", 1)).result(WAIT_S)
+        scan = indexing.index_workspace(service, [workspace], (), 1_000_000, held)
+        assert held.held.wait(WAIT_S)
+        scan.cancel()
+        held.release()
+        with pytest.raises(ScanCancelled):
+            scan.result(WAIT_S)
+        assert service.call(service.index.documents).result(WAIT_S) == [open_uri]
+        service.call(lambda: service.index.check_integrity(deep=True)).result(WAIT_S)
+        # the indexing thread is still usable: the next scan runs to the end
+        assert indexing.index_workspace(service, [workspace], (), 1_000_000).result(WAIT_S).tokenized == FILES
+    finally:
+        held.release()
+        close_service(service)
+
+
+def test_shutdown_during_a_scan_stops_it_and_the_database_stays_consistent(lsp_target, workspace, tmp_path):
+    db_path = tmp_path / "index.db"
+    service = open_service(lsp_target, db_path)
+    held = HeldScan()
+    closer = threading.Thread(target=close_service, args=(service,))
+    try:
+        scan = indexing.index_workspace(service, [workspace], (), 1_000_000, held)
+        assert held.held.wait(WAIT_S)
+        closer.start()
+        assert service.indexer.closing.wait(WAIT_S)  # close_service asked the scan to stop
+        held.release()
+        closer.join(WAIT_S)
+        assert not closer.is_alive()
+        with pytest.raises(ScanCancelled):
+            scan.result(WAIT_S)
+        with pytest.raises(ScanCancelled):  # a scan asked for after close is refused, not left pending
+            indexing.index_workspace(service, [workspace], (), 1_000_000).result(WAIT_S)
+    finally:
+        held.release()
+        if not closer.is_alive() and closer.ident is None:
+            close_service(service)
+
+    reopened = open_service(lsp_target, db_path)
+    try:
+        report = indexing.index_workspace(reopened, [workspace], (), 1_000_000).result(WAIT_S)
+        assert report.reused == 0 and report.tokenized == FILES  # nothing half-written was left behind
+        reopened.call(lambda: reopened.index.check_integrity(deep=True)).result(WAIT_S)
+    finally:
+        close_service(reopened)
