@@ -314,7 +314,11 @@ class WorkspaceIndex:
                 built = self._levels.build(fresh, stored_table)  # the sort: no lock held
                 report.table_seconds = time.perf_counter() - table_started
             check_cancel()
+            if self.db is not None:
+                self.db.wait()  # earlier writes commit before the lock is taken, not while it is held
             with self._lock:
+                # read before this scan's own writes are queued, so no read below waits for them
+                stored_now = self.db.document_hashes() if self.db is not None else {}
                 dead = set()
                 for slot, doc in enumerate(fresh):
                     current = self._docs.get(doc.uri)
@@ -324,7 +328,7 @@ class WorkspaceIndex:
                         self._install(doc, overlay=False)
                 if fresh:
                     self._levels.install(fresh, built, fingerprint, dead)
-                report.removed = self._prune(roots, {item.uri for item in found})
+                report.removed = self._prune(roots, {item.uri for item in found}, stored_now)
                 if self.db is not None:
                     self.db.save_documents([(d.uri, d.hash, d.version, d.text, d.tokens)
                                             for n, d in enumerate(fresh) if d.unsaved and n not in dead])
@@ -335,13 +339,13 @@ class WorkspaceIndex:
             report.seconds = time.perf_counter() - started
             return report
 
-    def _prune(self, roots: Sequence[Path], seen: set[str]) -> int:
+    def _prune(self, roots: Sequence[Path], seen: set[str], stored: Iterable[str] = ()) -> int:
+        """Remove documents under ``roots`` not ``seen`` by the scan, resident or ``stored``."""
         prefixes = [Path(r).absolute().as_uri().rstrip("/") + "/" for r in roots]
         editor = {u for u, d in self._docs.items() if d.from_editor}  # e.g. a new file not saved yet
         seen = seen | editor
         stale = {u for u in self._docs if u not in seen and any(u.startswith(p) for p in prefixes)}
-        if self.db is not None:
-            stale |= {u for u in self.db.document_hashes() if u not in seen and any(u.startswith(p) for p in prefixes)}
+        stale |= {u for u in stored if u not in seen and any(u.startswith(p) for p in prefixes)}
         for uri in stale:
             self.remove_document(uri)
         return len(stale)
