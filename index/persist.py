@@ -46,6 +46,19 @@ def _is_corrupt(error: BaseException) -> bool:
     return "malformed" in str(error) or "not a database" in str(error)
 
 
+def set_aside(path: Path, error: BaseException) -> Path:
+    """Move an unreadable database (and its WAL) out of the way, keeping it for inspection; the
+    caller starts a new one, which the index fills again from the workspace."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}-{os.getpid()}")
+    for suffix in ("", "-wal", "-shm"):
+        part = Path(str(path) + suffix)
+        if part.exists():
+            os.replace(part, Path(str(aside) + suffix))
+    log.error("index: database %s is unreadable (%s); moved it to %s and starting a new one", path, error, aside)
+    return aside
+
+
 def _retry_busy(step, timeout: float):
     """Run ``step`` again while SQLite reports the database busy. The busy handler covers most
     waits; a few cases (switching to WAL, a read lock upgraded while another connection
@@ -101,7 +114,7 @@ class IndexDB:
         except sqlite3.DatabaseError as error:
             if _is_busy(error) or not _is_corrupt(error) or not self.path.exists():
                 raise
-            self._set_aside(error)
+            self.moved_aside = set_aside(self.path, error)
             self._open()
 
     def _open(self) -> None:
@@ -130,19 +143,6 @@ class IndexDB:
             self.conn.rollback()
             raise
         self.conn.commit()
-
-    def _set_aside(self, error: BaseException) -> None:
-        """Move an unreadable database (and its WAL) out of the way, keeping it for inspection;
-        the index is rebuilt from the workspace."""
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{os.getpid()}")
-        for suffix in ("", "-wal", "-shm"):
-            part = Path(str(self.path) + suffix)
-            if part.exists():
-                os.replace(part, Path(str(aside) + suffix))
-        log.error("index: database %s is unreadable (%s); moved it to %s and starting a new one",
-                  self.path, error, aside)
-        self.moved_aside = aside
 
     def _create(self) -> None:
         db = self.db
@@ -173,6 +173,9 @@ class IndexDB:
                 f"AND uri IN ({', '.join('?' * len(part))})", [self.fingerprint, *part])
             for uri, digest, version, text, blob in rows:
                 yield StoredDocument(uri, digest, version, text, np.frombuffer(blob, dtype=self.dtype))
+
+    def documents_list(self, uris: Iterable[str]) -> list[StoredDocument]:
+        return list(self.load_documents(uris))
 
     def document(self, uri: str) -> StoredDocument | None:
         row = self.conn.execute("SELECT uri, hash, version, text, tokens FROM documents "
@@ -290,29 +293,52 @@ class WriteBehindDB:
     error is logged and raised by the next read, ``wait`` or ``close``: it is never silent.
     Arguments must not be mutated after submission (token arrays here never are: edits build new
     ones and level arrays are immutable).
+
+    A file found corrupt after it opened (a damaged page met by a read or a write) is moved
+    aside and replaced by a new one, like a file found corrupt at open: the read is answered
+    from the new (empty) file, so the index re-tokenizes what it needs, and writes not yet
+    applied when the damage was met are applied to the new file.
     """
 
     def __init__(self, path: str | Path, tokenizer_fingerprint: str, dtype: np.dtype) -> None:
-        self.reader = IndexDB(path, tokenizer_fingerprint, dtype)
+        self._args = (Path(path), tokenizer_fingerprint, np.dtype(dtype))
+        self.reader = IndexDB(*self._args)
+        self.moved_aside: list[Path] = [self.reader.moved_aside] if self.reader.moved_aside else []
         self._jobs: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(path, tokenizer_fingerprint, dtype),
-                                        name="codespec-index-writer", daemon=True)
+        self._corrupt: BaseException | None = None  # set by the writer: it holds jobs from then on
+        self._held: list[tuple[str, tuple]] = []
+        self._start_writer()
+
+    def _start_writer(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="codespec-index-writer", daemon=True)
         self._thread.start()
 
-    def _run(self, path, fingerprint, dtype) -> None:
-        writer = IndexDB(path, fingerprint, dtype)
+    def _run(self) -> None:
+        try:
+            writer = IndexDB(*self._args)
+        except BaseException as error:
+            log.error("index: the database writer could not open %s: %s", self._args[0], error)
+            self._error = error
+            return
         try:
             while True:
                 job = self._jobs.get()
                 try:
                     if job is None:
                         return
+                    if self._corrupt is not None:
+                        self._held.append(job)
+                        continue
                     method, args = job
                     getattr(writer, method)(*args)
                 except BaseException as error:  # reported to the caller at its next call
-                    log.error("index: database write %s failed: %s", job[0] if job else "?", error)
-                    self._error = error
+                    if isinstance(error, sqlite3.DatabaseError) and _is_corrupt(error):
+                        self._held.append(job)  # applied to the replacement file
+                        self._corrupt = error
+                    else:
+                        log.error("index: database write %s failed: %s", job[0] if job else "?", error)
+                        self._error = error
                 finally:
                     self._jobs.task_done()
         finally:
@@ -325,13 +351,47 @@ class WriteBehindDB:
         self._jobs.put((method, args))
 
     def _raise(self) -> None:
+        if self._corrupt is not None:
+            self._replace_file(self._corrupt)
         if self._error is not None:
             error, self._error = self._error, None
             raise RuntimeError(f"index: a database write failed: {error}") from error
 
+    def _replace_file(self, error: BaseException) -> None:
+        """Stop the writer, move the damaged file aside, reopen both connections on a new
+        file, and hand the new writer the jobs the old one held back."""
+        if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join()
+        self.reader.close()
+        self.moved_aside.append(set_aside(self._args[0], error))
+        held, self._held, self._corrupt = self._held, [], None
+        self.reader = IndexDB(*self._args)
+        self._start_writer()
+        for job in held:
+            self._jobs.put(job)
+
+    def _read(self, method: str, *args, wait: bool = True):
+        if wait:
+            self.wait()
+        try:
+            return getattr(self.reader, method)(*args)
+        except sqlite3.DatabaseError as error:
+            if not _is_corrupt(error):
+                raise
+            self.wait()  # nothing in flight on the old file
+            self._replace_file(error)
+            self.wait()
+            return getattr(self.reader, method)(*args)
+
     def wait(self) -> None:
-        """Block until every submitted write is committed."""
-        self._jobs.join()
+        """Block until every submitted write is committed (to a new file, if the old one was
+        found damaged meanwhile)."""
+        for _ in range(3):
+            self._jobs.join()
+            if self._corrupt is None:
+                break
+            self._replace_file(self._corrupt)
         self._raise()
 
     # writes (queued)
@@ -358,28 +418,25 @@ class WriteBehindDB:
             self._jobs.put(("save_table", (fingerprint, positions, groups, list(keep))))
 
     # reads (after the queue drains)
-    def load_documents(self, uris: Iterable[str]) -> Iterator[StoredDocument]:
-        self.wait()
-        return self.reader.load_documents(uris)
+    def load_documents(self, uris: Iterable[str]) -> list[StoredDocument]:
+        uris = list(uris)
+        return self._read("documents_list", uris)
 
     def document(self, uri: str) -> StoredDocument | None:
-        self.wait()
-        return self.reader.document(uri)
+        return self._read("document", uri)
 
     def document_hashes(self) -> dict[str, str]:
-        self.wait()
-        return self.reader.document_hashes()
+        return self._read("document_hashes")
 
     def load_history(self, limit_per_kind: int) -> list[StoredHistory]:
-        self.wait()
-        return self.reader.load_history(limit_per_kind)
+        return self._read("load_history", limit_per_kind)
 
     def load_stats(self) -> dict[str, tuple[int, int]]:
-        self.wait()
-        return self.reader.load_stats()
+        return self._read("load_stats")
 
     def load_table(self, fingerprint: str, dtype: np.dtype):
-        return self.reader.load_table(fingerprint, dtype)  # a table not yet written is simply rebuilt
+        # no wait: a table not yet written is simply rebuilt
+        return self._read("load_table", fingerprint, dtype, wait=False)
 
     def check(self) -> None:
         self.wait()
@@ -387,6 +444,10 @@ class WriteBehindDB:
 
     def close(self) -> None:
         if self._thread.is_alive():
+            self._jobs.put(None)
+            self._thread.join()
+        if self._corrupt is not None:  # writes held back: apply them to a new file first
+            self._replace_file(self._corrupt)
             self._jobs.put(None)
             self._thread.join()
         self.reader.close()

@@ -205,3 +205,48 @@ def test_failed_merge_in_the_editing_thread_does_not_fail_the_edit(index_tokeniz
     assert index._levels.health()["level_live_tokens"] == [len(index.document_tokens("mem://2"))]
     index.check_integrity()
     _all_found(index, index_adapter, [2, 3])
+
+
+def _damage_pages(path, first_page=2, pages=6) -> None:
+    """Overwrite b-tree pages after the schema (the file still opens; reads of those pages fail)."""
+    rng = np.random.default_rng(0)
+    with open(path, "r+b") as file:
+        file.seek(4096 * first_page)
+        file.write(rng.integers(0, 256, 4096 * pages, dtype=np.uint8).tobytes())
+
+
+def test_damage_found_by_a_read_after_opening_is_moved_aside(tmp_path, index_tokenizer, index_adapter, caplog):
+    db = tmp_path / "index.db"
+    _filled_db(db, index_tokenizer)
+    _damage_pages(db)
+    IndexDB(db, index_adapter.fingerprint, index_adapter.dtype).close()  # opening alone does not notice
+    assert not [p for p in tmp_path.iterdir() if "corrupt" in p.name]
+    with caplog.at_level(logging.ERROR, logger="codespec.index"):
+        with WorkspaceIndex(index_tokenizer, db_path=db) as index:  # reads stats and history: damaged pages
+            assert index.db.moved_aside
+            index.add_document("mem://new", "fresh_value = build_fresh(1)\n")
+            index.check_integrity()
+    assert any("moved it to" in record.getMessage() for record in caplog.records)
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        assert index.document_text("mem://new") == "fresh_value = build_fresh(1)\n"
+        index.check_integrity()
+
+
+def test_damage_found_by_a_write_keeps_that_write(tmp_path, index_tokenizer, index_adapter):
+    from index.persist import WriteBehindDB
+
+    db_path = tmp_path / "index.db"
+    _filled_db(db_path, index_tokenizer)
+    db = WriteBehindDB(db_path, index_adapter.fingerprint, index_adapter.dtype)
+    assert len(db.document_hashes()) == 20
+    _damage_pages(db_path)  # under the open connections, which have not cached those pages
+    tokens = index_adapter.encode_array("late = 1\n")
+    for n in range(40):  # writes that need the damaged pages
+        db.save_documents([(f"mem://late{n}", None, 1, "late = 1\n", tokens)])
+    db._jobs.join()
+    assert db._corrupt is not None  # the writer met the damage (no read has run since)
+    db.wait()  # new file, held writes applied, nothing raised
+    assert db.moved_aside
+    assert {f"mem://late{n}" for n in range(40)} <= set(db.document_hashes())
+    db.check()
+    db.close()
