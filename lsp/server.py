@@ -8,6 +8,10 @@ RequestCancelled. Custom methods:
 - ``codespec/edit`` (request): rewrite a range; streams ``codespec/editDelta`` notifications.
 - ``codespec/stats`` (request): engine and server statistics.
 - commands ``codespec.accepted`` (from inline items), ``codespec.reindex``, ``codespec.clearHistory``.
+
+Handlers run on the event loop; generation and index updates on the engine thread; workspace
+indexing on the index's own thread (threading model: ``lsp.indexing``), with work-done progress
+the user may cancel.
 """
 
 from __future__ import annotations
