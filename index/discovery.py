@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -139,13 +140,19 @@ def _inside(path: str, roots: Sequence[str]) -> bool:
 
 
 def _read_text(path: Path, max_bytes: int) -> tuple[str | None, str | None]:
+    """The file's text, or why not. A file that vanished, changed kind (a FIFO would block the
+    read forever) or lost its permissions since the directory was listed is one skip, not an
+    error: editors save by rename, so a scan meets this routinely."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            return None, f"oversize ({size} bytes > {max_bytes})"
-        data = path.read_bytes()
+        with open(path, "rb", opener=_open_nonblocking) as file:
+            info = os.fstat(file.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return None, "not a regular file"
+            if info.st_size > max_bytes:
+                return None, f"oversize ({info.st_size} bytes > {max_bytes})"
+            data = file.read(max_bytes + 1)
     except OSError as error:
-        return None, f"unreadable: {error}"
+        return None, f"unreadable: {error.strerror or error}"
     if len(data) > max_bytes:
         return None, f"oversize ({len(data)} bytes > {max_bytes})"
     if b"\0" in data:
@@ -154,6 +161,17 @@ def _read_text(path: Path, max_bytes: int) -> tuple[str | None, str | None]:
         return data.decode("utf-8"), None
     except UnicodeDecodeError:
         return None, "binary (not UTF-8)"
+
+
+def _open_nonblocking(path, flags: int) -> int:
+    return os.open(path, flags | getattr(os, "O_NONBLOCK", 0))
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # e.g. a directory that may be listed but not entered
+        return False
 
 
 def discover(roots: Sequence[Path], exclude: Sequence[str] = (), max_file_bytes: int = 1_000_000
@@ -167,7 +185,7 @@ def discover(roots: Sequence[Path], exclude: Sequence[str] = (), max_file_bytes:
         while stack:
             directory, relative_dir, matcher = stack.pop()
             gitignore = directory / ".gitignore"
-            if gitignore.is_file():
+            if _is_file(gitignore):
                 try:
                     rules = parse_rules(gitignore.read_text("utf-8", errors="replace").splitlines())
                 except OSError:
@@ -185,7 +203,11 @@ def discover(roots: Sequence[Path], exclude: Sequence[str] = (), max_file_bytes:
                 path = Path(entry.path)
                 if entry.name == ".git":
                     continue
-                if entry.is_symlink():
+                try:
+                    is_link = entry.is_symlink()
+                except OSError:
+                    is_link = False
+                if is_link:
                     target = os.path.realpath(entry.path)
                     if not _inside(target, real_roots):
                         log.info("index: skip %s: link to %s outside the roots", path, target)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import shutil
 import sqlite3
 
 import numpy as np
@@ -250,3 +251,53 @@ def test_damage_found_by_a_write_keeps_that_write(tmp_path, index_tokenizer, ind
     assert {f"mem://late{n}" for n in range(40)} <= set(db.document_hashes())
     db.check()
     db.close()
+
+
+def test_files_that_vanish_or_change_kind_during_a_scan_are_skipped(tmp_path):
+    from index.discovery import Found, Skipped, discover
+
+    root = tmp_path / "ws"
+    (root / "sub").mkdir(parents=True)
+    for name in ("a.py", "b.py", "c.py", "sub/d.py"):
+        (root / name).write_text(f"name = {name!r}\n")
+    seen = []
+    for item in discover([root]):  # the directory is listed before its files are read
+        seen.append(item)
+        if isinstance(item, Found) and item.path.name == "a.py":
+            (root / "b.py").unlink()  # an editor saving by rename, at the wrong moment
+            (root / "c.py").unlink()
+            os.mkfifo(root / "c.py")  # reading this would block forever
+            shutil.rmtree(root / "sub")
+    outcome = {item.path.name: (type(item).__name__, getattr(item, "reason", "")) for item in seen}
+    assert outcome["a.py"] == ("Found", "")
+    assert outcome["b.py"][0] == "Skipped" and outcome["b.py"][1].startswith("unreadable")
+    assert outcome["c.py"] == ("Skipped", "not a regular file")
+    assert outcome["sub"][0] == "Skipped" and "d.py" not in outcome
+
+
+def test_odd_file_names_and_special_files(tmp_path, index_tokenizer, index_adapter):
+    root = tmp_path / "ws"
+    root.mkdir()
+    raw_root = os.fsencode(root)
+    with open(os.path.join(raw_root, b"caf\xe9_latin1_name.py"), "wb") as file:  # not UTF-8: a surrogate in str
+        file.write(b"def latin_named(argument):\n    return argument + 1\n")
+    os.mkdir(os.path.join(raw_root, b"dir\xff"))
+    with open(os.path.join(raw_root, b"dir\xff", b"inner.py"), "wb") as file:
+        file.write(b"inner_value = compute_inner(1)\n")
+    (root / "caf\u00e9.py").write_text("utf8_named = compute_utf8(2)\n")
+    os.mkfifo(root / "pipe.py")  # never opened
+    db = tmp_path / "index.db"
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        report = index.index_workspace([root])
+        assert (report.files, report.tokenized, report.skipped) == (3, 3, [])
+        for uri in index.documents():
+            assert uri.isascii()  # percent-encoded bytes
+        found = index.lookup(index_adapter.encode("x = compute_inner("), 4)
+        assert found and found[0].source.endswith("/dir%FF/inner.py")
+        index.check_integrity()
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        report = index.index_workspace([root])
+        assert (report.files, report.tokenized, report.reused, report.removed) == (3, 0, 3, 0)
+        latin = (root / os.fsdecode(b"caf\xe9_latin1_name.py")).as_uri()
+        assert index.document_text(latin).startswith("def latin_named(")
+        index.check_integrity()
