@@ -13,9 +13,9 @@ Threading model (why a workspace scan never holds up a completion):
   with "Already borrowed"). It takes the index's lock only for short steps: a snapshot, one
   batch of stored rows per hold, and the final install. So a decode cycle waits for at most one
   of those steps, and never for the scan.
-- the index's own threads: ``codespec-index-writer`` commits SQLite writes behind (nothing
-  waits for a commit under the lock), ``codespec-index-merge`` sorts level rebuilds and merges
-  above :data:`BACKGROUND_TOKENS` and installs them under the lock.
+- the index's own threads: ``codespec-index-writer`` commits SQLite writes behind (the scan lets
+  queued writes commit before it takes the lock to install), ``codespec-index-merge`` sorts level
+  rebuilds and merges above :data:`BACKGROUND_TOKENS` and installs them under the lock.
 - ``progress(done, total)`` is called on the indexing thread (the servers hop to their loop).
 - **cancellation and shutdown**: a scan checks its cancel flag between batches and stops before
   installing anything (:class:`index.ingest.ScanCancelled`), so the index and its database stay
