@@ -80,10 +80,12 @@ class Scan(concurrent.futures.Future):
 class WorkspaceIndexer:
     """The indexing thread of one index: scans run there in submission order."""
 
-    def __init__(self, index) -> None:
+    def __init__(self, index, adapter) -> None:
+        """``adapter``: the indexing thread's own tokenizer (``index.ingest.thread_adapter``),
+        copied on the engine thread, the only user of the original; used on this thread only."""
         self.index = index
+        self.adapter = adapter
         self.closing = threading.Event()  # cancels the running scan and every queued one
-        self.adapter = None  # the thread's own tokenizer adapter: made and used on that thread only
         self._queue: queue.Queue[Scan | None] = queue.Queue()
         self._submit_lock = threading.Lock()  # a scan is either queued before close, or refused
         self._thread = threading.Thread(target=self._run, name="codespec-indexer", daemon=True)
@@ -112,7 +114,7 @@ class WorkspaceIndexer:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        from index.ingest import ScanCancelled, thread_adapter
+        from index.ingest import ScanCancelled
 
         while (scan := self._queue.get()) is not None:
             if not scan.set_running_or_notify_cancel():
@@ -120,8 +122,6 @@ class WorkspaceIndexer:
             try:
                 if self.closing.is_set() or scan.stopped.is_set():
                     raise ScanCancelled("workspace scan cancelled before it started")
-                if self.adapter is None:
-                    self.adapter = thread_adapter(self.index.adapter)
                 report = self.index.index_workspace(
                     [str(root) for root in scan.roots], exclude=list(scan.exclude),
                     max_file_bytes=scan.max_file_bytes, progress=scan.progress, adapter=self.adapter,
@@ -141,6 +141,7 @@ def open_index(service, db_path: Path):
     indexing thread), or None if unavailable."""
     try:
         from index import WorkspaceIndex
+        from index.ingest import thread_adapter
     except ImportError as error:
         log.warning("workspace index unavailable (%s); completions draft from their own context only", error)
         return None
@@ -149,14 +150,14 @@ def open_index(service, db_path: Path):
         db_path.parent.mkdir(parents=True, exist_ok=True)
         index = WorkspaceIndex(service.target.tokenizer, str(db_path), background_tokens=BACKGROUND_TOKENS)
         service.index = index
-        return index
+        return index, thread_adapter(index.adapter)
 
     try:
-        index = service.call(create).result()
+        index, scan_adapter = service.call(create).result()
     except Exception as error:  # a broken database must not stop the editor from completing
         log.warning("could not open the index at %s: %s", db_path, error)
         return None
-    service.indexer = WorkspaceIndexer(index)
+    service.indexer = WorkspaceIndexer(index, scan_adapter)
     return index
 
 
