@@ -168,3 +168,14 @@ def test_shutdown_during_a_scan_stops_it_and_the_database_stays_consistent(lsp_t
         reopened.call(lambda: reopened.index.check_integrity(deep=True)).result(WAIT_S)
     finally:
         close_service(reopened)
+
+
+def test_a_scan_refuses_a_tokenizer_that_tokenizes_differently(lsp_target, workspace):
+    from codespec.shapes import build_tokenizer
+    from index import TokenizerAdapter
+
+    other = TokenizerAdapter(build_tokenizer(["def other(x):\n    return x\n" * 20], vocab_size=300))
+    index = WorkspaceIndex(lsp_target.tokenizer)
+    with pytest.raises(ValueError, match="does not tokenize like"):
+        index.index_workspace([str(workspace)], adapter=other)
+    assert index.documents() == []
