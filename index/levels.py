@@ -140,11 +140,20 @@ class LevelSet:
 
     def build(self, docs: Sequence[Doc], stored, arrays: Sequence[np.ndarray] | None = None
               ) -> tuple[NgramTable, bool]:
-        order, groups = stored if stored is not None else (None, None)
         arrays = [d.tokens for d in docs] if arrays is None else arrays
+        if stored is not None:
+            order, groups = stored
+            try:
+                if not _stored_table_fits(order, groups, sum(len(a) + 1 for a in arrays) + 1):
+                    raise ValueError("positions or groups out of range")
+                return NgramTable(arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram, self.min_ngram,
+                                  self.trie_depth, order=order, groups=groups), True
+            except (ValueError, IndexError, OverflowError) as error:  # damaged: sort again (and save anew)
+                log.warning("index: the stored table of %d documents is unusable (%s); sorting again",
+                            len(arrays), error)
         table = NgramTable(arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram,
-                           self.min_ngram, self.trie_depth, order=order, groups=groups)
-        return table, stored is not None
+                           self.min_ngram, self.trie_depth)
+        return table, False
 
     def install(self, docs: Sequence[Doc], built: tuple[NgramTable, bool], fingerprint: str,
                 dead: set[int] = frozenset(), position: int | None = None) -> None:
@@ -354,6 +363,16 @@ class LevelSet:
         missing = set(resident) - set(placed)
         if missing:
             raise AssertionError(f"resident documents not matched anywhere: {sorted(missing)[:3]}")
+
+
+def _stored_table_fits(order: np.ndarray, groups: np.ndarray, total_tokens: int) -> bool:
+    """Cheap bounds checks on a persisted table (a damaged one must not index out of range)."""
+    if len(order) > total_tokens or (len(order) and (int(order.min()) < 0 or int(order.max()) >= total_tokens)):
+        return False
+    if groups.ndim != 2 or groups.shape[1] != 4:
+        return False
+    lo, hi = groups[:, 2], groups[:, 3]
+    return bool(np.all((lo >= 0) & (lo <= hi) & (hi <= len(order))))
 
 
 def _describe(levels: Sequence[Level]) -> str:

@@ -171,8 +171,28 @@ class IndexDB:
             rows = self.conn.execute(
                 f"SELECT uri, hash, version, text, tokens FROM documents WHERE tokenizer = ? "
                 f"AND uri IN ({', '.join('?' * len(part))})", [self.fingerprint, *part])
-            for uri, digest, version, text, blob in rows:
-                yield StoredDocument(uri, digest, version, text, np.frombuffer(blob, dtype=self.dtype))
+            for row in rows:
+                stored = self._stored(row)
+                if stored is not None:
+                    yield stored
+
+    def _stored(self, row: tuple, verify_hash: bool = False) -> StoredDocument | None:
+        """A row as a document, or None (with a log line: the caller re-tokenizes) if its
+        values cannot be what this code wrote: damage SQLite's checks did not catch, or a
+        file edited by another tool."""
+        uri, digest, version, text, blob = row
+        problem = None
+        if not isinstance(text, str) or not isinstance(blob, bytes) or not isinstance(digest, str):
+            problem = "a value of the wrong type"
+        elif len(blob) % self.dtype.itemsize:
+            problem = f"a token blob of {len(blob)} bytes, not whole tokens"
+        elif verify_hash and content_hash(text) != digest:
+            problem = "a text that does not match its hash"
+        if problem is not None:
+            log.warning("index: ignoring the stored copy of %s: %s", uri, problem)
+            return None
+        return StoredDocument(uri, digest, version if isinstance(version, int) else 0, text,
+                              np.frombuffer(blob, dtype=self.dtype))
 
     def documents_list(self, uris: Iterable[str]) -> list[StoredDocument]:
         return list(self.load_documents(uris))
@@ -180,9 +200,7 @@ class IndexDB:
     def document(self, uri: str) -> StoredDocument | None:
         row = self.conn.execute("SELECT uri, hash, version, text, tokens FROM documents "
                                 "WHERE uri = ? AND tokenizer = ?", [uri, self.fingerprint]).fetchone()
-        if row is None:
-            return None
-        return StoredDocument(row[0], row[1], row[2], row[3], np.frombuffer(row[4], dtype=self.dtype))
+        return None if row is None else self._stored(row, verify_hash=True)
 
     def document_hashes(self) -> dict[str, str]:
         rows = self.conn.execute("SELECT uri, hash FROM documents WHERE tokenizer = ?", [self.fingerprint])
@@ -221,9 +239,16 @@ class IndexDB:
             "SELECT id, kind, uri, text, time, tokens, tokenizer FROM (SELECT *, ROW_NUMBER() OVER "
             "(PARTITION BY kind ORDER BY id DESC) AS n FROM history) WHERE n <= ? ORDER BY id",
             [limit_per_kind])
-        return [StoredHistory(i, kind, uri, text, when,
-                              np.frombuffer(blob, dtype=self.dtype) if fp == self.fingerprint and blob else None)
-                for i, kind, uri, text, when, blob, fp in rows]
+        out = []
+        for i, kind, uri, text, when, blob, fp in rows:
+            if not isinstance(text, str) or not isinstance(kind, str):
+                log.warning("index: ignoring damaged history entry %s", i)
+                continue
+            whole = isinstance(blob, bytes) and blob and len(blob) % self.dtype.itemsize == 0
+            tokens = np.frombuffer(blob, dtype=self.dtype) if fp == self.fingerprint and whole else None
+            out.append(StoredHistory(i, kind, uri if isinstance(uri, str) else None, text,
+                                     when if isinstance(when, (int, float)) else 0.0, tokens))
+        return out
 
     # -- acceptance stats -----------------------------------------------------------------------
     def add_stats(self, deltas: dict[str, tuple[int, int]]) -> None:
@@ -257,7 +282,12 @@ class IndexDB:
                                 [fingerprint]).fetchone()
         if row is None:
             return None
-        return np.frombuffer(row[0], dtype=dtype), np.frombuffer(row[1], dtype=np.int64).reshape(-1, 4)
+        positions, groups = row
+        if not isinstance(positions, bytes) or not isinstance(groups, bytes) or \
+                len(positions) % np.dtype(dtype).itemsize or len(groups) % 32:
+            log.warning("index: ignoring a damaged stored table %s (it is sorted again)", fingerprint)
+            return None
+        return np.frombuffer(positions, dtype=dtype), np.frombuffer(groups, dtype=np.int64).reshape(-1, 4)
 
     # -- checks ---------------------------------------------------------------------------------
     def check(self) -> None:

@@ -301,3 +301,58 @@ def test_odd_file_names_and_special_files(tmp_path, index_tokenizer, index_adapt
         latin = (root / os.fsdecode(b"caf\xe9_latin1_name.py")).as_uri()
         assert index.document_text(latin).startswith("def latin_named(")
         index.check_integrity()
+
+
+def _answers(index, index_adapter):
+    return [(c.token_ids, c.source, c.position) for c in index.lookup(index_adapter.encode("y = function_3_7("), 8)]
+
+
+def test_stored_values_that_cannot_be_right_are_rebuilt_not_trusted(tmp_path, index_tokenizer, index_adapter,
+                                                                    caplog):
+    """Rows SQLite accepts but this code never writes (damage its checks miss, another tool):
+    each is ignored with a log line and rebuilt from the workspace; nothing crashes."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    for n in range(6):
+        (root / f"module_{n}.py").write_text("".join(f"def function_{n}_{k}(x):\n    return x * {k}\n\n"
+                                                     for k in range(20)))
+    db = tmp_path / "index.db"
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        index.index_workspace([root])
+        index.add_history("accepted", "accepted_value = compute_accepted(42)\n")
+        before = _answers(index, index_adapter)
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE documents SET tokens = substr(tokens, 2) WHERE uri LIKE '%module_1.py'")
+        conn.execute("UPDATE tables SET positions = zeroblob(length(positions) - 1)")
+        conn.execute("UPDATE history SET tokens = x'0102ff'")
+    conn.close()
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        report = index.index_workspace([root])
+        assert (report.files, report.tokenized, report.reused) == (6, 1, 5)
+        assert _answers(index, index_adapter) == before
+        assert index.lookup(index_adapter.encode("x = compute_accepted("), 4)[0].source == "history:accepted"
+        index.check_integrity()
+    conn = sqlite3.connect(db)
+    with conn:  # a table whose bounds are wrong: sorted again
+        conn.execute("UPDATE tables SET positions = CAST(? AS BLOB)", [np.full(4000, 10**9, np.int32).tobytes()])
+    conn.close()
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index, caplog.at_level(logging.WARNING, "codespec.index"):
+        report = index.index_workspace([root])
+        assert (report.tokenized, report.reused) == (0, 6)
+        assert any("sorting again" in record.getMessage() for record in caplog.records)
+        assert _answers(index, index_adapter) == before
+        index.check_integrity()
+
+
+def test_stored_document_with_a_wrong_hash_is_not_reloaded(tmp_path, index_tokenizer):
+    db = tmp_path / "index.db"
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        index.add_document("mem://a", "alpha = 1\n")
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE documents SET text = 'tampered = 2\n'")
+    conn.close()
+    with WorkspaceIndex(index_tokenizer, db_path=db) as index:
+        with pytest.raises(KeyError):
+            index.document_text("mem://a")
