@@ -23,6 +23,8 @@ class HistoryEntry:
 
 class HistoryBuffer:
     def __init__(self, kind: str, dtype: np.dtype, sep: int, max_tokens: int = 131_072) -> None:
+        if max_tokens < 2:  # room for one token and its separator (below that, the cut keeps everything)
+            raise ValueError(f"history_tokens must be >= 2, got {max_tokens}")
         self.kind, self.sep, self.max_tokens = kind, sep, max_tokens
         self.tokens = np.zeros(0, dtype=dtype)
         self.entry_starts = np.zeros(0, dtype=np.int64)  # [E] index of each entry's first token

@@ -120,7 +120,10 @@ class IndexDB:
     def _open(self) -> None:
         # Used only under the index's lock, possibly from several threads (an LSP worker). The
         # timeout is SQLite's busy handler: another process writing waits us, it does not fail us.
-        conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False)
+        try:
+            conn = sqlite3.connect(str(self.path), timeout=self.busy_timeout, check_same_thread=False)
+        except sqlite3.OperationalError as error:  # "unable to open database file": say which
+            raise sqlite3.OperationalError(f"index database {self.path}: {error}") from None
         try:
             self.db = sqlite_utils.Database(conn)
             self.conn: sqlite3.Connection = conn

@@ -113,7 +113,7 @@ def test_other_schema_version_is_an_error_and_left_in_place(tmp_path):
 
 
 def test_unopenable_path_is_a_clear_error(tmp_path):
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(sqlite3.OperationalError, match="missing-dir"):
         IndexDB(tmp_path / "missing-dir" / "index.db", "tokenizer", np.uint16)
     assert not (tmp_path / "missing-dir").exists()
 
@@ -356,3 +356,15 @@ def test_stored_document_with_a_wrong_hash_is_not_reloaded(tmp_path, index_token
     with WorkspaceIndex(index_tokenizer, db_path=db) as index:
         with pytest.raises(KeyError):
             index.document_text("mem://a")
+
+
+def test_history_bound_too_small_is_refused(index_tokenizer, index_adapter):
+    from index.history import HistoryBuffer, HistoryEntry
+
+    with pytest.raises(ValueError, match="history_tokens"):
+        WorkspaceIndex(index_tokenizer, history_tokens=1)
+    buffer = HistoryBuffer("accepted", index_adapter.dtype, index_adapter.sep, max_tokens=2)
+    for n in range(3):
+        buffer.append(index_adapter.encode_array(f"value_{n} = {n}\n"), HistoryEntry(None, 0.0, n))
+        assert len(buffer.tokens) <= 2
+        buffer.check()
