@@ -2,6 +2,11 @@
 
 See :mod:`index.store` for why the index is layered. This module owns the bookkeeping: which
 document lives where, which level entries are dead, when to build, merge or rebuild a level.
+
+A build that fails (here or on the merge worker) changes nothing: every level is built before
+anything is swapped, so the old levels keep answering. The failure is logged with its
+traceback, kept in ``last_error`` / :meth:`LevelSet.health` until a build succeeds, and the
+next change retries (backing off after repeated failures).
 """
 
 from __future__ import annotations

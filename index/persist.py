@@ -4,6 +4,13 @@ Every write happens inside one ``with conn:`` transaction, so a writer killed at
 either the old or the new state of each group of rows, never a mix: the database opens and agrees
 with itself. Tokens are stored as raw little-endian arrays next to the text and its content hash;
 rows are valid only for the tokenizer fingerprint recorded with them.
+
+Several processes may open one file (two editor windows on one workspace): the schema is made
+in one ``BEGIN IMMEDIATE`` transaction and every connection waits out another's write (busy
+timeout). The file is a cache of the workspace plus session history, so a damaged one (not a
+database, malformed pages, found at open or later) is moved aside, kept for inspection, with
+one log line, and a new one is started; rows that cannot be what this code wrote are ignored
+and rebuilt.
 """
 
 from __future__ import annotations
