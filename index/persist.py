@@ -120,7 +120,9 @@ class IndexDB:
             self._open()
         except sqlite3.DatabaseError as error:
             if _is_busy(error) or not _is_corrupt(error) or not self.path.exists():
-                raise
+                if str(self.path) in str(error):
+                    raise
+                raise type(error)(f"index database {self.path}: {error}") from error  # e.g. read-only
             self.moved_aside = set_aside(self.path, error)
             self._open()
 
