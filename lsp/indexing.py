@@ -62,9 +62,13 @@ def default_index_path(roots: list[Path]) -> Path:
 
 
 class Scan(concurrent.futures.Future):
-    """One workspace scan: a Future of its :class:`~index.scan.IndexReport`. ``cancel()`` also
-    stops a running scan at its next check (its result is then :class:`~index.ingest.ScanCancelled`),
-    so cancelling an asyncio task that awaits it through ``asyncio.wrap_future`` stops it too."""
+    """One workspace scan: a Future of its :class:`~index.scan.IndexReport`.
+
+    ``cancel()`` asks the scan to stop (queued: before it starts; running: at its next check)
+    and returns False: a scan is never cancelled as a Future, it always ends with its report or
+    an exception (:class:`~index.ingest.ScanCancelled` when stopped), so every waiter sees a
+    normal outcome rather than a CancelledError. ``asyncio.wrap_future`` calls it when the
+    awaiting task is cancelled, so that stops the scan too."""
 
     def __init__(self, roots: list[Path], exclude: tuple[str, ...], max_file_bytes: int,
                  progress: Progress | None) -> None:
@@ -74,7 +78,7 @@ class Scan(concurrent.futures.Future):
 
     def cancel(self) -> bool:
         self.stopped.set()
-        return super().cancel()  # False once running: the scan then ends with ScanCancelled
+        return False
 
 
 class WorkspaceIndexer:
@@ -117,8 +121,7 @@ class WorkspaceIndexer:
         from index.ingest import ScanCancelled
 
         while (scan := self._queue.get()) is not None:
-            if not scan.set_running_or_notify_cancel():
-                continue
+            scan.set_running_or_notify_cancel()  # True: a Scan is never cancelled as a Future
             try:
                 if self.closing.is_set() or scan.stopped.is_set():
                     raise ScanCancelled("workspace scan cancelled before it started")
@@ -132,7 +135,8 @@ class WorkspaceIndexer:
                 scan.set_result(report)
         while not self._queue.empty():  # submitted just before close: refused, not left pending
             scan = self._queue.get_nowait()
-            if scan is not None and scan.set_running_or_notify_cancel():
+            if scan is not None:
+                scan.set_running_or_notify_cancel()
                 scan.set_exception(ScanCancelled("the index is closing"))
 
 

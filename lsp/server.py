@@ -370,22 +370,23 @@ async def run_indexing(ls: CodespecServer) -> None:
     def progress(done: int, total: int) -> None:  # the indexing thread
         loop.call_soon_threadsafe(report, done, total)
 
-    summary = "done"
+    summary = "stopped"  # the awaiting task was cancelled (which stops the scan too)
     scan = indexing.index_workspace(ls.service, ls.roots, ls.options.exclude, ls.options.max_file_bytes, progress)
     cancelled_by_user = ls.work_done_progress.tokens.get(token) if use_progress else None
     if cancelled_by_user is not None:  # pygls cancels the token's future on window/workDoneProgress/cancel
         cancelled_by_user.add_done_callback(lambda _: scan.cancel())
     try:
         await asyncio.wrap_future(scan)
+        summary = "done"
     except ScanCancelled:
         summary = "cancelled; run the codespec.reindex command to index again"
     except Exception as error:
         summary = f"failed: {error}"
         log.warning("workspace indexing failed: %s", error)
     finally:
-        if use_progress:
-            ls.work_done_progress.end(token, types.WorkDoneProgressEnd(
-                message=f"{ls.indexed_files} files indexed ({summary})"))
+        if use_progress:  # a stopped or failed scan installs nothing: no count of "indexed" files
+            message = f"{ls.indexed_files} files indexed (done)" if summary == "done" else f"indexing {summary}"
+            ls.work_done_progress.end(token, types.WorkDoneProgressEnd(message=message))
 
 
 __all__ = ["build_server", "close_service", "start_service", "CodespecServer", "PositionError"]

@@ -179,3 +179,22 @@ def test_a_scan_refuses_a_tokenizer_that_tokenizes_differently(lsp_target, works
     with pytest.raises(ValueError, match="does not tokenize like"):
         index.index_workspace([str(workspace)], adapter=other)
     assert index.documents() == []
+
+
+def test_a_queued_scan_that_is_cancelled_ends_with_scan_cancelled(lsp_target, workspace, tmp_path):
+    """Not as a cancelled Future: a waiter (the server's progress task) gets ScanCancelled and
+    reports "cancelled", instead of an asyncio CancelledError that would end it silently."""
+    service = open_service(lsp_target, tmp_path / "index.db")
+    held = HeldScan()
+    try:
+        running = indexing.index_workspace(service, [workspace], (), 1_000_000, held)
+        assert held.held.wait(WAIT_S)
+        queued = indexing.index_workspace(service, [workspace], (), 1_000_000)  # behind the held one
+        assert queued.cancel() is False and not queued.cancelled()
+        held.release()
+        assert running.result(WAIT_S).tokenized == FILES
+        with pytest.raises(ScanCancelled):
+            queued.result(WAIT_S)
+    finally:
+        held.release()
+        close_service(service)
