@@ -351,6 +351,14 @@ class WorkspaceIndex:
         return len(stale)
 
     # -- upkeep ---------------------------------------------------------------------------------
+    def health(self) -> dict:
+        """For status reports: levels and the latest failed build (``levels.health``), and where
+        damaged database files were moved aside (empty when none was)."""
+        with self._lock:
+            report = self._levels.health()
+        report["database_moved_aside"] = [str(p) for p in self.db.moved_aside] if self.db is not None else []
+        return report
+
     def check_integrity(self, deep: bool = True) -> None:
         """Raise AssertionError if any two internal structures disagree. ``deep`` also re-encodes
         every resident document and compares with its stored tokens (slow on big workspaces)."""

@@ -243,6 +243,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
                 {"uri": uri, "indexed": index is not None and _index_text(index, uri) == text}
                 for uri, text in open_texts.items()]
             snapshot["index_documents"] = len(index.documents()) if index is not None else 0
+            snapshot["index_health"] = index.health() if index is not None else None
             return snapshot
 
         snapshot = await service.acall(collect)

@@ -113,6 +113,7 @@ async def test_indexing_reports_progress(client):
     assert "2 files indexed" in values[-1].message
     stats = await client.protocol.send_request_async("codespec/stats", {})
     assert stats.index_documents >= 2
+    assert stats.index_health.last_error is None and stats.index_health.levels >= 0
 
 
 async def test_inline_completion_matches_engine(client, lsp_target, workspace):
