@@ -15,7 +15,7 @@ def add_parser(subparsers) -> None:
                         help="checkpoints and the training log go here")
     parser.add_argument("--mix-steps", type=int, default=1100,
                         help="optimizer steps on the natural mixture after the copy curriculum")
-    parser.add_argument("--rescue-steps", type=int, default=700,
+    parser.add_argument("--rescue-steps", type=int, default=1800,
                         help="steps of the copy-rescue fine-tune after the main run (0: skip)")
     parser.add_argument("--resume", action="store_true",
                         help="skip the main run: restore the checkpoint in --work, then run the copy rescue")
