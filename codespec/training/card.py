@@ -17,7 +17,7 @@ def _block(text: str) -> str:
 
 
 def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict, params: dict,
-               threads: int) -> None:
+               threads: int, rescue: RescueConfig | None = None) -> None:
     config = TrainConfig()
     losses, agreement = metrics["loss_nats"], metrics["top1_agreement"]
     layers = TARGET_SHAPE.layers
@@ -26,7 +26,7 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
         f"{_pct(agreement[f'exit_{l}']) if l < layers else '100% (itself)'} |"
         for l in range(1, layers + 1))
     samples = metrics["samples"]
-    rescue = RescueConfig()
+    rescue = rescue or RescueConfig()
     warm_steps = getattr(result, "rescue_warm_steps", 0)
     total_s = result.wall_s + result.rescue_wall_s
     rescue_mix = ", ".join(f"{kind} {round(100 * share)}%" for kind, share in rescue.mixture)

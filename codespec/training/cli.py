@@ -17,6 +17,10 @@ def add_parser(subparsers) -> None:
                         help="optimizer steps on the natural mixture after the copy curriculum")
     parser.add_argument("--rescue-steps", type=int, default=1800,
                         help="steps of the copy-rescue fine-tune after the main run (0: skip)")
+    parser.add_argument("--rescue-decay", type=float, default=None,
+                        help="fraction of the fine-tune's steps spent in its final linear LR decay (default: RescueConfig's)")
+    parser.add_argument("--probe-functions", type=int, default=None,
+                        help="held-out functions in the fine-tune's copy probe (default: RescueConfig's)")
     parser.add_argument("--resume", action="store_true",
                         help="skip the main run: restore the checkpoint in --work, then run the copy rescue")
     parser.add_argument("--seed", type=int, default=0)
@@ -40,7 +44,7 @@ def run(args) -> int:
     else:
         result = pipeline.restore() if args.resume else pipeline.train(args.mix_steps)
         if args.rescue_steps > 0:
-            rescued = pipeline.rescue(args.rescue_steps)
+            rescued = pipeline.rescue(args.rescue_steps, args.rescue_decay, args.probe_functions)
             result.rescue_steps, result.rescue_tokens = rescued.steps, rescued.tokens_seen
             result.rescue_warm_steps = rescued.warm_steps
             result.rescue_wall_s, result.rescue_probes = rescued.wall_s, rescued.probes

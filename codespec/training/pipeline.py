@@ -73,11 +73,19 @@ class Pipeline:
         self.say(f"training (copy curriculum, then {mix_steps} mixture steps): target {count(self.target)} params, draft {count(self.draft)}")
         return train(self.target, self.draft, self.maker, config, self.work, log=self.say)
 
-    def rescue(self, steps: int):
+    def rescue(self, steps: int, decay_fraction: float | None = None, probe_count: int | None = None):
+        from dataclasses import replace
+
         from codespec.training.rescue import RescueConfig, rescue
 
-        probe_functions = corpus.heldout_functions(50, files=self.heldout_files)[40:]  # not the eval set
         config = RescueConfig(seed=self.seed, steps=steps)
+        if decay_fraction is not None:
+            config = replace(config, decay_fraction=decay_fraction)
+        if probe_count is not None:
+            config = replace(config, probe_functions=probe_count)
+        self.rescue_config = config
+        # The evaluation uses the first 40 held-out functions; the probe the ones after them.
+        probe_functions = corpus.heldout_functions(40 + config.probe_functions, files=self.heldout_files)[40:]
         self.say(f"copy-rescue fine-tune: {steps} steps, mixture {config.mixture}")
         return rescue(self.target, self.tokenizer, self.maker, probe_functions, config, log=self.say,
                       stop=(self.work / "STOP").exists)
@@ -101,7 +109,8 @@ class Pipeline:
 
         metrics = evaluate(self.out / "target", self.out / "draft", self.heldout_files, self.say)
         write_card(card_path, result, metrics, self.corpus_info,
-                   {"target": count(self.target), "draft": count(self.draft)}, self.threads)
+                   {"target": count(self.target), "draft": count(self.draft)}, self.threads,
+                   getattr(self, "rescue_config", None))
         (self.work / "metrics.json").write_text(json.dumps(metrics, indent=1))
         self.say(f"model card written to {card_path}")
 
