@@ -26,7 +26,9 @@ class GenerationRequest:
 
     prompt: str
     max_tokens: int
-    kind: str = "complete"  # "complete" | "edit" | "warm" (a prefill only): stats and history
+    # "complete" | "edit" | "warm" (a short generation, never history) | "prefill" (fill the KV cache
+    # of ``cache_key`` with the prompt, in chunks; a real request on that key takes it over)
+    kind: str = "complete"
     stop: tuple[str, ...] = ()
     temperature: float = 0.0
     reference: str | None = None  # reference draft: the text being rewritten, a prediction, a shown suggestion

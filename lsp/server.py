@@ -314,13 +314,14 @@ async def complete_at(ls: CodespecServer, uri: str, position: types.Position,
 
 def warm_document(ls: CodespecServer, document) -> None:
     """Prefill a just-opened document's KV cache with the prompt start its completions will share,
-    so the first completion there prefills only the text near the cursor (one background forward)."""
+    so the first completion there prefills only the text near the cursor (in the background, a chunk
+    per engine cycle; a completion arriving meanwhile takes over what is prefilled)."""
     if ls.service is None:
         return
     prefix_chars, _ = ls.service.windows(ls.options.prefix_chars, ls.options.suffix_chars, ls.options.block_tokens)
     prompt = warm_prompt(document.text, prefix_chars)
     if prompt is not None:
-        ls.service.submit(GenerationRequest(prompt=prompt, max_tokens=1, kind="warm", cache_key=document.uri,
+        ls.service.submit(GenerationRequest(prompt=prompt, max_tokens=1, kind="prefill", cache_key=document.uri,
                                             proposer="none"))
 
 

@@ -12,7 +12,10 @@ delays a cycle at most by one short locked step of the index, never by the scan.
 Prompt caching: each document key keeps the KV cache of its last request; the engine reuses its
 longest common token prefix with the next prompt (as llama.cpp's prompt cache), so a keystroke
 costs a few tokens of prefill. A cache in use by a running request is not shared: a concurrent
-request on the same key gets a fresh one.
+request on the same key gets a fresh one. A document's background prefill (``kind="prefill"``,
+when it is opened) runs ``PREFILL_CHUNK`` tokens per cycle, so it delays other requests by one
+chunk at most, and a request on the same document takes its cache over at once, with whatever
+it has prefilled so far.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from lsp.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult,
 __all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "Usage"]
 
 log = logging.getLogger(__name__)
+PREFILL_CHUNK = 128  # tokens per cycle of a background prefill (~5-10 ms on CPU for the default model)
 
 class _CachePool:
     """KV caches by document key, least recently used evicted beyond ``capacity``."""
@@ -226,7 +230,11 @@ class EngineService:
         if job.cancelled:
             self._complete(job, "", "cancelled", RequestStats())
             return
+        self._take_over_prefill(request.cache_key)
         try:
+            if request.kind == "prefill":
+                self._start_prefill(job)
+                return
             prompt_ids = self._fit_prompt(request)
             max_tokens = request.max_tokens
             if request.kind == "edit" and request.reference:  # a rewrite is about as long as its reference
@@ -244,6 +252,31 @@ class EngineService:
             self._fail(job, error)
             return
         self._active.append(job)
+
+    def _start_prefill(self, job: Job) -> None:
+        from codespec.kv import common_prefix_len
+
+        prompt_ids = self.target.encode(job.request.prompt)[:self.target.max_context - 1]
+        job.cache = self._caches.take(job.request.cache_key)
+        job.cached_len = common_prefix_len(job.cache.token_ids, prompt_ids)
+        job.cache.rollback(job.cached_len)
+        job.prompt_len = len(prompt_ids)
+        job.generator = self._prefill_chunks(prompt_ids, job.cache)
+        self._active.append(job)
+
+    def _prefill_chunks(self, prompt_ids: list[int], cache):
+        """One target forward of at most ``PREFILL_CHUNK`` new tokens per cycle."""
+        while len(cache) < len(prompt_ids):
+            self.target.forward(prompt_ids[len(cache):len(cache) + PREFILL_CHUNK], cache)
+            yield
+
+    def _take_over_prefill(self, cache_key: str | None) -> None:
+        """A request on a key whose cache a background prefill holds: stop the prefill and hand its
+        cache back (every forward left it valid), so the request reuses what is already there."""
+        for other in [j for j in self._active if j.request.kind == "prefill" and j.request.cache_key == cache_key]:
+            self._active.remove(other)
+            self._caches.give_back(cache_key, other.cache)
+            self._complete(other, "", "cancelled", RequestStats())
 
     def _fit_prompt(self, request: GenerationRequest) -> list[int]:
         """Prompt ids; a FIM prompt too long for the context is rebuilt from a narrower window."""
@@ -268,6 +301,9 @@ class EngineService:
     def _step(self, job: Job) -> None:
         from codespec.decode import Finished, StepEvent, TextDelta
 
+        if job.request.kind == "prefill":
+            self._step_prefill(job)
+            return
         try:
             while True:
                 event = next(job.generator)
@@ -287,6 +323,22 @@ class EngineService:
             job.cache = None  # its state is unknown: do not reuse it
             self._fail(job, error)
 
+    def _step_prefill(self, job: Job) -> None:
+        try:
+            if not job.cancelled:
+                next(job.generator)
+                return
+            reason = "cancelled"
+        except StopIteration:
+            reason = "length"
+        except Exception as error:
+            self._active.remove(job)
+            self._fail(job, error)
+            return
+        self._active.remove(job)
+        self._caches.give_back(job.request.cache_key, job.cache)  # valid up to its last forward
+        self._complete(job, "", reason, RequestStats())
+
     def _complete(self, job: Job, text: str, reason: str, stats: RequestStats) -> None:
         self._proposers.release(job.proposer)
         request = job.request
@@ -300,8 +352,9 @@ class EngineService:
         totals.completion_tokens += usage.completion_tokens
         totals.accepted_prediction_tokens += accepted
         totals.rejected_prediction_tokens += rejected
-        totals.recent.append(stats)
-        if text and reason != "cancelled" and request.kind != "warm":
+        if request.kind != "prefill":  # no decoding: nothing for the engine metrics
+            totals.recent.append(stats)
+        if text and reason != "cancelled" and request.kind not in ("warm", "prefill"):
             self._add_history("generated", text, request.uri)
         name = getattr(job.proposer, "name", "none") if job.proposer is not None else "none"
         summary = json_safe(stats.summary())

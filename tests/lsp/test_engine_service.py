@@ -62,9 +62,9 @@ def test_warming_a_document_prefills_what_its_completions_share(service):
     from lsp.inline import completion_context, completion_prompt, warm_prompt
 
     text = LONG_TEXT
-    warm = service.submit(GenerationRequest(prompt=warm_prompt(text, 4000), max_tokens=1, kind="warm",
+    warm = service.submit(GenerationRequest(prompt=warm_prompt(text, 4000), max_tokens=1, kind="prefill",
                                             cache_key="warm-doc", proposer="none")).wait(WAIT_S)
-    assert warm.usage.cached_prompt_tokens == 0
+    assert warm.usage.cached_prompt_tokens == 0 and warm.reason == "length" and warm.text == ""
     offset = text.index("return value + 5")
     context = completion_context(text, offset, 4, 8, 4000, 200)
     request = GenerationRequest(prompt=completion_prompt(context), max_tokens=4, stop=context.stop,
@@ -72,6 +72,37 @@ def test_warming_a_document_prefills_what_its_completions_share(service):
     result = service.submit(request).wait(WAIT_S)
     prefix_tokens = len(service.target.encode(completion_prompt(context).split("<|fim_suffix|>")[0]))
     assert result.usage.cached_prompt_tokens >= prefix_tokens - 2  # only the suffix was prefilled
+
+
+def test_a_request_takes_over_a_documents_background_prefill(service):
+    """A completion arriving while its document is being prefilled neither waits for the whole
+    prefill nor starts from an empty cache: it takes the cache over with the chunks done so far."""
+    from lsp.inline import completion_context, completion_prompt, warm_prompt
+    from lsp.service import PREFILL_CHUNK
+
+    text = LONG_TEXT * 6
+    prompt = warm_prompt(text, len(text))
+    prompt_tokens = len(service.target.encode(prompt))
+    assert PREFILL_CHUNK * 4 < prompt_tokens < service.target.max_context
+    context = completion_context(text, text.rindex("return value + 5"), 4, 8, len(text), 200)
+    request = GenerationRequest(prompt=completion_prompt(context), max_tokens=4, stop=context.stop,
+                                cache_key="big-doc")
+    gate = threading.Event()
+    blocked = service.call(gate.wait)  # hold the engine thread while the prefill is queued
+    prefill = service.submit(GenerationRequest(prompt=prompt, max_tokens=1, kind="prefill", cache_key="big-doc"))
+    started: list = []
+    # Runs on the engine thread at the top of a cycle: the prefill has started by the next one.
+    ask = service.call(lambda: started.append(service.submit(request)))
+    gate.set()
+    blocked.result(WAIT_S)
+    ask.result(WAIT_S)
+    result = started[0].wait(WAIT_S)
+    superseded = prefill.wait(WAIT_S)
+    assert superseded.reason == "cancelled"  # stopped early: the completion took its cache over
+    assert PREFILL_CHUNK <= result.usage.cached_prompt_tokens < superseded.usage.prompt_tokens
+    fresh = service.submit(GenerationRequest(prompt=completion_prompt(context), max_tokens=4, stop=context.stop,
+                                             cache_key="other-doc")).wait(WAIT_S)
+    assert result.text == fresh.text  # a partial prefill changes nothing in the output
 
 
 def test_a_failing_request_does_not_hurt_the_service(service, lsp_target):
