@@ -15,7 +15,7 @@ def add_parser(subparsers) -> None:
                         help="checkpoints and the training log go here")
     parser.add_argument("--mix-steps", type=int, default=1100,
                         help="optimizer steps on the natural mixture after the copy curriculum")
-    parser.add_argument("--rescue-steps", type=int, default=1800,
+    parser.add_argument("--rescue-steps", type=int, default=2100,
                         help="steps of the copy-rescue fine-tune after the main run (0: skip)")
     parser.add_argument("--rescue-decay", type=float, default=None,
                         help="fraction of the fine-tune's steps spent in its final linear LR decay (default: RescueConfig's)")
