@@ -135,7 +135,11 @@ class ReferenceLookup:
         if not draft_ids:
             return EMPTY_DRAFT
         position = self._next if self._next is not None else -1  # token index after any re-tokenized patch
-        return Draft(tuple(draft_ids), self.name, match=MatchInfo(self._match_len, "reference", position))
+        # Match length: the re-anchoring's match plus every token confirmed since, so a pointer that
+        # has been copying for a while lands in a longer-match bucket of auto's acceptance table
+        # than one that has just re-anchored (or guessed).
+        return Draft(tuple(draft_ids), self.name,
+                     match=MatchInfo(self._match_len + self._streak, "reference", position))
 
     def _own_text_draft(self, context: ProposeContext) -> Draft:
         output = OutputView(context.token_ids, context.prompt_len)

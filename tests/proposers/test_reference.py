@@ -253,3 +253,20 @@ def test_tokenizer_forms_and_edge_cases(tokenizer, codec):
     # A pointer may start inside the reference (a completion's cursor).
     middle = ReferenceLookup(text, codec, start=len("value = "))
     assert codec.join(middle.propose(ProposeContext([7], 1, 32)).token_ids) == b"compute(1)\n"
+
+
+def test_match_length_grows_while_copying_and_restarts_at_a_reanchoring(codec):
+    """auto buckets its acceptance statistics by match length: a pointer that has copied for a
+    while must report a longer match than one that just re-anchored after an edit."""
+    original = "".join(f"def f{i}(value):\n    return value * {i} + {i}\n\n" for i in range(8))
+    edited = original.replace("return value * 3 + 3", "result = value ** 3\n    return result - 3")
+    pointer = ReferenceLookup(original, codec)
+    early = step_to(pointer, cut_after(codec, edited, 20)).match.match_len
+    pointer = ReferenceLookup(original, codec)
+    before_edit = edited.index("result = value")
+    late = step_to(pointer, cut_after(codec, edited, before_edit - 1)).match.match_len
+    assert late > early + 20  # every confirmed token counts
+    pointer = ReferenceLookup(original, codec)
+    after_edit = edited.index("return result - 3") + len("return result - 3\n\n")
+    reanchored = step_to(pointer, cut_after(codec, edited, after_edit + 12))
+    assert reanchored.token_ids and reanchored.match.match_len < late  # a fresh anchoring starts again
