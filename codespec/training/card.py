@@ -26,12 +26,20 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
         f"{_pct(agreement[f'exit_{l}']) if l < layers else '100% (itself)'} |"
         for l in range(1, layers + 1))
     samples = metrics["samples"]
-    rescue = rescue or RescueConfig()
-    warm_steps = getattr(result, "rescue_warm_steps", 0)
     total_s = result.wall_s + result.rescue_wall_s
-    rescue_mix = ", ".join(f"{kind} {round(100 * share)}%" for kind, share in rescue.mixture)
-    probes = ", ".join(f"{_pct(rate)} at step {step}" for step, rate in result.rescue_probes)
+    mixture = ", ".join(f"{kind} {round(100 * share)}%" for kind, share in config.mixture)
+    probes = ", ".join(f"{score:.2f} at {step}" for step, score in result.probes)
     stages = ", then ".join(f"{vocab:,}" for vocab, _, _ in config.copy_stages)
+    bridge = "; ".join(f"{v:,} tokens, {n} steps of {r} x {l}" for v, n, r, l in config.bridge_stages)
+    mix_steps = result.steps - result.copy_steps - result.bridge_steps
+    kept = (f"the weights from mixture step {result.best_step:,} were kept" if result.best_step >= 0
+            else "the last weights were kept")
+    rescue_line = ""
+    if result.rescue_steps:
+        rescue = rescue or RescueConfig()
+        rescue_line = (f"\n- Then the previous recipe's copy-rescue fine-tune (`codespec/training/rescue.py`): "
+                       f"{result.rescue_warm_steps + result.rescue_steps} steps, {result.rescue_wall_s / 60:.1f} minutes "
+                       f"(mixture {', '.join(f'{k} {round(100 * w)}%' for k, w in rescue.mixture)}).")
     text = f"""# The default model pair
 
 codespec ships a small Python code model (the default **target**) and a smaller **draft** model with the
@@ -64,36 +72,35 @@ text that literally contains one of these strings is tokenized as the special to
   every number below is measured on them. `shared/workloads` is never used.
 - Curriculum: synthetic copy in the rewrite format (random spans of 10-60 tokens) over the
   {stages} most frequent tokens, batch {config.copy_batch[0]} x {config.copy_batch[1]} (each stage until
-  its copy loss is low; {result.copy_steps} steps in all, target only, no early-exit loss),
-  then {result.steps - result.copy_steps} steps of the mixture: natural code 45%, rewrite examples 30%
-  (half exact copies without an instruction, half small synthetic edits with an instruction: renamed
-  identifier, deleted, inserted or changed line), FIM 20% (one line, part of a line, or 2-5 lines),
-  synthetic copy 5%, batch {config.mix_batch[0]} x {config.mix_batch[1]}.
+  its copy loss is low; {result.copy_steps} steps in all, target only, no early-exit loss). Copying
+  ("induction") forms suddenly and late when it must be learned together with a 4k vocabulary, so it
+  is formed on a small one first.
+- Bridge to real code ({result.bridge_steps} steps, target only): the copy map is learned per token (a
+  512-token circuit copied nothing else), so it is widened on half synthetic copy, half unchanged
+  rewrites of real code (loss on the copy only): {bridge}.
+- Mixture, {mix_steps:,} steps of batch {config.mix_batch[0]} x {config.mix_batch[1]}: {mixture}.
+  `identity`: an unchanged rewrite of a real function or run of lines, loss on the copy only;
+  `rewrite`: half unchanged, half small synthetic edits with an instruction (renamed identifier,
+  deleted, inserted or changed line); `copy`: synthetic spans of {config.mix_copy_span[0]}-{config.mix_copy_span[1]} tokens
+  over the full vocabulary; `fim`: prefix-suffix-middle (one line, part of a line, or 2-5 lines);
+  `natural`: plain code. Copy work stays in the mixture from the start: a natural-code-heavy mixture
+  (the previous recipe) erased the copy circuit the curriculum formed, and restoring it afterwards
+  took a third of the budget. The recipe was chosen in a side-by-side search at this budget
+  ([training-sweep.md](training-sweep.md)).
 - Target loss: next-token cross-entropy plus a LayerSkip-style early-exit loss (weight
-  {config.exit_weight} each): the residual stream after layers 1..{layers - 1}, through the final norm and
-  the LM head, also predicts the next token (on every {config.exit_stride}rd position). The draft trains on
-  the same rows (mixture phase only) with plain cross-entropy.
-- AdamW (betas 0.9/0.95, weight decay 0.1), peak LR {config.peak_lr}, {config.warmup_steps} warmup steps,
-  cosine decay to {config.min_lr_ratio:g}x over the mixture; bf16 autocast; seed 0; 1 torch thread.
-- Copy-rescue fine-tune (`codespec/training/rescue.py`, part of `codespec train-default`: it runs
-  after the main run, starting from its final weights), target only (the draft is unchanged). First
-  the copy circuit is re-formed on pure synthetic copy ({', then '.join(f"{v:,}" for v, _, _ in rescue.warm_stages)}
-  most frequent tokens, batch {rescue.warm_batch[0]} x {rescue.warm_batch[1]}, LR {rescue.warm_lr:g}, each stage
-  until its copy loss is below its goal: it formed again within about 30 steps per stage), then widened
-  (it is learned per token: a 512-token circuit copied nothing else, 7-11 nats on wider spans) on half
-  synthetic copy, half unchanged rewrites of real code (loss on the copy only):
-  {'; '.join(f"{v:,} tokens, {n} steps of {r} x {l}" for v, n, r, l in rescue.bridge_stages)}
-  ({warm_steps} curriculum steps in all). Then {result.rescue_steps} steps with batch {rescue.batch[0]} x {rescue.batch[1]}, mixture {rescue_mix} (identity:
-  rewrite examples whose edited region is the unchanged original; copy: synthetic spans of
-  {rescue.copy_span[0]}-{rescue.copy_span[1]} tokens over the full vocabulary), constant LR {rescue.lr:g}
-  with a linear decay to 0.1x over the last {_pct(rescue.decay_fraction)} of the steps, same early-exit
-  loss. A greedy copy probe on {rescue.probe_functions} held-out functions (not among the evaluation set
-  below) ran every {rescue.probe_every} steps; the weights with the best probe are kept (probe: {probes}).
-- Tokens seen: {result.tokens_seen:,} (target; {result.rescue_tokens:,} of them in the fine-tune).
-  Steps: {result.steps} + {warm_steps + result.rescue_steps}.
-- **Wall time: {total_s / 60:.1f} minutes** of training in total ({result.wall_s / 60:.1f} minutes main run
-  + {result.rescue_wall_s / 60:.1f} minutes copy-rescue fine-tune, {total_s:.0f} s) on a shared 2-core CPU
-  machine, plus about a minute of preparation (tokenizer, corpus) and a few minutes of evaluation.
+  {config.exit_weight} each, mixture only): the residual stream after layers 1..{layers - 1}, through the final
+  norm and the LM head, also predicts the next token (on every {config.exit_stride}rd position). The draft trains
+  on every {config.draft_every}rd mixture batch with plain cross-entropy.
+- AdamW (betas 0.9/0.95, weight decay 0.1), LR {config.peak_lr:g}, {config.warmup_steps} warmup steps, constant
+  through the curriculum and the bridge, {config.schedule} decay to {config.min_lr_ratio:g}x over the mixture;
+  bf16 autocast; seed 0; {threads} torch thread(s).
+- Every {config.probe_every} mixture steps a greedy probe scores the target on 20 held-out functions
+  that are not in the evaluation set below (copy rate + FIM validity, 0-2); {kept}
+  (probe: {probes}).{rescue_line}
+- Tokens seen: {result.tokens_seen:,} (target). Steps: {result.steps:,}.
+- **Wall time: {total_s / 60:.1f} minutes** of training ({total_s:.0f} s, one uninterrupted run of
+  `codespec train-default`) on a shared 2-core CPU machine, plus about a minute of preparation
+  (tokenizer, corpus) and a few minutes of evaluation.
 
 ## Held-out quality
 
@@ -114,18 +121,8 @@ Measured over {metrics['positions']:,} held-out token positions (512-token windo
 
 Capability bars checked by `tests/test_default_model.py` on these weights: copy rate >= 80%
 ({'met' if metrics['copy_rate'] >= 0.8 else 'NOT met'}), FIM validity >= 50%
-({'met' if metrics['fim_valid_rate'] >= 0.5 else 'NOT met'}). What was measured on the way: the copy
-(induction) circuit formed on the synthetic curriculum after about 150 steps (copy loss 0.40 nats over
-64 tokens, 0.51 over 512; with tied embeddings, or LR 1.5e-3-2e-3 with 64-256 tokens, it had not formed
-after 600-1,200 steps), reached only 2.9 nats over 4,096 tokens at its 300-step cap, and was then lost
-during the mixture (the final target's copy loss on synthetic spans is 7-9 nats; no held-out function
-was copied at mixture steps 170, 370 or 770 either: 0% at the end of the main run, FIM validity 30%).
-The copy-rescue fine-tune above starts from those weights; every number on this page is measured
-after it.
-Its length and LR schedule were chosen by measurement, each from the same main-run checkpoint
-(copy rate / FIM validity on the 40 evaluation functions): 500 steps, 15% decay: 30% / 27.5%;
-700 steps, 15% decay: 42.5% / 22.5%; 1,800 steps, 15% decay: 50% / 35%; 2,100 steps, 35% decay,
-20 probe functions: 57.5% / 37.5%. Copying kept improving with length and with a longer decay.
+({'met' if metrics['fim_valid_rate'] >= 0.5 else 'NOT met'}). The previous recipe (natural-heavy mixture, then a
+2,100-step copy-rescue fine-tune; 76 minutes) reached 57.5% / 37.5% on CPU.
 
 ## Samples (greedy)
 
@@ -150,9 +147,10 @@ expected line `{samples['fim']['expected'].rstrip()}`, model's line `{samples['f
 ## Reproduce
 
 ```
-codespec train-default            # writes codespec/models/default/ and this file
-codespec train-default --resume   # from the main run's checkpoint in --work: only the copy rescue
-codespec train-default --export-only   # re-export + re-evaluate the last checkpoint
+codespec train-default                 # writes codespec/models/default/ and this file
+codespec train-default --export-only   # re-export + re-evaluate the last checkpoint in --work
+codespec train-default --device cuda   # same recipe on a GPU (minutes; not bit-identical to CPU)
+python -m codespec.training.sweep --out DIR   # the recipe search (training-sweep.md), on a GPU
 ```
 """
     path.parent.mkdir(parents=True, exist_ok=True)

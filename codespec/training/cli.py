@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 
@@ -13,10 +12,10 @@ def add_parser(subparsers) -> None:
                         help="model directory root (default: the package's codespec/models/default)")
     parser.add_argument("--work", type=Path, default=Path("train-default-work"),
                         help="checkpoints and the training log go here")
-    parser.add_argument("--mix-steps", type=int, default=1100,
-                        help="optimizer steps on the natural mixture after the copy curriculum")
-    parser.add_argument("--rescue-steps", type=int, default=2100,
-                        help="steps of the copy-rescue fine-tune after the main run (0: skip)")
+    parser.add_argument("--mix-steps", type=int, default=3200,
+                        help="optimizer steps on the mixture after the copy curriculum and the bridge")
+    parser.add_argument("--rescue-steps", type=int, default=0,
+                        help="steps of the (previous recipe's) copy-rescue fine-tune after the main run (0: skip)")
     parser.add_argument("--rescue-decay", type=float, default=None,
                         help="fraction of the fine-tune's steps spent in its final linear LR decay (default: RescueConfig's)")
     parser.add_argument("--probe-functions", type=int, default=None,
@@ -24,6 +23,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--resume", action="store_true",
                         help="skip the main run: restore the checkpoint in --work, then run the copy rescue")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu",
+                        help="torch device to train on (cuda works; the recipe is sized for the 90-minute CPU budget)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (1 is fastest on a shared 2-core machine: measured 2.0k vs "
                              "0.2-0.6k tokens/s with 2 threads under load)")
@@ -37,7 +38,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from codespec.training.pipeline import Pipeline
 
-    pipeline = Pipeline(args.seed, args.threads, args.work, args.out)
+    pipeline = Pipeline(args.seed, args.threads, args.work, args.out, args.device)
     pipeline.prepare()
     if args.export_only:
         result = pipeline.restore()

@@ -26,8 +26,9 @@ def default_out() -> Path:
 
 
 class Pipeline:
-    def __init__(self, seed: int, threads: int, work: Path, out: Path | None) -> None:
+    def __init__(self, seed: int, threads: int, work: Path, out: Path | None, device: str = "cpu") -> None:
         self.seed = seed
+        self.device = device
         self.work = Path(work)
         self.out = Path(out) if out is not None else default_out()
         torch.set_num_threads(threads)
@@ -69,9 +70,23 @@ class Pipeline:
         self.say(f"prepared in {time.perf_counter() - started:.1f} s: {json.dumps(self.corpus_info)}")
 
     def train(self, mix_steps: int) -> TrainResult:
+        from codespec.training import probe
+        from codespec.training.evaluate import fim_split
+
         config = TrainConfig(seed=self.seed, mix_steps=mix_steps)
-        self.say(f"training (copy curriculum, then {mix_steps} mixture steps): target {count(self.target)} params, draft {count(self.draft)}")
-        return train(self.target, self.draft, self.maker, config, self.work, log=self.say)
+        self.train_config = config
+        # The evaluation uses the first 40 held-out functions; the probe the 20 after them.
+        functions = corpus.heldout_functions(60, files=self.heldout_files)[40:]
+        splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
+
+        def score(model) -> float:  # copy rate + FIM validity on the probe functions
+            return (probe.copy_probe(model, self.tokenizer, functions)
+                    + probe.fim_probe(model, self.tokenizer, splits))
+
+        self.say(f"training (copy curriculum, bridge, then {mix_steps} mixture steps) on {self.device}: "
+                 f"target {count(self.target)} params, draft {count(self.draft)}")
+        return train(self.target.to(self.device), self.draft.to(self.device), self.maker, config, self.work,
+                     log=self.say, probe=score, stop=(self.work / "STOP").exists)
 
     def rescue(self, steps: int, decay_fraction: float | None = None, probe_count: int | None = None):
         from dataclasses import replace
@@ -91,7 +106,8 @@ class Pipeline:
                       stop=(self.work / "STOP").exists)
 
     def save(self, result: TrainResult) -> None:
-        save_checkpoint(self.work, self.target, self.draft, result, TrainConfig(seed=self.seed))
+        save_checkpoint(self.work, self.target, self.draft, result,
+                        getattr(self, "train_config", None) or TrainConfig(seed=self.seed))
 
     def restore(self) -> TrainResult:
         result = load_checkpoint(self.work, self.target, self.draft)
@@ -99,6 +115,7 @@ class Pipeline:
         return result
 
     def export(self) -> None:
+        self.target, self.draft = self.target.cpu(), self.draft.cpu()
         export(self.target, self.tokenizer, self.out / "target")
         export(self.draft, self.tokenizer, self.out / "draft")
         self.say(f"exported to {self.out}")

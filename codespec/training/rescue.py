@@ -19,9 +19,9 @@ from typing import Callable
 
 import torch
 
-from codespec import prompts
 from codespec.training.examples import ExampleMaker
-from codespec.training.trainer import batch, make_optimizer, target_loss
+from codespec.training.probe import copy_probe
+from codespec.training.trainer import batch, make_optimizer, optimizer_step, target_loss
 
 
 @dataclass
@@ -71,36 +71,11 @@ def rescue_lr(step: int, config: RescueConfig) -> float:
     return config.lr * (1 - 0.9 * progress)
 
 
-@torch.no_grad()
-def copy_probe(model, tokenizer, functions: list[str]) -> float:
-    """Fraction of ``functions`` the model reproduces exactly (then an end token) in the rewrite format."""
-    was_training = model.training
-    model.eval()
-    stops = prompts.stop_token_ids(tokenizer)
-    hits = 0
-    for function in functions:
-        prompt_ids = tokenizer.encode(prompts.rewrite_prompt(function), add_special_tokens=False)
-        expected = tokenizer.encode(function, add_special_tokens=False)
-        ids = torch.tensor([prompt_ids])  # [1, P]
-        output = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=len(expected) + 8,
-                                do_sample=False, eos_token_id=sorted(stops), pad_token_id=tokenizer.eos_token_id)
-        new = output[0, len(prompt_ids):].tolist()
-        ended = bool(new) and new[-1] in stops
-        text = tokenizer.decode(new[:-1] if ended else new, skip_special_tokens=False)
-        hits += ended and text == function
-    model.train(was_training)
-    return hits / len(functions)
-
-
-
 def copy_step(target, optimizer, ids, targets, exit_stride: int) -> float:
     """One optimizer step on copy rows (no early-exit loss); returns the loss on the copied part."""
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16):
         loss, final = target_loss(target, ids, targets, 0.0, exit_stride, 0)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
-    optimizer.step()
+    optimizer_step(target, optimizer, loss)
     return final
 
 
@@ -111,6 +86,7 @@ def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], c
     torch.manual_seed(config.seed + 101)
     maker.rng = random.Random(config.seed + 202)  # same rows whether resumed or run straight through
     target.train()
+    device = next(target.parameters()).device
     optimizer = make_optimizer(target, config.lr)
     kinds, weights = (list(x) for x in zip(*config.mixture))
     result = RescueResult()
@@ -130,7 +106,7 @@ def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], c
     for vocab, goal, cap in config.warm_stages:
         recent: list[float] = []
         for stage_step in range(cap):
-            ids, targets = batch(maker, rng, ["copy"], [1.0], *config.warm_batch, vocab)
+            ids, targets = batch(maker, rng, ["copy"], [1.0], *config.warm_batch, vocab, device)
             for group in optimizer.param_groups:
                 group["lr"] = config.warm_lr
             final = copy_step(target, optimizer, ids, targets, config.exit_stride)
@@ -145,7 +121,7 @@ def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], c
         log(f"warm copy stage vocab={vocab}: {stage_step + 1} steps, copy loss {sum(recent) / len(recent):.3f}")
     for vocab, steps, rows, length in config.bridge_stages:
         for stage_step in range(steps):
-            ids, targets = batch(maker, rng, ["copy", "identity"], [0.5, 0.5], rows, length, vocab)
+            ids, targets = batch(maker, rng, ["copy", "identity"], [0.5, 0.5], rows, length, vocab, device)
             final = copy_step(target, optimizer, ids, targets, config.exit_stride)
             result.warm_steps += 1
             result.tokens_seen += ids.numel()
@@ -155,16 +131,13 @@ def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], c
     probe(0)
     maker.copy_span = config.copy_span
     for step in range(config.steps):
-        ids, targets = batch(maker, rng, kinds, weights, *config.batch, config.copy_vocab)
+        ids, targets = batch(maker, rng, kinds, weights, *config.batch, config.copy_vocab, device)
         for group in optimizer.param_groups:
             group["lr"] = rescue_lr(step, config)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             loss, final = target_loss(target, ids, targets, config.exit_weight, config.exit_stride,
                                       step % config.exit_stride)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(target.parameters(), 1.0)
-        optimizer.step()
+        optimizer_step(target, optimizer, loss)
         result.steps = step + 1
         result.tokens_seen += ids.numel()
         if step % config.log_every == 0:

@@ -1,0 +1,89 @@
+"""The training recipe's moving parts: LR schedules, the bridge, probe-picked weights, batched probes."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+
+from codespec.default_model import target_path
+from codespec.training.trainer import Shape, TrainConfig, build_llama, lr_at, train
+
+
+def test_mixture_lr_schedules():
+    config = replace(TrainConfig(), peak_lr=1e-3, mix_lr=5e-4, warmup_steps=10, min_lr_ratio=0.1,
+                     schedule="linear_tail", decay_fraction=0.25, total_steps=1100)
+    assert lr_at(50, None, config) == 1e-3  # curriculum: the curriculum's peak
+    assert lr_at(100, 100, config) == lr_at(849, 100, config) == 5e-4  # constant before the tail
+    assert lr_at(975, 100, config) == pytest.approx(5e-4 * (1 - 0.9 * 0.5))
+    assert lr_at(1100, 100, config) == pytest.approx(5e-5)
+    cosine = replace(config, schedule="cosine")
+    assert lr_at(100, 100, cosine) == pytest.approx(5e-4)
+    assert lr_at(600, 100, cosine) == pytest.approx(5e-4 * (0.1 + 0.9 * 0.5))
+    assert lr_at(1100, 100, cosine) == pytest.approx(5e-5)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(target_path()))
+
+
+def tiny_maker(tokenizer):
+    from codespec.training.examples import ExampleMaker
+
+    functions = ["def area(width, height):\n    return width * height\n",
+                 "def greet(name):\n    print('hello', name)\n    return name\n"]
+    files = ["import os\n\n\n" + "\n".join(functions)]
+    stream = tokenizer.encode(files[0], add_special_tokens=False) * 20
+    frequent = sorted(set(stream))
+    return ExampleMaker(tokenizer, files, functions, stream, frequent, random.Random(0))
+
+
+def test_train_runs_every_phase_and_keeps_the_best_probed_weights(tokenizer, tmp_path):
+    shape = Shape(hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64)
+    target = build_llama(shape, len(tokenizer), tokenizer.eos_token_id, 256, 0)
+    draft = build_llama(shape, len(tokenizer), tokenizer.eos_token_id, 256, 1)
+    draft_before = {k: v.clone() for k, v in draft.state_dict().items()}
+    config = TrainConfig(copy_stages=((16, 0.0, 3), (64, 0.0, 2)), copy_batch=(2, 32), mix_batch=(2, 64),
+                         bridge_stages=((64, 2, 2, 32),), mix_steps=6, probe_every=2, draft_every=2,
+                         warmup_steps=2, checkpoint_every=1000, log_every=1000)
+    scores = iter([0.2, 0.9, 0.3])
+    snapshots = []
+
+    def probe(model) -> float:
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        return next(scores)
+
+    result = train(target, draft, tiny_maker(tokenizer), config, tmp_path, log=lambda _: None, probe=probe)
+    assert (result.copy_steps, result.bridge_steps, result.steps) == (5, 2, 13)
+    assert result.probes == [(2, 0.2), (4, 0.9), (6, 0.3)]
+    assert result.best_step == 4
+    kept = target.state_dict()
+    assert all(torch.equal(kept[k], snapshots[1][k]) for k in kept)  # the 0.9 weights, not the last
+    assert not all(torch.equal(snapshots[1][k], snapshots[2][k]) for k in kept)
+    assert not all(torch.equal(draft.state_dict()[k], draft_before[k]) for k in draft_before)
+    assert (tmp_path / "checkpoint.pt").exists()
+
+
+def test_batched_probes_agree_with_the_one_at_a_time_evaluation(tokenizer):
+    """probe.py ranks checkpoints during training; it must measure what evaluate.py (the card, the
+    tests' bars) measures, function by function, despite left padding."""
+    from codespec.model import TargetModel
+    from codespec.training import probe
+    from codespec.training.corpus import heldout_functions
+    from codespec.training.evaluate import copy_check, fim_check, fim_split
+
+    target = TargetModel.load(str(target_path()), device="cpu", dtype="float32")
+    functions = heldout_functions(8)
+    for function in functions:
+        expected = copy_check(target, function).exact
+        assert probe.copy_probe(target.model, tokenizer, [function]) == float(expected)
+    batched_copy = probe.copy_probe(target.model, tokenizer, functions)
+    assert batched_copy == sum(copy_check(target, fn).exact for fn in functions) / len(functions)
+    splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
+    batched_fim = probe.fim_probe(target.model, tokenizer, splits)
+    assert batched_fim == sum(fim_check(target, *s).valid for s in splits) / len(splits)
