@@ -3,12 +3,15 @@
     python -m lsp.bench_inline --cases FILE.jsonl [--workspace FILE.jsonl] [--model DIR] [--mode line]
 
 Starts `codespec serve` over stdio, indexes the workspace records, and for each completion case:
-opens the document (prefix + suffix), asks for an inline completion at the cursor (**cold**: the
-document's first request, full prefill), then types the first character of the case's target and
-asks again (**keystroke**: the editor's steady state; prompt caching and the shown suggestion as
-reference apply). Reports, per phase, the client-observed time to the full item and the engine's
-time to first token (from ``codespec/stats``), p50/p95, in milliseconds. The workload files are
-inputs for measurement only; the product never reads them.
+opens the document (prefix + suffix) and at once asks for an inline completion at the cursor
+(**cold**: the worst case, nothing prepared, the whole prompt prefilled); opens it again under
+another name and asks after ``--think-ms`` (**opened**: a user opens a file, then types; the server
+spent the pause prefilling the document's first window in the background); then types the first
+character of the case's target and asks again (**keystroke**: the editor's steady state; prompt
+caching and the shown suggestion as reference apply). Reports, per phase, the client-observed time
+to the full item, the engine's time from submission to result, and the engine's time to first
+token (from ``codespec/stats``), p50/p95, in milliseconds. The workload files are inputs for
+measurement only; the product never reads them.
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ async def bench(args) -> dict:
         options["model"] = args.model
     if args.proposer:
         options["proposer"] = args.proposer
+    if args.prefix_chars:
+        options["limits"]["prefixChars"] = args.prefix_chars
+    if args.suffix_chars:
+        options["limits"]["suffixChars"] = args.suffix_chars
     started = time.perf_counter()
     await client.initialize_async(types.InitializeParams(
         capabilities=types.ClientCapabilities(
@@ -86,7 +93,7 @@ async def bench(args) -> dict:
         await asyncio.wait_for(indexed.wait(), 600)
     index_s = time.perf_counter() - started - startup_s
 
-    phases: dict[str, dict[str, list[float]]] = {"cold": {}, "keystroke": {}}
+    phases: dict[str, dict[str, list[float]]] = {"cold": {}, "opened": {}, "keystroke": {}}
     reuse: list[float] = []
     lines: dict[str, int] = {"one-line": 0, "multi-line": 0}
 
@@ -104,20 +111,32 @@ async def bench(args) -> dict:
         record.setdefault("item_ms", []).append(item_ms)
         if last.ttft_ms is not None:
             record.setdefault("ttft_ms", []).append(last.ttft_ms)
+        record.setdefault("engine_ms", []).append(last.elapsed_ms)  # submit to result, engine side
         record.setdefault("tokens", []).append(last.tokens)
         record.setdefault("forwards", []).append(last.target_forwards)
+        if last.prompt_tokens:
+            record.setdefault("prompt_reuse", []).append(last.cached_prompt_tokens / last.prompt_tokens)
         if phase == "keystroke" and last.prompt_tokens:
             reuse.append(last.cached_prompt_tokens / last.prompt_tokens)
         text_out = items[0].insert_text if items else ""
         lines["multi-line" if "\n" in text_out.rstrip("\n") else "one-line"] += 1
 
+    def open_document(uri: str, text: str) -> None:
+        client.text_document_did_open(types.DidOpenTextDocumentParams(
+            types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+
     for number, case in enumerate(cases):
         uri = (root / "cases" / f"case_{number}.py").as_uri()
         text = case["prefix"] + case["suffix"]
-        client.text_document_did_open(types.DidOpenTextDocumentParams(
-            types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
         offset = len(case["prefix"])
+        open_document(uri, text)
         await ask(uri, text, offset, "cold")
+        client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=uri)))
+        if args.think_ms > 0:  # a user opens the file, then types: the server had that long to prepare
+            uri = (root / "cases" / f"case_{number}_opened.py").as_uri()
+            open_document(uri, text)
+            await asyncio.sleep(args.think_ms / 1000)
+            await ask(uri, text, offset, "opened")
         typed = case["target"][:1]
         if typed:
             position = position_at(text, offset)
@@ -197,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--proposer", default=None)
     parser.add_argument("--mode", choices=("auto", "line", "block"), default="line")
+    parser.add_argument("--prefix-chars", type=int, default=None, help="limits.prefixChars (default: the server's)")
+    parser.add_argument("--suffix-chars", type=int, default=None, help="limits.suffixChars (default: the server's)")
+    parser.add_argument("--think-ms", type=int, default=500,
+                        help="the 'opened' phase: wait this long after opening the document before asking (0: skip)")
     parser.add_argument("--limit", type=int, default=None, help="first N cases only")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     parser.add_argument("--in-process", action="store_true",

@@ -86,7 +86,8 @@ class CodespecServer(LanguageServer):
         start, end, new_text = change
         version = document.version
         document.indexed_text = document.text
-        log_failure(service.call(lambda: service.index.update_document(uri, start, end, new_text, version)),
+        log_failure(service.call(lambda: service.index.update_document(uri, start, end, new_text, version),
+                                 idle=True),
                     f"index update of {uri}")
 
 
@@ -331,7 +332,8 @@ def add_to_index(ls: CodespecServer, document) -> None:
         return
     uri, text, version = document.uri, document.text, document.version
     document.indexed_text = text
-    log_failure(service.call(lambda: service.index.add_document(uri, text, version)), f"indexing {uri}")
+    log_failure(service.call(lambda: service.index.add_document(uri, text, version), idle=True),
+                f"indexing {uri}")
 
 
 def log_failure(future, what: str) -> None:

@@ -15,7 +15,8 @@ costs a few tokens of prefill. A cache in use by a running request is not shared
 request on the same key gets a fresh one. A document's background prefill (``kind="prefill"``,
 when it is opened) runs ``PREFILL_CHUNK`` tokens per cycle, so it delays other requests by one
 chunk at most, and a request on the same document takes its cache over at once, with whatever
-it has prefilled so far.
+it has prefilled so far. Index work for opened and edited documents is an *idle* call: it runs
+when no request waits or runs (or after ``IDLE_CALL_MAX_WAIT_S``), never in front of a completion.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from lsp.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult,
 __all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "Usage"]
 
 log = logging.getLogger(__name__)
-PREFILL_CHUNK = 128  # tokens per cycle of a background prefill (~5-10 ms on CPU for the default model)
+PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arriving meanwhile waits <= one chunk)
+IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
 
 class _CachePool:
     """KV caches by document key, least recently used evicted beyond ``capacity``."""
@@ -111,6 +113,7 @@ class EngineService:
         self._cond = threading.Condition()
         self._pending: list[Job] = []
         self._calls: list[tuple[Callable[[], Any], concurrent.futures.Future]] = []
+        self._idle_calls: list[tuple[Callable[[], Any], concurrent.futures.Future, float]] = []
         self._active: list[Job] = []
         self._closed = False
         self._proposer_warnings: set[str] = set()
@@ -130,15 +133,22 @@ class EngineService:
             self._cond.notify()
         return job
 
-    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+    def call(self, fn: Callable[[], Any], idle: bool = False) -> concurrent.futures.Future:
         """Run ``fn`` on the engine thread between two decode cycles (index updates, stats).
-        Keep ``fn`` short: every active request waits for it (a workspace scan is not one)."""
+        Keep ``fn`` short: every active request waits for it (a workspace scan is not one).
+
+        ``idle``: work nobody waits for (indexing an opened or edited document): it runs, in order,
+        only when no completion or edit is waiting or running (or once it has waited
+        ``IDLE_CALL_MAX_WAIT_S``), so it never delays the request that follows a keystroke."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
             if self._closed:
                 future.set_exception(CodespecError("the engine service is closed"))
                 return future
-            self._calls.append((fn, future))
+            if idle:
+                self._idle_calls.append((fn, future, time.monotonic()))
+            else:
+                self._calls.append((fn, future))
             self._cond.notify()
         return future
 
@@ -194,7 +204,8 @@ class EngineService:
             with self._cond:
                 self._closed = True
                 jobs, self._pending, self._active = self._pending + self._active, [], []
-                calls, self._calls = self._calls, []
+                calls, self._calls = self._calls + [c[:2] for c in self._idle_calls], []
+                self._idle_calls = []
             for job in jobs:
                 if not job.future.done():
                     job.future.set_exception(CodespecError("the engine thread crashed; see the server log"))
@@ -205,12 +216,16 @@ class EngineService:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._pending or self._active or self._calls or self._closed):
+                while not (self._pending or self._active or self._calls or self._idle_calls or self._closed):
                     self._cond.wait()
-                if self._closed and not (self._pending or self._active or self._calls):
+                if self._closed and not (self._pending or self._active or self._calls or self._idle_calls):
                     return
                 pending, self._pending = self._pending, []
                 calls, self._calls = self._calls, []
+                busy = bool(pending) or any(job.request.kind != "prefill" for job in self._active)
+                if self._idle_calls and (not busy or self._closed
+                                         or time.monotonic() - self._idle_calls[0][2] > IDLE_CALL_MAX_WAIT_S):
+                    calls.append(self._idle_calls.pop(0)[:2])  # one per cycle, in order
             for fn, future in calls:
                 if future.set_running_or_notify_cancel():
                     try:

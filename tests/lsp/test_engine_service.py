@@ -229,3 +229,35 @@ async def test_newer_inline_request_supersedes_the_older_one(service):
     assert await asyncio.wait_for(older, WAIT_S) is None  # superseded: no item
     await asyncio.wait_for(newer, WAIT_S)
     assert service.snapshot()["finish_reasons"]["cancelled"] == cancelled_before + 1  # the older job stopped
+
+
+def test_idle_calls_wait_for_running_requests_but_keep_their_order(service):
+    """Indexing an opened or edited document must not delay the completion after a keystroke: an
+    idle call runs when no request is waiting or running (or after IDLE_CALL_MAX_WAIT_S), in order."""
+    import time
+
+    from lsp.service import IDLE_CALL_MAX_WAIT_S
+
+    runs: list[tuple[str, bool, float]] = []
+
+    def record(name: str, enqueued: float):
+        def fn():
+            busy = any(job.request.kind != "prefill" for job in service._active)  # engine thread: safe
+            runs.append((name, busy, time.monotonic() - enqueued))
+            return name
+        return fn
+
+    job = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=300, kind="edit"))
+    now = time.monotonic()
+    idle_a = service.call(record("idle-a", now), idle=True)
+    idle_b = service.call(record("idle-b", now), idle=True)
+    urgent = service.call(record("urgent", now))
+    assert urgent.result(WAIT_S) == "urgent"
+    assert idle_a.result(WAIT_S) == "idle-a" and idle_b.result(WAIT_S) == "idle-b"
+    job.cancel()
+    job.wait(WAIT_S)
+    names = [name for name, _, _ in runs]
+    assert names.index("urgent") < names.index("idle-a") < names.index("idle-b")
+    for name, busy, waited in runs:
+        if name.startswith("idle") and busy:  # ran beside a request only once it had waited long enough
+            assert waited >= IDLE_CALL_MAX_WAIT_S
