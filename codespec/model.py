@@ -76,7 +76,10 @@ class TargetModel:
     """A causal LM + tokenizer behind the few calls the engine needs."""
 
     def __init__(self, model, tokenizer, name: str = "") -> None:
+        from codespec.attention import use_native_gqa
+
         self.model = model.eval()
+        use_native_gqa(self.model)  # no K/V head copies in verification forwards on CPU
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         self.device = next(model.parameters()).device

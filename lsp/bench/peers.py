@@ -133,6 +133,8 @@ class HFConfig:
         import torch
         from transformers import LogitsProcessorList
 
+        from codespec.attention import stock_attention
+
         device = next(self.model.parameters()).device
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)  # [1, T]
         processors = LogitsProcessorList([ReplayLogitsProcessor(recording)] if recording is not None else [])
@@ -149,7 +151,9 @@ class HFConfig:
         log = StepLog()
         probe.start()
         streamer = TimingStreamer()
-        with instrumented(self.model, log), torch.inference_mode():
+        # transformers as users run it: its own sdpa (codespec's forwards use codespec.attention).
+        with instrumented(self.model, log), stock_attention(self.model, self.extra.get("assistant_model")), \
+                torch.inference_mode():
             output = self.model.generate(ids, streamer=streamer, **kwargs, **self.extra)
         stats = steps_from(streamer, log, streamer.start)
         rss, cuda = probe.stop()

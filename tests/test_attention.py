@@ -1,0 +1,48 @@
+"""codespec's attention (native GQA in SDPA on CPU) gives transformers' sdpa results bit for bit."""
+
+from __future__ import annotations
+
+import torch
+
+from codespec.attention import NAME, STOCK, stock_attention, use_native_gqa
+from codespec.kv import KVCache
+from codespec.shapes import random_llama
+
+
+def logits_of(model, prompt: list[int], drafts: list[list[int]]) -> list[torch.Tensor]:
+    """A prefill, then verification-style forwards of several tokens (each rolled back)."""
+    cache = KVCache(model.config)
+    with torch.inference_mode():
+        out = [model(input_ids=torch.tensor([prompt]), cache=cache.hf_cache, use_cache=True).logits[0, -1]]
+        cache.appended(prompt)
+        for draft in drafts:
+            out.append(model(input_ids=torch.tensor([draft]), cache=cache.hf_cache, use_cache=True,
+                             logits_to_keep=len(draft)).logits[0])
+            cache.appended(draft)
+            cache.rollback(len(prompt))
+    return out
+
+
+def test_native_gqa_matches_transformers_sdpa_exactly():
+    model = random_llama((64, 2, 4, 2, 128), vocab_size=97, init_std=0.2)  # 2 query heads per K/V head
+    assert model.config._attn_implementation == STOCK
+    generator = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, 97, (300,), generator=generator).tolist()
+    drafts = [torch.randint(0, 97, (k,), generator=generator).tolist() for k in (1, 2, 7, 33)]
+    stock = logits_of(model, prompt, drafts)
+    use_native_gqa(model)
+    assert model.config._attn_implementation == NAME
+    ours = logits_of(model, prompt, drafts)
+    assert all(torch.equal(a, b) for a, b in zip(stock, ours))
+    with stock_attention(model):  # the benchmark's transformers peers run transformers' own attention
+        assert model.config._attn_implementation == STOCK
+    assert model.config._attn_implementation == NAME
+
+
+def test_other_attention_implementations_are_left_alone():
+    model = random_llama((32, 1, 2, 1, 64), vocab_size=50)
+    model.config._attn_implementation = "eager"
+    use_native_gqa(model)
+    assert model.config._attn_implementation == "eager"
+    with stock_attention(model):
+        assert model.config._attn_implementation == "eager"
