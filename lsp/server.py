@@ -47,6 +47,7 @@ ACCEPTED_COMMAND = "codespec.accepted"
 REINDEX_COMMAND = "codespec.reindex"
 CLEAR_HISTORY_COMMAND = "codespec.clearHistory"
 PROGRESS_TOKEN_PREFIX = "codespec/indexing"
+WARM_DELAY_S = 0.15  # how long a document must stay open before its background prefill starts
 REQUEST_FAILED = -32803  # LSP 3.17 RequestFailed: valid request, the server could not serve it
 
 
@@ -61,6 +62,7 @@ class CodespecServer(LanguageServer):
         self.documents = DocumentStore()
         self.suggestions: dict[str, Suggestion] = {}
         self.inflight: dict[str, AsyncJob] = {}  # newest inline request per document
+        self.warm_timers: dict[str, asyncio.TimerHandle] = {}  # documents waiting for their prefill
         self.roots: list[Path] = []
         self.encoding = "utf-16"
         self.debouncer: Debouncer | None = None
@@ -144,7 +146,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         item = params.text_document
         document = ls.documents.open(item.uri, item.text, item.version, item.language_id)
         add_to_index(ls, document)
-        warm_document(ls, document)
+        schedule_warm(ls, document)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: CodespecServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -180,6 +182,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
             ls.debouncer.flush(uri)
         ls.documents.close(uri)
         ls.suggestions.pop(uri, None)
+        cancel_warm(ls, uri)
         job = ls.inflight.pop(uri, None)
         if job is not None:
             job.cancel()
@@ -292,6 +295,7 @@ async def complete_at(ls: CodespecServer, uri: str, position: types.Position,
     context = completion_context(text, offset, options.line_tokens, options.block_tokens,
                                  *ls.service.windows(options.prefix_chars, options.suffix_chars, options.block_tokens), invoked, options.mode)
     reference = typed_along(ls.suggestions.get(uri), text, offset)
+    cancel_warm(ls, uri)  # this request prefills what it needs itself
     previous = ls.inflight.pop(uri, None)
     if previous is not None:
         previous.cancel()  # a newer request for the same document supersedes the older one
@@ -311,6 +315,31 @@ async def complete_at(ls: CodespecServer, uri: str, position: types.Position,
     ls.suggestions[uri] = Suggestion(text[:offset], completion)
     # The item is anchored where it was asked for; the document may have moved on since.
     return completion, types.Position(position.line, position.character)
+
+
+def schedule_warm(ls: CodespecServer, document) -> None:
+    """Prefill a just-opened document once the user has stayed on it for ``WARM_DELAY_S``: flipping
+    through files costs nothing, and a completion asked at once is not slowed by a prefill of a
+    window it may not use (it cancels the timer and prefills what it needs)."""
+    cancel_warm(ls, document.uri)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not on the server's event loop (a direct call): prefill now
+        warm_document(ls, document)
+        return
+
+    def fire() -> None:
+        ls.warm_timers.pop(document.uri, None)
+        if ls.documents.documents.get(document.uri) is document:  # still open
+            warm_document(ls, document)
+
+    ls.warm_timers[document.uri] = loop.call_later(WARM_DELAY_S, fire)
+
+
+def cancel_warm(ls: CodespecServer, uri: str) -> None:
+    timer = ls.warm_timers.pop(uri, None)
+    if timer is not None:
+        timer.cancel()
 
 
 def warm_document(ls: CodespecServer, document) -> None:
