@@ -119,10 +119,14 @@ Measured over {metrics['positions']:,} held-out token positions (512-token windo
   previous line's newline; the line after the first generated newline, stripped):
   **{_pct(metrics['next_line_exact'])}** of 100 held-out lines.
 
-Capability bars checked by `tests/test_default_model.py` on these weights: copy rate >= 80%
-({'met' if metrics['copy_rate'] >= 0.8 else 'NOT met'}), FIM validity >= 50%
-({'met' if metrics['fim_valid_rate'] >= 0.5 else 'NOT met'}). The previous recipe (natural-heavy mixture, then a
-2,100-step copy-rescue fine-tune; 76 minutes) reached 57.5% / 37.5% on CPU.
+Capability bars checked by `tests/test_default_model.py` on these weights, over the first 30 of
+the functions above: copy rate >= 80% (here {_pct(metrics.get('copy_rate_tested', metrics['copy_rate']))}:
+{'met' if metrics.get('copy_rate_tested', metrics['copy_rate']) >= 0.8 else 'NOT met'}; {_pct(metrics['copy_rate'])} over all 40), FIM validity >= 50%
+(here {_pct(metrics.get('fim_valid_rate_tested', metrics['fim_valid_rate']))}: {'met' if metrics.get('fim_valid_rate_tested', metrics['fim_valid_rate']) >= 0.5 else 'NOT met'}). The previous recipe (natural-heavy
+mixture, then a 2,100-step copy-rescue fine-tune; 76 minutes) reached 57.5% / 37.5% over the 40 on
+CPU. Runs of one recipe differ a lot: the same recipe on a GPU (at the CPU run's step counts,
+[training-sweep.md](training-sweep.md)) scored 72.5% / 60%, and another data seed moved a
+neighbouring recipe's copy rate by 35 points.
 
 ## Samples (greedy)
 
