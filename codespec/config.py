@@ -46,6 +46,10 @@ class GenerationLimits:
     max_draft_len: int = 8  # K: the most draft tokens verified in one forward
     # Token ids that end the output like EOS (a prompt format's end markers, e.g. <|file_sep|>).
     stop_token_ids: frozenset[int] = frozenset()
+    # Stop ("repetition") once the output ends in one unit of 1-8 tokens repeated this many times in a
+    # row: a small model's degenerate loop ('w', 'w', 'w', ...) is noise as a suggestion and would
+    # run to the budget. 0: off. The output is still a prefix of what decoding would have produced.
+    stop_repeats: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -54,6 +58,8 @@ class GenerationLimits:
             raise InvalidRequestError(f"stop strings must be non-empty strings, got {self.stop!r}")
         if self.deadline_s is not None and not self.deadline_s > 0:
             raise InvalidRequestError(f"deadline must be > 0 seconds, got {self.deadline_s!r}")
+        if not isinstance(self.stop_repeats, int) or self.stop_repeats < 0 or self.stop_repeats == 1:
+            raise InvalidRequestError(f"stop_repeats must be 0 (off) or an integer >= 2, got {self.stop_repeats!r}")
         if not isinstance(self.max_draft_len, int) or not 0 <= self.max_draft_len <= 256:
             raise InvalidRequestError(f"draft length must be an integer in [0, 256], got {self.max_draft_len!r}")
 

@@ -43,7 +43,7 @@ class StepEvent:
 class Finished:
     text: str
     token_ids: tuple[int, ...]
-    reason: str  # "eos" | "stop" | "length" | "context" | "deadline" | "cancelled"
+    reason: str  # "eos" | "stop" | "repetition" | "length" | "context" | "deadline" | "cancelled"
     stats: RequestStats
 
 
@@ -145,7 +145,9 @@ def generate(
             proposer.observe(Outcome(draft, verdict.accepted, tuple(kept), len(sequence),
                                      step.proposal_s, step.verify_s))
             yield StepEvent(step, tuple(kept))
-            if reason is None and len(output) >= limits.max_new_tokens:
+            if reason is None and limits.stop_repeats and repeating_tail(output, limits.stop_repeats):
+                reason = "repetition"
+            elif reason is None and len(output) >= limits.max_new_tokens:
                 reason = "length"
             elif reason is None and len(sequence) >= target.max_context:
                 reason = "context"
@@ -160,6 +162,18 @@ def generate(
         stats.decode_s.append(last_emit_s - first_token_s)
         stats.decode_tokens.append(len(output) - 1)
     yield Finished(text.text, tuple(output), reason, stats)
+
+
+def repeating_tail(tokens: list[int], repeats: int, max_period: int = 8) -> bool:
+    """True when ``tokens`` ends in one unit of 1..``max_period`` tokens repeated ``repeats`` times."""
+    for period in range(1, max_period + 1):
+        span = period * repeats
+        if len(tokens) < span:
+            break
+        tail = tokens[-span:]
+        if tail == tail[:period] * repeats:
+            return True
+    return False
 
 
 def generate_all(*args, **kwargs) -> Finished:

@@ -58,7 +58,7 @@ class Usage:
 @dataclass(frozen=True)
 class JobResult:
     text: str
-    reason: str  # "eos" | "stop" | "length" | "context" | "deadline" | "cancelled"
+    reason: str  # "eos" | "stop" | "repetition" | "length" | "context" | "deadline" | "cancelled"
     usage: Usage
     stats: dict  # RequestStats.summary(), design.md §3 names
     proposer: str

@@ -40,6 +40,7 @@ __all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult",
 
 log = logging.getLogger(__name__)
 PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arriving meanwhile waits <= one chunk)
+COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is a loop: stop it there
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
 
 class _CachePool:
@@ -257,7 +258,8 @@ class EngineService:
             max_tokens = max(1, min(max_tokens, self.target.max_context - len(prompt_ids)))
             sampling = SamplingParams(temperature=request.temperature)
             limits = GenerationLimits(max_tokens, tuple(request.stop), request.deadline_s, self.max_draft,
-                                      self.stop_token_ids)
+                                      self.stop_token_ids,
+                                      COMPLETION_STOP_REPEATS if request.kind == "complete" else 0)
             job.proposer = self._make_proposer(request)
             job.cache = self._caches.take(request.cache_key)
             job.prompt_len = len(prompt_ids)

@@ -161,3 +161,31 @@ def test_stop_token_ids_end_the_output_like_eos(tiny_target, prompt, reference):
     finished = generate_all(tiny_target, prompt, NoDraft(), SamplingParams(),
                             GenerationLimits(max_new_tokens=40, stop_token_ids=frozenset({marker})))
     assert finished.reason == "eos" and finished.token_ids == tuple(reference[: first + 1])
+
+
+def test_repeating_tail_finds_a_unit_repeated_at_the_end():
+    from codespec.decode import repeating_tail
+
+    assert repeating_tail([1, 2, 3, 7, 7, 7], 3)
+    assert repeating_tail([9, 4, 5, 4, 5, 4, 5], 3)
+    assert not repeating_tail([9, 4, 5, 4, 5, 4, 5], 4)
+    assert not repeating_tail([4, 5, 4, 5, 4, 6], 3)  # the loop must reach the end
+    assert repeating_tail([1, 2, 3, 4, 5, 6, 7, 8] * 2, 2) and not repeating_tail(list(range(9)) * 2, 2)
+
+
+def test_stop_repeats_ends_a_loop_with_a_prefix_of_plain_decoding(tiny_target):
+    """A looping output stops once its unit has repeated stop_repeats times; what was emitted is
+    exactly what plain decoding emits up to there, drafts or not."""
+    from codespec.decode import repeating_tail
+
+    prompt = tiny_target.encode("x = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0")
+    plain = plain_greedy(tiny_target, prompt, 80)
+    assert any(repeating_tail(list(plain[:n]), 4) for n in range(1, 81)), "the tiny model must loop here"
+    for proposer in (NoDraft(), ScriptedProposer("oracle", oracle([*prompt, *plain]))):
+        limits = GenerationLimits(max_new_tokens=80, max_draft_len=6, stop_repeats=4)
+        finished = generate_all(tiny_target, prompt, proposer, SamplingParams(), limits)
+        assert finished.reason == "repetition"
+        assert finished.token_ids == plain[:len(finished.token_ids)]
+        assert repeating_tail(list(finished.token_ids), 4)
+    with pytest.raises(Exception, match="stop_repeats"):
+        GenerationLimits(stop_repeats=1)
