@@ -1,8 +1,11 @@
 """Train the target (with a LayerSkip-style early-exit loss) and the draft on the same rows.
 
 Schedule: a synthetic copy curriculum (small vocabulary, widened in stages; each stage ends when
-its copy loss is low or at its step cap), then the natural mixture with cosine decay. Checkpoints
-are written periodically so a run stopped early can still be exported.
+its copy loss is low or at its step cap), a bridge that widens copying to real code, then the
+mixture (copy work kept in it: identity rewrites, synthetic copy, FIM, natural code) with its LR
+decay; a probe every ``probe_every`` mixture steps picks the target weights that are kept. Runs on
+any torch device (bf16 autocast). Checkpoints are written periodically so a run stopped early can
+still be exported.
 """
 
 from __future__ import annotations
