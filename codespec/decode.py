@@ -127,6 +127,12 @@ def generate(
                 if text.stopped:
                     reason = "stop"
                     break
+                # Checked token by token, like EOS and stop strings, so the cut is the same with or
+                # without drafts.
+                if limits.stop_repeats and repeating_tail([*output[-REPEAT_MAX_PERIOD * limits.stop_repeats:], *kept],
+                                                          limits.stop_repeats):
+                    reason = "repetition"
+                    break
             sequence.extend(kept)
             output.extend(kept)
             if len(cache) > len(sequence) - 1:  # tokens dropped after EOS/stop: keep the cache honest
@@ -145,9 +151,7 @@ def generate(
             proposer.observe(Outcome(draft, verdict.accepted, tuple(kept), len(sequence),
                                      step.proposal_s, step.verify_s))
             yield StepEvent(step, tuple(kept))
-            if reason is None and limits.stop_repeats and repeating_tail(output, limits.stop_repeats):
-                reason = "repetition"
-            elif reason is None and len(output) >= limits.max_new_tokens:
+            if reason is None and len(output) >= limits.max_new_tokens:
                 reason = "length"
             elif reason is None and len(sequence) >= target.max_context:
                 reason = "context"
@@ -164,7 +168,10 @@ def generate(
     yield Finished(text.text, tuple(output), reason, stats)
 
 
-def repeating_tail(tokens: list[int], repeats: int, max_period: int = 8) -> bool:
+REPEAT_MAX_PERIOD = 8  # the longest unit (tokens) that stop_repeats looks for
+
+
+def repeating_tail(tokens: list[int], repeats: int, max_period: int = REPEAT_MAX_PERIOD) -> bool:
     """True when ``tokens`` ends in one unit of 1..``max_period`` tokens repeated ``repeats`` times."""
     for period in range(1, max_period + 1):
         span = period * repeats
