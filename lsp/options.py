@@ -25,9 +25,8 @@ class ServerOptions:
     edit_tokens: int = 1024  # rewrite budget (on top of the original's length)
     max_draft: int = 32  # K
     deadline_ms: int = 4000  # a completion nobody waits for any more is not worth finishing
-    prefix_chars: int = 4000  # prompt window before the cursor
-    suffix_chars: int = 512  # prompt window after the cursor (FIM puts it after the prefix, so every
-    # keystroke re-prefills it: shorter is cheaper)
+    prefix_chars: int | None = None  # prompt window before the cursor (None: by device, see inline.default_windows)
+    suffix_chars: int | None = None  # after the cursor (FIM puts it after the prefix: every keystroke re-prefills it)
     debounce_ms: int = 150  # per-document delay before an edit reaches the index
     cached_documents: int = 8  # KV caches kept for prompt caching (one per document)
     mode: str = "auto"  # "auto" (by the cursor's line), "line" (single-line only), "block"

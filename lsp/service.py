@@ -156,11 +156,12 @@ class EngineService:
     async def acall(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.wrap_future(self.call(fn))
 
-    def windows(self, prefix_chars: int, suffix_chars: int, max_tokens: int) -> tuple[int, int]:
-        """Prompt window sizes (characters) that fit this model's context."""
-        from lsp.inline import fit_windows
+    def windows(self, prefix_chars: int | None, suffix_chars: int | None, max_tokens: int) -> tuple[int, int]:
+        """Prompt window sizes (characters) that fit this model's context; None: this device's default."""
+        from lsp.inline import resolve_windows
 
-        return fit_windows(prefix_chars, suffix_chars, self.target.max_context, max_tokens)
+        return resolve_windows(prefix_chars, suffix_chars, self.target.device.type, self.target.max_context,
+                               max_tokens)
 
     def warm_up(self) -> None:
         """One short request through the default proposer: the first forward of a fresh process is

@@ -32,8 +32,11 @@ def run_load(target, raw, models, cases, plan, settings, say) -> dict:
 
 
 def _messages_and_recordings(target, cases, options, settings, end_id):
-    from lsp.inline import completion_context, completion_prompt
+    from lsp.inline import completion_context, completion_prompt, resolve_windows
 
+    # The windows the websocket server will use for these prompts (EngineService.windows).
+    windows = resolve_windows(options.prefix_chars, options.suffix_chars, target.device.type, target.max_context,
+                              options.block_tokens)
     messages, recordings = [], []
     for case in cases:
         if case.kind == "edit":
@@ -44,8 +47,7 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
         else:
             message = {"type": "complete", "prefix": case.prefix, "suffix": case.suffix, "path": case.uri}
             context = completion_context(case.prefix + case.suffix, len(case.prefix), options.line_tokens,
-                                         options.block_tokens, options.prefix_chars, options.suffix_chars,
-                                         invoked=True, mode=options.mode)
+                                         options.block_tokens, *windows, invoked=True, mode=options.mode)
             prompt = completion_prompt(context)
         messages.append(message)
         if settings.mode == "replay":

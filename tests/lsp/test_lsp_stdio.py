@@ -69,11 +69,17 @@ def engine_completion(target, text: str, offset: int) -> str:
     from codespec.config import GenerationLimits
     from codespec.decode import generate_all
 
+    from lsp.inline import resolve_windows
+
     options = ServerOptions()
-    context = completion_context(text, offset, LIMITS["lineTokens"], LIMITS["blockTokens"],
-                                 options.prefix_chars, options.suffix_chars, invoked=True)
+    windows = resolve_windows(options.prefix_chars, options.suffix_chars, target.device.type, target.max_context,
+                              LIMITS["blockTokens"])
+    context = completion_context(text, offset, LIMITS["lineTokens"], LIMITS["blockTokens"], *windows, invoked=True)
+    from lsp.service import COMPLETION_STOP_REPEATS
+
     finished = generate_all(target, target.encode(completion_prompt(context)), None,
-                            limits=GenerationLimits(context.max_tokens, context.stop))
+                            limits=GenerationLimits(context.max_tokens, context.stop,
+                                                    stop_repeats=COMPLETION_STOP_REPEATS))
     return trim_completion(finished.text, context)
 
 

@@ -220,3 +220,15 @@ def test_a_documents_background_prefill_waits_until_the_user_stays_on_it(monkeyp
 
     calls, timers = asyncio.run(scenario())
     assert calls == ["file:///stayed.py"] and timers == {}
+
+
+def test_prompt_windows_default_by_device_and_user_sizes_win():
+    from lsp.inline import CPU_WINDOWS, GPU_WINDOWS, resolve_windows
+
+    assert ServerOptions().prefix_chars is None and ServerOptions().suffix_chars is None
+    assert resolve_windows(None, None, "cpu", 32768, 160) == CPU_WINDOWS
+    assert resolve_windows(None, None, "cuda", 32768, 160) == GPU_WINDOWS
+    assert resolve_windows(2000, 0, "cpu", 32768, 160) == (2000, 0)  # an explicit 0 suffix stays 0
+    prefix, suffix = resolve_windows(None, None, "cuda", 1024, 160)  # fitted to a small context
+    assert prefix + suffix < sum(GPU_WINDOWS)
+    assert parse_options({"limits": {"prefixChars": 2500}})[0].prefix_chars == 2500

@@ -65,10 +65,16 @@ async def test_complete_streams_what_the_engine_returns(endpoint, lsp_target):
         deltas, done = await until_final(ws, "c1")
     assert done["type"] == "done", done
     assert "".join(deltas) == done["text"]
+    from lsp.inline import resolve_windows
+    from lsp.service import COMPLETION_STOP_REPEATS
+
+    windows = resolve_windows(OPTIONS.prefix_chars, OPTIONS.suffix_chars, lsp_target.device.type,
+                              lsp_target.max_context, OPTIONS.block_tokens)
     context = completion_context(prefix + suffix, len(prefix), OPTIONS.line_tokens, OPTIONS.block_tokens,
-                                 OPTIONS.prefix_chars, OPTIONS.suffix_chars, invoked=True)
+                                 *windows, invoked=True)
     plain = generate_all(lsp_target, lsp_target.encode(completion_prompt(context)), None,
-                         limits=GenerationLimits(context.max_tokens, context.stop))
+                         limits=GenerationLimits(context.max_tokens, context.stop,
+                                                 stop_repeats=COMPLETION_STOP_REPEATS))
     assert done["text"] == plain.text  # lossless: speculative output == plain greedy output
     assert done["usage"]["completion_tokens"] == len(plain.token_ids)
     assert set(done["usage"]) >= {"accepted_prediction_tokens", "rejected_prediction_tokens", "prompt_tokens"}
