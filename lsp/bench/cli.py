@@ -6,7 +6,6 @@ Heavy imports (torch, transformers) happen in ``run`` so `codespec --help` stays
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path

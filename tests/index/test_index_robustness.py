@@ -254,7 +254,7 @@ def test_damage_found_by_a_write_keeps_that_write(tmp_path, index_tokenizer, ind
 
 
 def test_files_that_vanish_or_change_kind_during_a_scan_are_skipped(tmp_path):
-    from index.discovery import Found, Skipped, discover
+    from index.discovery import Found, discover
 
     root = tmp_path / "ws"
     (root / "sub").mkdir(parents=True)
