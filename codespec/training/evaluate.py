@@ -178,13 +178,12 @@ def evaluate(target_dir, draft_dir, heldout_files: list[corpus.SourceFile],
     metrics["copy_rate_tested"] = sum(c.exact for c in tested) / len(tested)
     say(f"copy rate {metrics['copy_rate']:.3f} on {len(copies)} functions")
 
-    splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
-    fims = [fim_check(target, *split) for split in splits]
+    indexed = [(i, split) for i, split in enumerate(fim_split(fn) for fn in functions) if split is not None]
+    fims = [fim_check(target, *split) for _, split in indexed]
     metrics["fim_valid_rate"] = sum(f.valid for f in fims) / len(fims)
     metrics["fim_exact_rate"] = sum(f.exact for f in fims) / len(fims)
     metrics["fim_functions"] = len(fims)
-    tested_fims = [f for f, fn in zip(fims, [fn for fn in functions if fim_split(fn) is not None])
-                   if fn in functions[:TESTED_FUNCTIONS]]
+    tested_fims = [f for f, (i, _) in zip(fims, indexed) if i < TESTED_FUNCTIONS]
     metrics["fim_valid_rate_tested"] = sum(f.valid for f in tested_fims) / max(1, len(tested_fims))
     say(f"FIM valid {metrics['fim_valid_rate']:.3f}, exact {metrics['fim_exact_rate']:.3f}")
 

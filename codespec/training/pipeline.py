@@ -70,19 +70,11 @@ class Pipeline:
         self.say(f"prepared in {time.perf_counter() - started:.1f} s: {json.dumps(self.corpus_info)}")
 
     def train(self, mix_steps: int) -> TrainResult:
-        from codespec.training import probe
-        from codespec.training.evaluate import fim_split
+        from codespec.training.probe import copy_and_fim_scorer
 
         config = TrainConfig(seed=self.seed, mix_steps=mix_steps)
         self.train_config = config
-        # The evaluation uses the first 40 held-out functions; the probe the 20 after them.
-        functions = corpus.heldout_functions(60, files=self.heldout_files)[40:]
-        splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
-
-        def score(model) -> float:  # copy rate + FIM validity on the probe functions
-            return (probe.copy_probe(model, self.tokenizer, functions)
-                    + probe.fim_probe(model, self.tokenizer, splits))
-
+        score = copy_and_fim_scorer(self.tokenizer, self.heldout_files)
         self.say(f"training (copy curriculum, bridge, then {mix_steps} mixture steps) on {self.device}: "
                  f"target {count(self.target)} params, draft {count(self.draft)}")
         return train(self.target.to(self.device), self.draft.to(self.device), self.maker, config, self.work,

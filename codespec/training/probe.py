@@ -10,6 +10,7 @@ codespec's own decode loop); the probes only rank checkpoints during training.
 from __future__ import annotations
 
 import ast
+from typing import Callable
 
 import torch
 
@@ -65,3 +66,16 @@ def fim_probe(model, tokenizer, splits: list[tuple[str, str, str]], max_new_toke
             except SyntaxError:
                 pass
     return valid / len(splits)
+
+
+PROBE_START, PROBE_COUNT = 40, 20  # the evaluation uses the first 40 held-out functions; probes the next 20
+
+
+def copy_and_fim_scorer(tokenizer, heldout_files) -> Callable[[object], float]:
+    """A checkpoint's score while training: copy rate + FIM validity (0-2) on the probe functions."""
+    from codespec.training import corpus
+    from codespec.training.evaluate import fim_split
+
+    functions = corpus.heldout_functions(PROBE_START + PROBE_COUNT, files=heldout_files)[PROBE_START:]
+    splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
+    return lambda model: copy_probe(model, tokenizer, functions) + fim_probe(model, tokenizer, splits)

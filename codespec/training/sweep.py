@@ -59,19 +59,11 @@ RECIPES: dict[str, tuple[dict, int]] = {
 }
 
 
-def _score_functions(pipeline, start: int, count: int):
-    from codespec.training import corpus
-    from codespec.training.evaluate import fim_split
-
-    functions = corpus.heldout_functions(start + count, files=pipeline.heldout_files)[start:]
-    splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
-    return functions, splits
-
-
 def run_recipe(name: str, pipeline, out: Path, cap_s: float, device: str, smoke: bool = False) -> dict:
     import torch
 
-    from codespec.training import probe
+    from codespec.training import corpus, probe
+    from codespec.training.evaluate import fim_split
     from codespec.training.rescue import RescueConfig, rescue
     from codespec.training.trainer import TrainConfig, train
 
@@ -83,11 +75,11 @@ def run_recipe(name: str, pipeline, out: Path, cap_s: float, device: str, smoke:
     stop = lambda: time.perf_counter() - started > cap_s  # noqa: E731
     target, draft = pipeline.target.to(device), pipeline.draft.to(device)
     tokenizer = pipeline.tokenizer
-    probe_fns, probe_splits = _score_functions(pipeline, 40, 20)
-    eval_fns, eval_splits = _score_functions(pipeline, 0, 40)
-
-    def score(model) -> float:
-        return probe.copy_probe(model, tokenizer, probe_fns) + probe.fim_probe(model, tokenizer, probe_splits)
+    probe_fns = corpus.heldout_functions(probe.PROBE_START + probe.PROBE_COUNT,
+                                         files=pipeline.heldout_files)[probe.PROBE_START:]
+    eval_fns = corpus.heldout_functions(probe.PROBE_START, files=pipeline.heldout_files)
+    eval_splits = [s for s in (fim_split(fn) for fn in eval_fns) if s is not None]
+    score = probe.copy_and_fim_scorer(tokenizer, pipeline.heldout_files)
 
     config = replace(TrainConfig(seed=pipeline.seed), **overrides)
     if smoke:  # a few steps of every phase, to check the plumbing
