@@ -94,7 +94,6 @@ async def bench(args) -> dict:
     index_s = time.perf_counter() - started - startup_s
 
     phases: dict[str, dict[str, list[float]]] = {"cold": {}, "opened": {}, "keystroke": {}}
-    reuse: list[float] = []
     lines: dict[str, int] = {"one-line": 0, "multi-line": 0}
 
     async def ask(uri: str, text: str, offset: int, phase: str) -> None:
@@ -116,8 +115,6 @@ async def bench(args) -> dict:
         record.setdefault("forwards", []).append(last.target_forwards)
         if last.prompt_tokens:
             record.setdefault("prompt_reuse", []).append(last.cached_prompt_tokens / last.prompt_tokens)
-        if phase == "keystroke" and last.prompt_tokens:
-            reuse.append(last.cached_prompt_tokens / last.prompt_tokens)
         text_out = items[0].insert_text if items else ""
         lines["multi-line" if "\n" in text_out.rstrip("\n") else "one-line"] += 1
 
@@ -156,7 +153,6 @@ async def bench(args) -> dict:
 
     report = {"cases": len(cases), "mode": args.mode, "model": stats.model, "proposer": stats.proposer,
               "startup_s": round(startup_s, 2), "index_s": round(index_s, 2),
-              "keystroke_prompt_reuse_p50": round(percentile(reuse, 50), 4) if reuse else None,
               "items": lines, "engine": stats.engine._asdict()}
     for phase, values in phases.items():
         for name, series in values.items():
