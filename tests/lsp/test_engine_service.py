@@ -145,7 +145,8 @@ def test_a_failed_background_index_update_is_logged_not_lost(lsp_target, caplog)
         document.indexed_text = "a = 0\n"  # the index is believed to hold it, but does not
         with caplog.at_level("ERROR", logger="lsp.server"):
             server.sync_index(document.uri)
-            server.service.call(lambda: None).result(WAIT_S)  # calls run in order: the update is done
+            # Index updates are idle calls, which run in order: after this one the update is done.
+            server.service.call(lambda: None, idle=True).result(WAIT_S)
         assert any("index update of file:///never-indexed.py failed" in record.getMessage()
                    for record in caplog.records)
     finally:
