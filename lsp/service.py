@@ -140,7 +140,8 @@ class EngineService:
 
         ``idle``: work nobody waits for (indexing an opened or edited document): it runs, in order,
         only when no completion or edit is waiting or running (or once it has waited
-        ``IDLE_CALL_MAX_WAIT_S``), so it never delays the request that follows a keystroke."""
+        ``IDLE_CALL_MAX_WAIT_S``), so it never delays the request that follows a keystroke; when it
+        runs it goes before the ordinary calls of that cycle, which therefore see its effect."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
             if self._closed:
@@ -225,9 +226,12 @@ class EngineService:
                 pending, self._pending = self._pending, []
                 calls, self._calls = self._calls, []
                 busy = bool(pending) or any(job.request.kind != "prefill" for job in self._active)
-                if self._idle_calls and (not busy or self._closed
-                                         or time.monotonic() - self._idle_calls[0][2] > IDLE_CALL_MAX_WAIT_S):
-                    calls.append(self._idle_calls.pop(0)[:2])  # one per cycle, in order
+                if self._idle_calls and (not busy or self._closed):
+                    # Nothing to yield to: all of them, before the calls (a stats call then sees them done).
+                    calls = [c[:2] for c in self._idle_calls] + calls
+                    self._idle_calls = []
+                elif self._idle_calls and time.monotonic() - self._idle_calls[0][2] > IDLE_CALL_MAX_WAIT_S:
+                    calls.insert(0, self._idle_calls.pop(0)[:2])  # beside a long request: one per cycle
             for fn, future in calls:
                 if future.set_running_or_notify_cancel():
                     try:

@@ -262,3 +262,15 @@ def test_idle_calls_wait_for_running_requests_but_keep_their_order(service):
     for name, busy, waited in runs:
         if name.startswith("idle") and busy:  # ran beside a request only once it had waited long enough
             assert waited >= IDLE_CALL_MAX_WAIT_S
+
+
+def test_with_nothing_running_idle_calls_go_before_later_calls(service):
+    """A stats call right after a didSave must see the index update the save queued."""
+    gate = threading.Event()
+    order: list[str] = []
+    blocked = service.call(gate.wait)  # hold the engine thread so both land in one cycle
+    update = service.call(lambda: order.append("index update"), idle=True)
+    stats = service.call(lambda: order.append("stats"))
+    gate.set()
+    blocked.result(WAIT_S), update.result(WAIT_S), stats.result(WAIT_S)
+    assert order == ["index update", "stats"]
