@@ -21,6 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
+from index.pretokens import PretokenCache, supports_pretoken_cache
+
 _PROBE_TEXT = "def f(x):\n    return x + 1  # é ü 中文 \U0001f600\n\n\tclass A: pass\r\n"
 
 
@@ -62,6 +64,7 @@ class TokenizerAdapter:
         self.sep = int(np.iinfo(self.dtype).max)  # sorts after every real token
         self.byte_lengths = self._byte_length_table()
         self.fingerprint = self._fingerprint()
+        self.pretokens = self._pretoken_cache()
 
     # -- encoding -------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -80,12 +83,19 @@ class TokenizerAdapter:
         return np.asarray(self.encode(text), dtype=self.dtype)
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """Many documents at once (the Rust backend tokenizes them in parallel)."""
+        """Many documents at once: through the pre-token cache where it applies
+        (:mod:`index.pretokens`), else the Rust backend (parallel over documents)."""
+        if self.pretokens is not None and texts:
+            return self.pretokens.encode_batch(texts, self._backend_batch)
+        return self._backend_batch(texts)
+
+    def _backend_ids(self, texts: list[str]) -> list[list[int]]:
+        encode = getattr(self._backend, "encode_batch_fast", None) or self._backend.encode_batch
+        return [e.ids for e in encode(texts, add_special_tokens=False)]
+
+    def _backend_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         if self._backend is not None and texts:
-            encodings = self._backend.encode_batch_fast(list(texts), add_special_tokens=False) \
-                if hasattr(self._backend, "encode_batch_fast") else \
-                self._backend.encode_batch(list(texts), add_special_tokens=False)
-            return [np.asarray(e.ids, dtype=self.dtype) for e in encodings]
+            return [np.asarray(ids, dtype=self.dtype) for ids in self._backend_ids(list(texts))]
         return [self.encode_array(t) for t in texts]
 
     def char_starts(self, text: str, token_ids: np.ndarray) -> np.ndarray:
@@ -110,6 +120,14 @@ class TokenizerAdapter:
         return np.asarray([o[0] for o in offsets], dtype=np.int64)
 
     # -- setup checks ---------------------------------------------------------------------------
+    def _pretoken_cache(self) -> PretokenCache | None:
+        if self._backend is None or not supports_pretoken_cache(self._backend):
+            return None
+        added = [t.content for t in self._backend.get_added_tokens_decoder().values()] \
+            if hasattr(self._backend, "get_added_tokens_decoder") else []
+        cache = PretokenCache(self._backend_ids, added, self.dtype)
+        return cache if cache.verify() else None
+
     def _byte_length_table(self) -> np.ndarray | None:
         """Per-id UTF-8 byte length, if this is a byte-level BPE (verified on a probe text)."""
         if self._backend is None:
