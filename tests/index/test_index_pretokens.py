@@ -15,10 +15,10 @@ from index.tokens import TokenizerAdapter
 # Fragments that stress GPT-2's pre-tokenizer: whitespace of every ASCII kind (including the
 # \x1c-\x1f separators that str.isspace counts and Unicode White_Space does not), runs before
 # words and at the end, contractions in both cases, digits, punctuation runs, CRLF, a special token,
-# and non-ASCII text (which must take the tokenizer's own path).
+# and non-ASCII text (stretches around it are encoded by the tokenizer whole).
 FRAGMENTS = ["a", "bc", "Def", " ", "  ", "    ", "\n", "\n    ", "\t", "\r\n", "\x0b", "\x0c", "\x1c",
              "\x1f", "x1", "42", "(", "):", ".", "'s", "'S", "'ll", "'", "''", "don", "#", "+=", "\\",
-             '"""', "é", "中文", "\u3000", "<|fim_prefix|>", "\x00", "~", "`"]
+             '"""', "é", "中文", "\u3000", "\xa0", "\x85", "\u2028", "ü ", " 😀", "<|fim_prefix|>", "\x00", "~", "`"]
 texts = st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)
 
 
@@ -42,8 +42,9 @@ def test_cache_matches_on_real_source_with_the_default_tokenizer():
     adapter = TokenizerAdapter(AutoTokenizer.from_pretrained(target_path()))
     assert adapter.pretokens is not None
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    sources = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(stdlib.glob("*.py"))[:60]]
-    assert sum(s.isascii() for s in sources) > 30  # most of them take the cached path
+    paths = sorted(stdlib.glob("*.py"))[:60] + [stdlib / "pydoc_data" / "topics.py", stdlib / "tokenize.py"]
+    sources = [p.read_text(encoding="utf-8", errors="replace") for p in paths]
+    assert sum(not s.isascii() for s in sources) >= 2
     for text, ids in zip(sources, adapter.encode_batch(sources)):
         assert ids.dtype == adapter.dtype
         assert ids.tolist() == backend_ids(adapter, text)
