@@ -8,6 +8,10 @@ come from the same ``RequestStats`` arithmetic as real decoding (design.md §3).
 The lookup ceiling is the §3 definition: the output is diffed against its reference at token
 level; each aligned block of b tokens costs ceil(b / (K + 1)) forwards (a perfect copy pointer),
 each unaligned token one forward.
+
+The hindsight bound is what no lookup proposer can beat: at every step it drafts the longest
+continuation of the recorded output (up to K tokens) that occurs anywhere in the prompt or the
+output so far, knowing the output in advance.
 """
 
 from __future__ import annotations
@@ -63,3 +67,23 @@ def ceiling_forwards(reference_ids: Sequence[int], output_ids: Sequence[int], ma
     blocks = [block.size for block in matcher.get_matching_blocks() if block.size]
     unaligned = len(output_ids) - sum(blocks)
     return unaligned + sum(math.ceil(size / (max_draft + 1)) for size in blocks)
+
+
+def hindsight_forwards(prompt_ids: Sequence[int], output_ids: Sequence[int], max_draft: int) -> int:
+    """Forwards needed if every step drafted the longest next stretch of ``output_ids`` (at most
+    ``max_draft`` tokens) found in the prompt or the output so far."""
+    text = "".join(map(chr, prompt_ids))  # one code point per token: str.find is a token search
+    output = "".join(map(chr, output_ids))
+    position = forwards = 0
+    while position < len(output):
+        available = text + output[:position]
+        low, high = 0, min(max_draft, len(output) - position - 1)
+        while low < high:  # a stretch that occurs has every prefix occurring: binary search
+            middle = (low + high + 1) // 2
+            if available.find(output[position:position + middle]) >= 0:
+                low = middle
+            else:
+                high = middle - 1
+        position += low + 1
+        forwards += 1
+    return forwards

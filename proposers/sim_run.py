@@ -14,7 +14,7 @@ from codespec.errors import CodespecError
 from codespec.registry import ProposerSetup, create_proposer
 from codespec.stats import RequestStats, json_safe, percentile
 from proposers.hf_rule import PromptLookupRule
-from proposers.lookup_sim import ceiling_forwards, replay
+from proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
 from proposers.sim_workload import SimCase
 from proposers.simulate import BASELINE, LOOKUP_PROPOSERS, TokenizerTarget
 from proposers.token_bytes import TokenBytes
@@ -41,13 +41,16 @@ def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer,
         rows[name] = summary_row(stats)
         if extras is not None:
             extras[name] = {"rejected_per_token": (stats.drafted_tokens - stats.accepted_tokens) / max(stats.tokens, 1)}
-    edits = [(codec.encode(case.reference), output_ids) for case, _, output_ids in streams if case.kind == "edit"]
-    ceiling = None
+    edits = [(codec.encode(case.reference), prompt_ids, output_ids) for case, prompt_ids, output_ids in streams
+             if case.kind == "edit"]
+    ceiling = hindsight = None
     if edits:
-        tokens = sum(len(output_ids) for _, output_ids in edits)
-        ceiling = tokens / sum(ceiling_forwards(ref, out, max_draft) for ref, out in edits)
+        tokens = sum(len(output_ids) for _, _, output_ids in edits)
+        ceiling = tokens / sum(ceiling_forwards(ref, out, max_draft) for ref, _, out in edits)
+        hindsight = tokens / sum(hindsight_forwards(prompt, out, max_draft) for _, prompt, out in edits)
     return {"workload": workload, "records": len(cases), "max_draft": max_draft,
-            "ceiling": {"tokens_per_forward": ceiling}, "proposers": rows}
+            "ceiling": {"tokens_per_forward": ceiling, "hindsight_tokens_per_forward": hindsight},
+            "proposers": rows}
 
 
 def make_proposer(name: str, target: TokenizerTarget, case: SimCase, index):

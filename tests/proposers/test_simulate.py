@@ -12,7 +12,7 @@ import pytest
 from codespec.cli import main
 from codespec.draft import EMPTY_DRAFT, Draft, NoDraft, ProposeContext
 from proposers.hf_rule import PromptLookupRule
-from proposers.lookup_sim import ceiling_forwards, replay
+from proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
 
 WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
 JSON_KEYS = {"coverage", "mean_accepted_length", "tokens_per_forward", "acceptance_by_depth",
@@ -69,6 +69,15 @@ def test_ceiling_charges_blocks_by_draft_length_and_unaligned_tokens_one_each():
     assert ceiling_forwards(reference, output, 32) == 2 + 2 + 2  # two blocks of 50, two inserted tokens
 
 
+def test_hindsight_bound_drafts_the_longest_available_stretch():
+    prompt = list(range(10))
+    assert hindsight_forwards(prompt, prompt, 32) == 1  # 9 drafted + 1 bonus
+    assert hindsight_forwards([], list(range(5)), 32) == 5  # nothing to copy: one token per forward
+    # The copy, then a novel token (the bonus of the same forward), then that token repeated.
+    assert hindsight_forwards([1, 2, 3], [1, 2, 3, 9, 9, 9], 32) == 2
+    assert hindsight_forwards(list(range(100)), list(range(100)), 32) == 4  # 33 per forward at most
+
+
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
     from codespec.shapes import build_tokenizer
@@ -104,6 +113,7 @@ def test_cli_writes_exactly_the_agreed_json(tokenizer_dir, tmp_path, capsys):
     reference = report["proposers"]["reference"]["tokens_per_forward"]
     assert reference > 2.5 * report["proposers"]["hf-rule"]["tokens_per_forward"]
     assert report["ceiling"]["tokens_per_forward"] > 10
+    assert report["ceiling"]["hindsight_tokens_per_forward"] >= reference
     assert "hf-rule" in capsys.readouterr().out
 
 
