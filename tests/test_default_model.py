@@ -96,7 +96,6 @@ def test_rewrite_prompt_copies_heldout_functions(target, heldout_functions):
     assert rate >= 0.8, f"copy rate {rate:.0%} < 80%; e.g. {failures}"
 
 
-@pytest.mark.xfail(strict=False, reason="bar not met: measured 36.7% valid (11 of 30; 35% of the card's 40) on the shipped weights; the same recipe on a GPU reached 60% of 40 (docs/training-sweep.md); bar 50%")
 def test_fim_completes_a_removed_line_with_valid_python(target, heldout_functions):
     """Bar: with one body line removed, >= 50% of completions make the function parse again."""
     from codespec.training.evaluate import fim_check, fim_split
@@ -148,3 +147,43 @@ def test_copy_rescue_lr_is_constant_then_decays():
     assert rescue_lr(0, config) == rescue_lr(79, config) == 1e-3
     assert rescue_lr(90, config) < 1e-3
     assert rescue_lr(99, config) == pytest.approx(1e-3 * (1 - 0.9 * 19 / 20))
+
+
+def test_fim_middle_rows_put_the_loss_on_the_middle_only():
+    """The finishing phase's FIM rows: no loss on prefix or suffix; the middle + end token trained;
+    the parts always put the text back together, and the cursor sometimes has text after it."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from codespec import prompts
+    from codespec.training.examples import IGNORE, ExampleMaker
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target_path()))
+    function = ("def area(width, height):\n    if width < 0:\n        raise ValueError(width)\n\n"
+                "    return width * height  # square units\n")
+    maker = ExampleMaker(tokenizer, ["x = 1\n"], [function], [5, 6, 7], [5, 6, 7], random.Random(0))
+    maker.region = lambda max_chars=600: function
+    mid_line = 0
+    for _ in range(60):
+        prefix, middle, suffix = maker.fim_parts(function)
+        assert prefix + middle + suffix == function and middle.strip()
+        mid_line += not prefix.endswith("\n") and prefix != "" and suffix.startswith(("\n", ")", " ", "("))
+    assert mid_line >= 5
+    ids, targets = maker.fim_middle_row()
+    trained = [t for t in targets if t != IGNORE]
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    assert text.startswith(prompts.FIM_PREFIX) and text.endswith(prompts.END_OF_TEXT)
+    assert ids[len(ids) - len(trained) - 1] == tokenizer.convert_tokens_to_ids(prompts.FIM_MIDDLE)
+    middle = tokenizer.decode(trained, skip_special_tokens=False)
+    assert middle.endswith(prompts.END_OF_TEXT) and middle[:-len(prompts.END_OF_TEXT)] in function
+
+
+def test_finishing_lr_warms_up_then_decays_to_the_floor():
+    from codespec.training.finish import FinishConfig, finish_lr
+
+    config = FinishConfig(steps=100, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    assert finish_lr(0, config) == pytest.approx(1e-4)
+    assert finish_lr(10, config) == pytest.approx(1e-3)
+    assert finish_lr(55, config) < 1e-3
+    assert finish_lr(100, config) == pytest.approx(1e-4)

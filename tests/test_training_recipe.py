@@ -87,3 +87,29 @@ def test_batched_probes_agree_with_the_one_at_a_time_evaluation(tokenizer):
     splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
     batched_fim = probe.fim_probe(target.model, tokenizer, splits)
     assert batched_fim == sum(fim_check(target, *s).valid for s in splits) / len(splits)
+
+
+def test_finishing_phase_is_deterministic_and_can_keep_the_starting_weights(tokenizer):
+    """The FIM finishing phase probes its starting weights too: if nothing beats them, they ship.
+    Two runs from the same weights give the same weights (what --resume relies on)."""
+    from codespec.training.finish import FinishConfig, finish
+
+    shape = Shape(hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64)
+    config = FinishConfig(steps=4, batch=(2, 64), probe_every=2, warmup_steps=1, log_every=1000)
+    start = build_llama(shape, len(tokenizer), tokenizer.eos_token_id, 256, 0).state_dict()
+
+    def run(scores):
+        model = build_llama(shape, len(tokenizer), tokenizer.eos_token_id, 256, 0)
+        model.load_state_dict(start)
+        values = iter(scores)
+        result = finish(model, tiny_maker(tokenizer), config, lambda _: next(values), log=lambda _: None)
+        return result, model.state_dict()
+
+    result, kept = run([0.9, 0.2, 0.3])
+    assert result.best_step == 0 and result.probes == [(0, 0.9), (2, 0.2), (4, 0.3)]
+    assert all(torch.equal(kept[k], start[k]) for k in start)
+    first, trained = run([0.1, 0.2, 0.3])
+    second, again = run([0.1, 0.2, 0.3])
+    assert first.best_step == second.best_step == 4 and first.steps == 4
+    assert not all(torch.equal(trained[k], start[k]) for k in start)
+    assert all(torch.equal(trained[k], again[k]) for k in start)

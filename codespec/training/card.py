@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from codespec.training.finish import FinishConfig
 from codespec.training.rescue import RescueConfig
 from codespec.training.trainer import DRAFT_SHAPE, TARGET_SHAPE, TrainConfig, TrainResult
 
@@ -17,7 +18,7 @@ def _block(text: str) -> str:
 
 
 def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict, params: dict,
-               threads: int, rescue: RescueConfig | None = None) -> None:
+               threads: int, rescue: RescueConfig | None = None, finish: FinishConfig | None = None) -> None:
     config = TrainConfig()
     losses, agreement = metrics["loss_nats"], metrics["top1_agreement"]
     layers = TARGET_SHAPE.layers
@@ -26,7 +27,7 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
         f"{_pct(agreement[f'exit_{l}']) if l < layers else '100% (itself)'} |"
         for l in range(1, layers + 1))
     samples = metrics["samples"]
-    total_s = result.wall_s + result.rescue_wall_s
+    total_s = result.wall_s + result.rescue_wall_s + result.finish_wall_s
     mixture = ", ".join(f"{kind} {round(100 * share)}%" for kind, share in config.mixture)
     probes = ", ".join(f"{score:.2f} at {step}" for step, score in result.probes)
     stages = ", then ".join(f"{vocab:,}" for vocab, _, _ in config.copy_stages)
@@ -40,6 +41,23 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
         rescue_line = (f"\n- Then the previous recipe's copy-rescue fine-tune (`codespec/training/rescue.py`): "
                        f"{result.rescue_warm_steps + result.rescue_steps} steps, {result.rescue_wall_s / 60:.1f} minutes "
                        f"(mixture {', '.join(f'{k} {round(100 * w)}%' for k, w in rescue.mixture)}).")
+    finish_line = ""
+    if result.finish_steps:
+        finish = finish or FinishConfig()
+        kept_finish = (f"the weights after finishing step {result.finish_best_step:,} were kept"
+                       if result.finish_best_step else "the main run's weights were kept (no probe improved on them)")
+        finish_line = (
+            f"\n- Then the FIM finishing phase (`codespec/training/finish.py`, target only): {result.finish_steps:,} "
+            f"steps of batch {finish.batch[0]} x {finish.batch[1]}, "
+            f"{', '.join(f'{k} {round(100 * w)}%' for k, w in finish.mixture)}, LR {finish.lr:g} "
+            f"({finish.warmup_steps} warmup steps, cosine to {finish.min_lr_ratio:g}x), "
+            f"{result.finish_wall_s / 60:.1f} minutes. `fim_middle` rows put the loss on the middle only (the "
+            f"mixture's `fim` rows train on the whole text, so a few percent of their tokens teach filling a gap); "
+            f"their middles are what an editor asks for: one whole line (half), 2-4 lines, or the rest of a "
+            f"line from a cursor inside it, up to its end or up to code that follows the cursor. A probe every "
+            f"{finish.probe_every} steps on {finish.probe_functions} other held-out functions (copy rate + FIM "
+            f"validity) picks the weights, the starting ones included; {kept_finish} "
+            f"(probe: {', '.join(f'{score:.2f} at {step}' for step, score in result.finish_probes)}).")
     text = f"""# The default model pair
 
 codespec ships a small Python code model (the default **target**) and a smaller **draft** model with the
@@ -96,11 +114,15 @@ text that literally contains one of these strings is tokenized as the special to
   bf16 autocast; seed 0; {threads} torch thread(s).
 - Every {config.probe_every} mixture steps a greedy probe scores the target on 20 held-out functions
   that are not in the evaluation set below (copy rate + FIM validity, 0-2); {kept}
-  (probe: {probes}).{rescue_line}
+  (probe: {probes}).{rescue_line}{finish_line}
 - Tokens seen: {result.tokens_seen:,} (target). Steps: {result.steps:,}.
-- **Wall time: {total_s / 60:.1f} minutes** of training ({total_s:.0f} s, one uninterrupted run of
-  `codespec train-default`) on a shared 2-core CPU machine, plus about a minute of preparation
-  (tokenizer, corpus) and a few minutes of evaluation.
+- **Wall time: {total_s / 60:.1f} minutes** of training ({total_s:.0f} s: main run {result.wall_s / 60:.1f}{
+  f", finishing {result.finish_wall_s / 60:.1f}" if result.finish_steps else ""}{
+  f", rescue {result.rescue_wall_s / 60:.1f}" if result.rescue_steps else ""}) on a shared 2-core CPU machine, plus about a
+  minute of preparation (tokenizer, corpus) and a few minutes of evaluation.{
+  " The main run and the phases after it ran as two invocations: `codespec train-default`, then"
+  " `codespec train-default --resume` on its checkpoint; each part's time is its own measured wall time."
+  if result.resumed else " One uninterrupted run of `codespec train-default`."}
 
 ## Held-out quality
 
@@ -151,7 +173,8 @@ expected line `{samples['fim']['expected'].rstrip()}`, model's line `{samples['f
 ## Reproduce
 
 ```
-codespec train-default                 # writes codespec/models/default/ and this file
+codespec train-default                 # main run + FIM finishing: codespec/models/default/ and this file
+codespec train-default --resume        # only the phases after the main run, from its checkpoint in --work
 codespec train-default --export-only   # re-export + re-evaluate the last checkpoint in --work
 codespec train-default --device cuda   # same recipe on a GPU (minutes; not bit-identical to CPU)
 python -m codespec.training.sweep --out DIR   # the recipe search (training-sweep.md), on a GPU

@@ -14,6 +14,8 @@ def add_parser(subparsers) -> None:
                         help="checkpoints and the training log go here")
     parser.add_argument("--mix-steps", type=int, default=3200,
                         help="optimizer steps on the mixture after the copy curriculum and the bridge")
+    parser.add_argument("--finish-steps", type=int, default=None,
+                        help="steps of the FIM finishing phase after the main run (0: skip; default: FinishConfig's)")
     parser.add_argument("--rescue-steps", type=int, default=0,
                         help="steps of the (previous recipe's) copy-rescue fine-tune after the main run (0: skip)")
     parser.add_argument("--rescue-decay", type=float, default=None,
@@ -21,7 +23,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--probe-functions", type=int, default=None,
                         help="held-out functions in the fine-tune's copy probe (default: RescueConfig's)")
     parser.add_argument("--resume", action="store_true",
-                        help="skip the main run: restore the checkpoint in --work, then run the copy rescue")
+                        help="skip the main run: restore its checkpoint in --work, then run the phases after it")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu",
                         help="torch device to train on (cuda works; the recipe is sized for the 90-minute CPU budget)")
@@ -29,21 +31,23 @@ def add_parser(subparsers) -> None:
                         help="torch CPU threads (1 is fastest on a shared 2-core machine: measured 2.0k vs "
                              "0.2-0.6k tokens/s with 2 threads under load)")
     parser.add_argument("--export-only", action="store_true",
-                        help="export + evaluate the last checkpoint in --work (after a stopped run)")
+                        help="export + evaluate the last checkpoint in --work (the finished one if there is one)")
     parser.add_argument("--no-eval", action="store_true", help="skip evaluation and the model card")
     parser.add_argument("--card", type=Path, default=Path("docs/default-model.md"))
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
+    from codespec.training.finish import FinishConfig
     from codespec.training.pipeline import Pipeline
 
     pipeline = Pipeline(args.seed, args.threads, args.work, args.out, args.device)
     pipeline.prepare()
     if args.export_only:
-        result = pipeline.restore()
+        result = pipeline.restore(prefer_finished=True)
     else:
         result = pipeline.restore() if args.resume else pipeline.train(args.mix_steps)
+        result.resumed = args.resume
         if args.rescue_steps > 0:
             rescued = pipeline.rescue(args.rescue_steps, args.rescue_decay, args.probe_functions)
             result.rescue_steps, result.rescue_tokens = rescued.steps, rescued.tokens_seen
@@ -51,6 +55,9 @@ def run(args) -> int:
             result.rescue_wall_s, result.rescue_probes = rescued.wall_s, rescued.probes
             result.tokens_seen += rescued.tokens_seen
             pipeline.save(result)
+        finish_steps = FinishConfig.steps if args.finish_steps is None else args.finish_steps
+        if finish_steps > 0:
+            pipeline.finish(result, finish_steps)
     pipeline.export()
     if not args.no_eval:
         pipeline.evaluate_and_write_card(result, args.card)

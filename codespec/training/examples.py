@@ -59,6 +59,8 @@ class ExampleMaker:
                 example, mask = self.synthetic_copy(vocab)
             elif kind == "identity":
                 example, mask = self.identity_row()
+            elif kind == "fim_middle":
+                example, mask = self.fim_middle_row()
             else:
                 text = {"rewrite": self.rewrite_text, "identity": self.identity_text, "fim": self.fim_text}[kind]()
                 example = self.encode(text)
@@ -180,3 +182,38 @@ class ExampleMaker:
         middle = "".join(lines[index:index + middle_lines])
         suffix = "".join(lines[index + middle_lines:])
         return prompts.fim_example(prefix, middle, suffix)
+
+    def fim_middle_row(self) -> tuple[list[int], list[int]]:
+        """A FIM example with the loss on the middle and its end token only (the finishing phase).
+
+        In ``fim_text`` rows the loss covers the whole text, so only a few percent of their tokens
+        teach filling a gap, and a cursor never has text after it on its line there."""
+        prefix, middle, suffix = self.fim_parts(self.region(max_chars=800))
+        prompt = self.encode(prompts.fim_prompt(prefix, suffix))
+        ids = prompt + self.encode(middle + prompts.END_OF_TEXT)  # FIM_MIDDLE is special: a clean split
+        return ids, [IGNORE] * len(prompt) + ids[len(prompt):]
+
+    def fim_parts(self, text: str) -> tuple[str, str, str]:
+        """Prefix, middle, suffix as an editor's cursor makes them: half the time one whole non-blank
+        line is missing (the evaluation's case), sometimes a few lines; otherwise the cursor sits
+        inside a line (after its indentation, or after some of its code) and the middle runs to the
+        end of that line (the suffix starts with its newline, as in ``lsp.inline``) or stops before
+        code that follows the cursor on the line."""
+        lines = text.splitlines(keepends=True)
+        filled = [i for i, line in enumerate(lines) if line.strip()]
+        if not filled:
+            return text, "", ""
+        index = self.rng.choice(filled)
+        line = lines[index]
+        before, after = "".join(lines[:index]), "".join(lines[index + 1:])
+        choice = self.rng.random()
+        if choice < 0.5:
+            return before, line, after
+        if choice < 0.62:
+            count = self.rng.randint(2, 4)
+            return before, "".join(lines[index:index + count]), "".join(lines[index + count:])
+        body = line.rstrip("\r\n")
+        indent = len(body) - len(body.lstrip())
+        start = indent if self.rng.random() < 0.25 else self.rng.randrange(indent, len(body))
+        end = len(body) if self.rng.random() < 0.6 else self.rng.randint(start + 1, len(body))
+        return before + line[:start], line[start:end], line[end:] + after

@@ -14,8 +14,9 @@ import torch
 from codespec.training import corpus
 from codespec.training.examples import ExampleMaker
 from codespec.training.tokenizer import train_tokenizer
-from codespec.training.trainer import (DRAFT_SHAPE, TARGET_SHAPE, TrainConfig, TrainResult, build_llama,
-                                       export, load_checkpoint, save_checkpoint, train)
+from codespec.training.trainer import (DRAFT_SHAPE, FINISHED_CHECKPOINT, MAIN_CHECKPOINT, TARGET_SHAPE,
+                                       TrainConfig, TrainResult, build_llama, export, load_checkpoint,
+                                       save_checkpoint, train)
 
 log = logging.getLogger(__name__)
 VOCAB_SIZE = 4096
@@ -97,13 +98,35 @@ class Pipeline:
         return rescue(self.target, self.tokenizer, self.maker, probe_functions, config, log=self.say,
                       stop=(self.work / "STOP").exists)
 
-    def save(self, result: TrainResult) -> None:
-        save_checkpoint(self.work, self.target, self.draft, result,
-                        getattr(self, "train_config", None) or TrainConfig(seed=self.seed))
+    def finish(self, result: TrainResult, steps: int) -> None:
+        """The FIM finishing phase on the main run's target; ``result`` records it, and the
+        finished weights go to their own checkpoint (the main one stays what --resume needs)."""
+        from dataclasses import replace
 
-    def restore(self) -> TrainResult:
-        result = load_checkpoint(self.work, self.target, self.draft)
-        self.say(f"restored checkpoint at step {result.steps}")
+        from codespec.training.finish import FinishConfig, finish
+        from codespec.training.probe import copy_and_fim_scorer
+
+        config = replace(FinishConfig(seed=self.seed), steps=steps)
+        self.finish_config = config
+        score = copy_and_fim_scorer(self.tokenizer, self.heldout_files, count=config.probe_functions)
+        self.say(f"FIM finishing phase: {steps} steps, mixture {config.mixture}")
+        finished = finish(self.target.to(self.device), self.maker, config, score, log=self.say,
+                          stop=(self.work / "STOP").exists)
+        result.finish_steps, result.finish_tokens = finished.steps, finished.tokens_seen
+        result.finish_wall_s, result.finish_best_step = finished.wall_s, finished.best_step
+        result.finish_probes = finished.probes
+        result.tokens_seen += finished.tokens_seen
+        self.save(result, FINISHED_CHECKPOINT)
+
+    def save(self, result: TrainResult, name: str = MAIN_CHECKPOINT) -> None:
+        save_checkpoint(self.work, self.target, self.draft, result,
+                        getattr(self, "train_config", None) or TrainConfig(seed=self.seed), name)
+
+    def restore(self, prefer_finished: bool = False) -> TrainResult:
+        name = FINISHED_CHECKPOINT if prefer_finished and (self.work / FINISHED_CHECKPOINT).exists() \
+            else MAIN_CHECKPOINT
+        result = load_checkpoint(self.work, self.target, self.draft, name)
+        self.say(f"restored {name} (main run step {result.steps}, finishing step {result.finish_steps})")
         return result
 
     def export(self) -> None:
@@ -119,7 +142,7 @@ class Pipeline:
         metrics = evaluate(self.out / "target", self.out / "draft", self.heldout_files, self.say)
         write_card(card_path, result, metrics, self.corpus_info,
                    {"target": count(self.target), "draft": count(self.draft)}, self.threads,
-                   getattr(self, "rescue_config", None))
+                   getattr(self, "rescue_config", None), getattr(self, "finish_config", None))
         (self.work / "metrics.json").write_text(json.dumps(metrics, indent=1))
         self.say(f"model card written to {card_path}")
 

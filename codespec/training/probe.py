@@ -71,11 +71,11 @@ def fim_probe(model, tokenizer, splits: list[tuple[str, str, str]], max_new_toke
 PROBE_START, PROBE_COUNT = 40, 20  # the evaluation uses the first 40 held-out functions; probes the next 20
 
 
-def copy_and_fim_scorer(tokenizer, heldout_files) -> Callable[[object], float]:
-    """A checkpoint's score while training: copy rate + FIM validity (0-2) on the probe functions."""
+def copy_and_fim_scorer(tokenizer, heldout_files, count: int = PROBE_COUNT) -> Callable[[object], float]:
+    """A checkpoint's score while training: copy rate + FIM validity (0-2) on ``count`` probe functions."""
     from codespec.training import corpus
     from codespec.training.evaluate import fim_split
 
-    functions = corpus.heldout_functions(PROBE_START + PROBE_COUNT, files=heldout_files)[PROBE_START:]
+    functions = corpus.heldout_functions(PROBE_START + count, files=heldout_files)[PROBE_START:]
     splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
     return lambda model: copy_probe(model, tokenizer, functions) + fim_probe(model, tokenizer, splits)

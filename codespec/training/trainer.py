@@ -86,6 +86,12 @@ class TrainResult:
     rescue_tokens: int = 0
     rescue_wall_s: float = 0.0
     rescue_probes: list = field(default_factory=list)
+    finish_steps: int = 0  # the FIM finishing phase (codespec/training/finish.py) after the main run
+    finish_tokens: int = 0
+    finish_wall_s: float = 0.0
+    finish_best_step: int = 0
+    finish_probes: list = field(default_factory=list)
+    resumed: bool = False  # the phases after the main run ran in a later invocation (--resume)
     bridge_steps: int = 0
     probes: list = field(default_factory=list)  # (mixture step, probe score) during the main run
     best_step: int = -1  # mixture step whose weights were kept (-1: the last)
@@ -300,16 +306,21 @@ def train(target, draft, maker: ExampleMaker, config: TrainConfig, checkpoint_di
     return result
 
 
-def save_checkpoint(directory: Path, target, draft, result: TrainResult, config: TrainConfig) -> None:
+MAIN_CHECKPOINT = "checkpoint.pt"  # the main run (what --resume continues from)
+FINISHED_CHECKPOINT = "finished.pt"  # after the finishing phase (what --export-only prefers)
+
+
+def save_checkpoint(directory: Path, target, draft, result: TrainResult, config: TrainConfig,
+                    name: str = MAIN_CHECKPOINT) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / "checkpoint.pt.tmp"
+    tmp = directory / (name + ".tmp")
     torch.save({"target": target.state_dict(), "draft": draft.state_dict(),
                 "result": asdict(result), "config": asdict(config)}, tmp)
-    tmp.replace(directory / "checkpoint.pt")
+    tmp.replace(directory / name)
 
 
-def load_checkpoint(directory: Path, target, draft) -> TrainResult:
-    state = torch.load(directory / "checkpoint.pt", map_location="cpu", weights_only=False)
+def load_checkpoint(directory: Path, target, draft, name: str = MAIN_CHECKPOINT) -> TrainResult:
+    state = torch.load(directory / name, map_location="cpu", weights_only=False)
     target.load_state_dict(state["target"])
     draft.load_state_dict(state["draft"])
     return TrainResult(**state["result"])
