@@ -1,5 +1,6 @@
 -- codespec for Neovim >= 0.12: `codespec serve` as a language server, ghost text through
 -- vim.lsp.inline_completion, and :CodespecRewrite for streamed rewrites (codespec/edit).
+-- On 0.11 (no vim.lsp.inline_completion) everything but the ghost text works.
 --
 --   require('codespec').setup({ cmd = { 'codespec', 'serve' }, init_options = { mode = 'auto' } })
 --
@@ -44,20 +45,25 @@ local function rewrite(opts)
     instruction = opts.args ~= '' and opts.args or nil,
     editId = edit_id,
   }
-  local received = 0
+  local streamed, received = {}, 0
   client.handlers['codespec/editDelta'] = function(_, delta)
     if delta.editId == edit_id then
+      streamed[#streamed + 1] = delta.text
       received = received + #delta.text
       vim.api.nvim_echo({ { ('codespec: rewriting… %d bytes'):format(received) } }, false, {})
     end
   end
+  vim.b[bufnr].codespec_rewrite = nil
   client:request('codespec/edit', params, function(err, result)
     if err then
+      vim.b[bufnr].codespec_rewrite = { error = err.message }
       vim.notify('codespec: rewrite failed: ' .. err.message, vim.log.levels.ERROR)
       return
     end
     vim.lsp.util.apply_text_edits(result.edits, bufnr, client.offset_encoding)
     local usage = result.usage
+    -- The last rewrite's outcome, for statuslines and scripts.
+    vim.b[bufnr].codespec_rewrite = { edits = result.edits, streamed = table.concat(streamed), usage = usage }
     vim.api.nvim_echo({ { ('codespec: %d tokens, %d copied from the original'):format(
       usage.completion_tokens, usage.accepted_prediction_tokens) } }, false, {})
   end, bufnr)
@@ -77,19 +83,25 @@ function M.setup(opts)
     group = vim.api.nvim_create_augroup('codespec', { clear = true }),
     callback = function(args)
       local client = vim.lsp.get_client_by_id(args.data.client_id)
-      if client and client.name == 'codespec' then
+      if client and client.name == 'codespec' and vim.lsp.inline_completion then
         vim.lsp.inline_completion.enable(true, { bufnr = args.buf })
       end
     end,
   })
 
+  if not vim.lsp.inline_completion then
+    vim.notify('codespec: ghost text needs Neovim 0.12 (vim.lsp.inline_completion); rewrites work',
+      vim.log.levels.WARN)
+  end
   vim.keymap.set('i', opts.accept_key, function()
-    if not vim.lsp.inline_completion.get() then
+    if not (vim.lsp.inline_completion and vim.lsp.inline_completion.get()) then
       return opts.accept_key
     end
   end, { expr = true, replace_keycodes = true, desc = 'codespec: accept suggestion' })
   vim.keymap.set('i', opts.next_key, function()
-    vim.lsp.inline_completion.select({ count = 1 })
+    if vim.lsp.inline_completion then
+      vim.lsp.inline_completion.select({ count = 1 })
+    end
   end, { desc = 'codespec: next suggestion' })
 
   vim.api.nvim_create_user_command('CodespecRewrite', rewrite,
