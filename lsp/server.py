@@ -89,7 +89,7 @@ class CodespecServer(LanguageServer):
         version = document.version
         document.indexed_text = document.text
         log_failure(service.call(lambda: service.index.update_document(uri, start, end, new_text, version),
-                                 idle=True),
+                                 idle=True, document=uri),
                     f"index update of {uri}")
 
 
@@ -361,7 +361,7 @@ def add_to_index(ls: CodespecServer, document) -> None:
         return
     uri, text, version = document.uri, document.text, document.version
     document.indexed_text = text
-    log_failure(service.call(lambda: service.index.add_document(uri, text, version), idle=True),
+    log_failure(service.call(lambda: service.index.add_document(uri, text, version), idle=True, document=uri),
                 f"indexing {uri}")
 
 

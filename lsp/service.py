@@ -114,7 +114,7 @@ class EngineService:
         self._cond = threading.Condition()
         self._pending: list[Job] = []
         self._calls: list[tuple[Callable[[], Any], concurrent.futures.Future]] = []
-        self._idle_calls: list[tuple[Callable[[], Any], concurrent.futures.Future, float]] = []
+        self._idle_calls: list[tuple[Callable[[], Any], concurrent.futures.Future, float, str | None]] = []
         self._active: list[Job] = []
         self._closed = False
         self._proposer_warnings: set[str] = set()
@@ -134,21 +134,24 @@ class EngineService:
             self._cond.notify()
         return job
 
-    def call(self, fn: Callable[[], Any], idle: bool = False) -> concurrent.futures.Future:
+    def call(self, fn: Callable[[], Any], idle: bool = False, document: str | None = None) -> concurrent.futures.Future:
         """Run ``fn`` on the engine thread between two decode cycles (index updates, stats).
         Keep ``fn`` short: every active request waits for it (a workspace scan is not one).
 
         ``idle``: work nobody waits for (indexing an opened or edited document): it runs, in order,
         only when no completion or edit is waiting or running (or once it has waited
         ``IDLE_CALL_MAX_WAIT_S``), so it never delays the request that follows a keystroke; when it
-        runs it goes before the ordinary calls of that cycle, which therefore see its effect."""
+        runs it goes before the ordinary calls of that cycle, which therefore see its effect.
+        ``document``: the uri an idle call indexes. A request on that document runs its document's
+        idle calls first (in order): drafting from the document itself needs it indexed, and a
+        cold request drafted without it took twice the forwards."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
             if self._closed:
                 future.set_exception(CodespecError("the engine service is closed"))
                 return future
             if idle:
-                self._idle_calls.append((fn, future, time.monotonic()))
+                self._idle_calls.append((fn, future, time.monotonic(), document))
             else:
                 self._calls.append((fn, future))
             self._cond.notify()
@@ -232,6 +235,10 @@ class EngineService:
                     self._idle_calls = []
                 elif self._idle_calls and time.monotonic() - self._idle_calls[0][2] > IDLE_CALL_MAX_WAIT_S:
                     calls.insert(0, self._idle_calls.pop(0)[:2])  # beside a long request: one per cycle
+                wanted = {job.request.uri for job in pending if job.request.uri is not None}
+                if wanted and self._idle_calls:  # the documents these requests are about: indexed first
+                    calls = [c[:2] for c in self._idle_calls if c[3] in wanted] + calls
+                    self._idle_calls = [c for c in self._idle_calls if c[3] not in wanted]
             for fn, future in calls:
                 if future.set_running_or_notify_cancel():
                     try:

@@ -274,3 +274,41 @@ def test_with_nothing_running_idle_calls_go_before_later_calls(service):
     gate.set()
     blocked.result(WAIT_S), update.result(WAIT_S), stats.result(WAIT_S)
     assert order == ["index update", "stats"]
+
+
+def test_a_request_runs_its_own_documents_idle_calls_first(service):
+    """A completion on a just-opened document drafts from that document: its pending index call
+    runs before the request starts, in order; other documents' idle calls still wait."""
+    gate = threading.Event()
+    order: list[str] = []
+    running = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=300, kind="edit"))
+    blocked = service.call(gate.wait)  # hold the engine thread so everything lands in one cycle
+    other = service.call(lambda: order.append("index other.py"), idle=True, document="file:///other.py")
+    own_a = service.call(lambda: order.append("index mine.py"), idle=True, document="file:///mine.py")
+    own_b = service.call(lambda: order.append("update mine.py"), idle=True, document="file:///mine.py")
+
+    def started() -> str:
+        order.append("request")
+        return "ok"
+
+    request = GenerationRequest(prompt="def f(x):\n    return", max_tokens=2, uri="file:///mine.py")
+    original_start = service._start
+
+    def start(job):  # engine thread: note when the request starts, then start it
+        if job.request is request:
+            started()
+        original_start(job)
+
+    service._start = start
+    try:
+        job = service.submit(request)
+        gate.set()
+        blocked.result(WAIT_S), own_a.result(WAIT_S), own_b.result(WAIT_S)
+        job.wait(WAIT_S)
+        assert order[:3] == ["index mine.py", "update mine.py", "request"]
+        assert "index other.py" not in order[:3]
+    finally:
+        service._start = original_start
+        running.cancel()
+        running.wait(WAIT_S)
+        other.result(WAIT_S)
