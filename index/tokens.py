@@ -123,9 +123,10 @@ class TokenizerAdapter:
     def _pretoken_cache(self) -> PretokenCache | None:
         if self._backend is None or not supports_pretoken_cache(self._backend):
             return None
-        added = [t.content for t in self._backend.get_added_tokens_decoder().values()] \
-            if hasattr(self._backend, "get_added_tokens_decoder") else []
-        cache = PretokenCache(self._backend_ids, added, self.dtype)
+        decoder = self._backend.get_added_tokens_decoder() if hasattr(self._backend, "get_added_tokens_decoder") else {}
+        added = [t.content for t in decoder.values()]
+        special = [(t.content, i) for i, t in decoder.items() if t.special and t.content]
+        cache = PretokenCache(self._backend_ids, added, self.dtype, special[0] if special else None)
         return cache if cache.verify() else None
 
     def _byte_length_table(self) -> np.ndarray | None:
