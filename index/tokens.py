@@ -125,7 +125,9 @@ class TokenizerAdapter:
             return None
         decoder = self._backend.get_added_tokens_decoder() if hasattr(self._backend, "get_added_tokens_decoder") else {}
         added = [t.content for t in decoder.values()]
-        special = [(t.content, i) for i, t in decoder.items() if t.special and t.content]
+        # The separator must not swallow the whitespace beside it (an lstrip / rstrip token would).
+        special = [(t.content, i) for i, t in decoder.items()
+                   if t.special and t.content and not t.lstrip and not t.rstrip]
         cache = PretokenCache(self._backend_ids, added, self.dtype, special[0] if special else None)
         return cache if cache.verify() else None
 
