@@ -58,6 +58,9 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
             f"{finish.probe_every} steps on {finish.probe_functions} other held-out functions (copy rate + FIM "
             f"validity) picks the weights, the starting ones included; {kept_finish} "
             f"(probe: {', '.join(f'{score:.2f} at {step}' for step, score in result.finish_probes)}).")
+    output = samples['completion']['output']
+    completion_sample = (f"gives\n\n{_block(output)}" if output.strip() else
+                         "gives nothing: the model ends the text at once (end-of-text token).")
     text = f"""# The default model pair
 
 codespec ships a small Python code model (the default **target**) and a smaller **draft** model with the
@@ -156,9 +159,7 @@ Completion of
 
 {_block(samples['completion']['prompt'])}
 
-gives
-
-{_block(samples['completion']['output'])}
+{completion_sample}
 
 FIM: prefix
 
