@@ -19,14 +19,11 @@ itself, joined by an added token (split off before pre-tokenization, so each is 
 from __future__ import annotations
 
 import json
-import logging
 import re
 from itertools import chain
 from typing import Callable, Sequence
 
 import numpy as np
-
-log = logging.getLogger("codespec.index")
 
 _SPACE = "\\t\\n\\x0b\\x0c\\r "  # Unicode White_Space within ASCII (not \x1c-\x1f, unlike str.isspace)
 _ALNUM = "A-Za-z0-9"
@@ -65,7 +62,8 @@ def supports_pretoken_cache(backend) -> bool:
 
 
 class PretokenCache:
-    """Encodes ASCII texts by joining cached per-pre-token id bytes; ``fallback`` encodes the rest."""
+    """Encodes texts by joining cached per-pre-token id bytes; ``fallback`` encodes texts that
+    contain an added token."""
 
     def __init__(self, encode_many: Callable[[list[str]], list[list[int]]], added: Sequence[str],
                  dtype: np.dtype, separator: tuple[str, int] | None = None, max_entries: int = 1 << 18) -> None:

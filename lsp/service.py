@@ -140,11 +140,11 @@ class EngineService:
 
         ``idle``: work nobody waits for (indexing an opened or edited document): it runs, in order,
         only when no completion or edit is waiting or running (or once it has waited
-        ``IDLE_CALL_MAX_WAIT_S``), so it never delays the request that follows a keystroke; when it
+        ``IDLE_CALL_MAX_WAIT_S``), so it never delays a request on another document; when it
         runs it goes before the ordinary calls of that cycle, which therefore see its effect.
-        ``document``: the uri an idle call indexes. A request on that document runs its document's
-        idle calls first (in order): drafting from the document itself needs it indexed, and a
-        cold request drafted without it took twice the forwards."""
+        ``document``: the uri an idle call indexes. A request on that document runs that
+        document's idle calls first, in order: its drafts come partly from the document itself,
+        so the index should know its current text (a one-line update costs well under a millisecond)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
             if self._closed:
