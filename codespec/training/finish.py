@@ -31,7 +31,7 @@ class FinishConfig:
     steps: int = 900
     batch: tuple = (8, 512)  # rows, tokens per row
     # Chosen by the probe among four runs from the shipped main run (LR 3e-4 / 6e-4 / 1e-3, FIM
-    # 45% / 55%): see docs/default-model.md.
+    # 45% / 55%): see docs/training-sweep.md.
     mixture: tuple = (("fim_middle", 0.55), ("identity", 0.25), ("copy", 0.10), ("natural", 0.10))
     copy_span: tuple = (10, 160)
     lr: float = 1e-3
