@@ -34,14 +34,22 @@ local ok, failure = pcall(function()
   seen.offset_encoding = client.offset_encoding
   seen.inline_provider = client.server_capabilities.inlineCompletionProvider ~= nil
 
-  -- Ghost text: what vim.lsp.inline_completion asks for, at the end of the last line.
+  -- Ghost text: what vim.lsp.inline_completion asks for. The cursor goes to the end of the last
+  -- line, then (should the model have nothing to say there) to the ends of the lines before it.
+  local items = {}
   local last = vim.api.nvim_buf_line_count(bufnr)
-  local line = vim.api.nvim_buf_get_lines(bufnr, last - 1, last, true)[1]
-  vim.api.nvim_win_set_cursor(0, { last, #line })
-  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
-  params.context = { triggerKind = 1 }
-  local completion = request(client, 'textDocument/inlineCompletion', params, bufnr)
-  local items = completion.items or completion
+  for row = last, math.max(1, last - 4), -1 do
+    local line = vim.api.nvim_buf_get_lines(bufnr, row - 1, row, true)[1]
+    vim.api.nvim_win_set_cursor(0, { row, #line })
+    local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+    params.context = { triggerKind = 1 }
+    local completion = request(client, 'textDocument/inlineCompletion', params, bufnr)
+    items = completion.items or completion
+    seen.asked = (seen.asked or 0) + 1
+    if #items > 0 then
+      break
+    end
+  end
   seen.items = #items
   seen.item = items[1]
 
