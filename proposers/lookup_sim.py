@@ -11,7 +11,9 @@ each unaligned token one forward.
 
 The hindsight bound is what no lookup proposer can beat: at every step it drafts the longest
 continuation of the recorded output (up to K tokens) that occurs anywhere in the prompt or the
-output so far, knowing the output in advance.
+output so far, knowing the output in advance. Greedy is optimal here, for a single draft or a tree
+of them: a forward accepts an occurring prefix of the continuation plus one token, and the reach
+``i + L(i) + 1`` never decreases in ``i`` because a suffix of an occurring stretch occurs.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sysconfig
 from pathlib import Path
 
@@ -76,6 +77,38 @@ def test_hindsight_bound_drafts_the_longest_available_stretch():
     # The copy, then a novel token (the bonus of the same forward), then that token repeated.
     assert hindsight_forwards([1, 2, 3], [1, 2, 3, 9, 9, 9], 32) == 2
     assert hindsight_forwards(list(range(100)), list(range(100)), 32) == 4  # 33 per forward at most
+
+
+def _fewest_forwards(prompt, output, max_draft):
+    """Exhaustive: the fewest forwards of *any* drafting that only proposes text found in the prompt
+    or the output so far, one path or a tree of them. Whatever was drafted, what a forward accepts
+    is a prefix of the true continuation that occurs in that text, plus the target's own token."""
+    def occurs(needle, haystack):
+        return any(haystack[k:k + len(needle)] == needle for k in range(len(haystack) - len(needle) + 1))
+
+    best = {0: 0}
+    for position in range(len(output)):  # positions only grow: a forward pass in order is a BFS
+        if position not in best:
+            continue
+        available = list(prompt) + list(output[:position])
+        for accepted in range(min(max_draft, len(output) - position - 1) + 1):
+            if accepted and not occurs(list(output[position:position + accepted]), available):
+                break
+            reached = position + accepted + 1
+            best[reached] = min(best.get(reached, reached), best[position] + 1)
+    return best[len(output)]
+
+
+def test_hindsight_bound_is_the_optimum_of_every_lookup_drafting():
+    """Why the bound binds every lookup proposer: drafting the longest available stretch each step
+    is optimal (the reach i + L(i) + 1 never decreases, as a suffix of an occurring stretch occurs)."""
+    rng = random.Random(4)
+    for _ in range(300):
+        alphabet = rng.randint(2, 6)
+        prompt = [rng.randrange(alphabet) for _ in range(rng.randint(0, 25))]
+        output = [rng.randrange(alphabet) for _ in range(rng.randint(1, 30))]
+        max_draft = rng.randint(1, 8)
+        assert hindsight_forwards(prompt, output, max_draft) == _fewest_forwards(prompt, output, max_draft)
 
 
 @pytest.fixture(scope="module")
