@@ -170,25 +170,33 @@ class ReferenceLookup:
     # -- the pointer ------------------------------------------------------------------------
 
     def _set_pointer(self, position: int) -> None:
-        """Point at byte ``position``; re-tokenize from there unless it is a reference token boundary."""
+        """Point at byte ``position``; re-tokenize from there unless it is a reference token boundary.
+        An output token may end inside a character (byte-level tokens split UTF-8): the rest of that
+        character is drafted as byte tokens, and re-tokenizing starts at the next character."""
         self._pos = position
         index = self._index_at.get(position)
         if index is not None or position >= len(self._ref):
             self._patch: list[int] = []
             self._next: int | None = index if index is not None else len(self._ids)
             return
-        window = self._ref[position:position + RETOKENIZE_BYTES]
-        text = window.decode("utf-8", errors="ignore")  # a cut character at the window's end drops out
         patch: list[int] = []
         offset = position
-        for token_id in self.codec.encode(text):
-            if offset in self._index_at and patch:  # the two tokenizations meet again: resume the original
-                self._patch, self._next = patch, self._index_at[offset]
+        while offset < len(self._ref) and self._ref[offset] & 0xC0 == 0x80:  # a UTF-8 continuation byte
+            byte_id = self.codec.byte_id(self._ref[offset])
+            if byte_id is None:  # no token spells a lone byte: draft nothing until a character starts
+                self._patch, self._next = [], None
                 return
+            patch.append(byte_id)
+            offset += 1
+        window = self._ref[offset:offset + RETOKENIZE_BYTES]
+        text = window.decode("utf-8", errors="ignore")  # a cut character at the window's end drops out
+        for token_id in [] if offset in self._index_at else self.codec.encode(text):
+            if offset in self._index_at and patch:  # the two tokenizations meet again: resume the original
+                break
             patch.append(token_id)
             offset += len(self.codec.token(token_id))
-        if position + len(window) >= len(self._ref):  # the patch runs to the end of the reference
-            self._patch, self._next = patch, len(self._ids)
+        if offset in self._index_at or offset >= len(self._ref):
+            self._patch, self._next = patch, self._index_at.get(offset, len(self._ids))
         else:  # no meeting point in the window: the last token may be cut; re-tokenize after the rest
             self._patch, self._next = patch[:-1], None
 

@@ -46,6 +46,7 @@ class TokenBytes:
         decoder = type(getattr(backend, "decoder", None)).__name__
         self._byte_level = decoder == "ByteLevel"
         self._table: dict[int, bytes] = {}
+        self._byte_ids: dict[int, int | None] = {}
         self._special = frozenset(getattr(self.tokenizer, "all_special_ids", ()))
 
     def encode(self, text: str) -> list[int]:
@@ -60,6 +61,19 @@ class TokenBytes:
         found = self._table.get(token_id)
         if found is None:
             found = self._table[token_id] = self._compute(token_id)
+        return found
+
+    def byte_id(self, value: int) -> int | None:
+        """The token that spells the single byte ``value``, or None when the vocabulary has none."""
+        found = self._byte_ids.get(value, -1)
+        if found == -1:
+            if self._byte_level:
+                piece = next(char for char, byte in unicode_to_byte().items() if byte == value)
+            else:  # SentencePiece byte fallback
+                piece = f"<0x{value:02X}>"
+            candidate = self.tokenizer.convert_tokens_to_ids(piece)
+            found = candidate if isinstance(candidate, int) and self.token(candidate) == bytes([value]) else None
+            self._byte_ids[value] = found
         return found
 
     def join(self, token_ids: Sequence[int]) -> bytes:

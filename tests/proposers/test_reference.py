@@ -116,6 +116,43 @@ def test_output_tokens_split_differently_from_the_reference_stay_aligned(codec):
     assert draft.token_ids == tuple(codec.encode("urn value\n"))
 
 
+@pytest.fixture(scope="module")
+def multibyte_codec():
+    """A vocabulary with multi-byte characters inside its tokens ("中文", "é")."""
+    from codespec.shapes import build_tokenizer
+
+    return TokenBytes(build_tokenizer(_corpus()[:1] + ["中文 注释 中文\n" * 200 + "café ééé\n" * 200], 1024))
+
+
+def test_an_output_token_ending_inside_a_character_keeps_the_pointer_on_the_text(multibyte_codec):
+    """Byte-level tokens may split a UTF-8 character: the rest of it is drafted as byte tokens,
+    then the reference from the next character."""
+    codec = multibyte_codec
+    reference = "x = '中文' + 'café'\nprint(x)\n" * 3
+    lead = codec.encode("x = '")
+    first_byte = codec.byte_id("中".encode()[0])
+    assert first_byte is not None and codec.token(first_byte) == b"\xe4"
+    pointer = ReferenceLookup(reference, codec)
+    draft = pointer.propose(ProposeContext(lead + [first_byte], 0, 64))
+    assert pointer.position == len(b"x = '") + 1
+    assert codec.join(draft.token_ids) == reference.encode()[len(b"x = '") + 1:][:len(codec.join(draft.token_ids))]
+    assert codec.join(draft.token_ids[:2]) == "中".encode()[1:]
+    assert len(codec.join(draft.token_ids)) > 40  # well past the split character
+    # The whole reference, with every multi-byte character emitted byte by byte, stays aligned.
+    assert any(len(codec.token(t)) > 1 and max(codec.token(t)) >= 0x80 for t in codec.encode(reference))
+    output_ids = [i for t in codec.encode(reference) for i in
+                  ([codec.byte_id(b) for b in codec.token(t)] if any(b >= 0x80 for b in codec.token(t)) else [t])]
+    assert codec.join(output_ids) == reference.encode()
+    pointer = ReferenceLookup(reference, codec)
+    stats = replay(pointer, [], output_ids, 32)
+    assert pointer.aligned and pointer.position == len(reference.encode())
+    # Each split character costs at most one forward per token it became, where the output's
+    # boundaries leave the reference's (no pointer knows how the output splits a character); every
+    # character the output wrote whole is copied in the same forward as its neighbours.
+    split_tokens = sum(1 for t in codec.encode(reference) if max(codec.token(t)) >= 0x80)
+    assert len(stats.steps) <= -(-len(output_ids) // 33) + 3 * split_tokens
+
+
 def test_observe_counts_only_its_own_drafts(codec):
     pointer = ReferenceLookup("abc def ghi\n", codec)
     ids = codec.encode("abc def ghi\n")
