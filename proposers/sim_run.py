@@ -24,9 +24,11 @@ INDEX_USERS = ("index", "auto")
 
 def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer, max_draft: int,
                       workspace: Sequence[tuple[str, str]] = (), workload: str = "workload",
-                      verify_cost: tuple[float, float] = (0.0, 0.0), extras: dict | None = None) -> dict:
-    """The report of `codespec simulate --json` (keys fixed by issue 4). ``extras``, if given,
-    receives per proposer what the JSON leaves out: rejected draft tokens per output token."""
+                      verify_cost: tuple[float, float] = (0.0, 0.0), extras: dict | None = None,
+                      bounds: dict | None = None) -> dict:
+    """The report of `codespec simulate --json` (keys fixed by issue 4). What the JSON leaves out
+    goes to the dicts given: ``extras`` per proposer (rejected draft tokens per output token),
+    ``bounds`` the hindsight bound of edit records (``hindsight_tokens_per_forward``)."""
     codec = TokenBytes(tokenizer)
     streams = [(case, codec.encode(case.prompt), codec.encode(case.output)) for case in cases]
     target = TokenizerTarget(codec.tokenizer)
@@ -43,14 +45,15 @@ def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer,
             extras[name] = {"rejected_per_token": (stats.drafted_tokens - stats.accepted_tokens) / max(stats.tokens, 1)}
     edits = [(codec.encode(case.reference), prompt_ids, output_ids) for case, prompt_ids, output_ids in streams
              if case.kind == "edit"]
-    ceiling = hindsight = None
+    ceiling = None
     if edits:
         tokens = sum(len(output_ids) for _, _, output_ids in edits)
         ceiling = tokens / sum(ceiling_forwards(ref, out, max_draft) for ref, _, out in edits)
-        hindsight = tokens / sum(hindsight_forwards(prompt, out, max_draft) for _, prompt, out in edits)
+        if bounds is not None:
+            bounds["hindsight_tokens_per_forward"] = tokens / sum(
+                hindsight_forwards(prompt, out, max_draft) for _, prompt, out in edits)
     return {"workload": workload, "records": len(cases), "max_draft": max_draft,
-            "ceiling": {"tokens_per_forward": ceiling, "hindsight_tokens_per_forward": hindsight},
-            "proposers": rows}
+            "ceiling": {"tokens_per_forward": ceiling}, "proposers": rows}
 
 
 def make_proposer(name: str, target: TokenizerTarget, case: SimCase, index):

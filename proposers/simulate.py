@@ -79,10 +79,12 @@ def run(args) -> int:
     workspace = load_workspace(args.workspace) if args.workspace else []
     tokenizer = load_tokenizer(args.tokenizer)
     extras: dict = {}
+    bounds: dict = {}
     report = simulate_workload(cases, names, tokenizer, args.max_draft, workspace,
                                workload=args.workload.stem,
-                               verify_cost=(args.verify_ms[0] / 1e3, args.verify_ms[1] / 1e3), extras=extras)
-    print(format_table(report, extras))
+                               verify_cost=(args.verify_ms[0] / 1e3, args.verify_ms[1] / 1e3), extras=extras,
+                               bounds=bounds)
+    print(format_table(report, extras, bounds))
     if args.json:
         try:
             args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -120,8 +122,8 @@ def load_tokenizer(path: str | None):
         raise CodespecError(f"no tokenizer could be loaded from {path}: {error}") from None
 
 
-def format_table(report: dict, extras: dict | None = None) -> str:
-    """A readable table: one row per proposer, the baseline ratio, the ceiling for edits."""
+def format_table(report: dict, extras: dict | None = None, bounds: dict | None = None) -> str:
+    """A readable table: one row per proposer, the baseline ratio, the ceiling and bound for edits."""
     extras = extras or {}
     ceiling = report["ceiling"]["tokens_per_forward"]
     baseline = report["proposers"].get(BASELINE, {}).get("tokens_per_forward") or math.nan
@@ -143,7 +145,7 @@ def format_table(report: dict, extras: dict | None = None) -> str:
         )
     if ceiling:
         lines.append(f"lookup ceiling (design.md §3): {ceiling:.2f} tokens per forward")
-    hindsight = report["ceiling"].get("hindsight_tokens_per_forward")
+    hindsight = (bounds or {}).get("hindsight_tokens_per_forward")
     if hindsight:
         lines.append(f"hindsight bound (every step drafts the longest next stretch of the output found in the "
                      f"prompt or the output so far): {hindsight:.2f} tokens per forward = "
