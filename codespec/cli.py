@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from codespec.errors import CodespecError
+from codespec.registry import available_proposers
 from codespec.stats import json_safe
 
 # Other subcommands are plugins (entry point group "codespec.commands"): each names a function
@@ -36,7 +37,9 @@ def add_generate(subparsers) -> None:
     source.add_argument("--prompt-file", type=Path, help="read the prompt from this file")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--proposer", default="context",
-                        help="none (plain decoding, the baseline), context, or any installed proposer")
+                        help="none (plain decoding, the baseline), context, or any installed proposer: "
+                             + ", ".join(available_proposers()) + " (auto: a policy picks among the others "
+                             "and the draft length per step)")
     parser.add_argument("--draft-len", type=int, default=None,
                         help="K: most draft tokens verified per forward (default 8; 64 for auto, whose policy sizes drafts)")
     parser.add_argument("--draft-model", default=None,
@@ -44,6 +47,9 @@ def add_generate(subparsers) -> None:
     parser.add_argument("--reference-file", type=Path, default=None,
                         help="text the output is expected to largely copy (a region being rewritten, a "
                              "predicted output): drafted by --proposer reference and auto")
+    parser.add_argument("--workspace", type=Path, action="append", default=[],
+                        help="directory to index for --proposer index and auto (repeatable; in memory, "
+                             ".gitignore respected)")
     parser.add_argument("--exit-layer", type=int, default=None,
                         help="early exit: draft with the target's first E layers (default: a quarter of the depth)")
     parser.add_argument("--draft-min-confidence", type=float, default=None,
@@ -82,7 +88,12 @@ def run_generate(args) -> int:
         options["draft_min_confidence"] = args.draft_min_confidence
     if args.reference_file is not None:
         options["reference"] = read_text_file(args.reference_file, "--reference-file")
-    proposer = create_proposer(args.proposer, ProposerSetup(target, options))
+    if args.workspace:
+        options["index"] = index_roots(target, args.workspace)
+    try:
+        proposer = create_proposer(args.proposer, ProposerSetup(target, options))
+    except (ValueError, TypeError, OSError) as error:  # a missing option, a draft model that does not fit
+        raise CodespecError(f"--proposer {args.proposer}: {error}{option_hint(args.proposer)}") from None
     finished = None
     for event in generate(target, target.encode(prompt), proposer, sampling, limits):
         if isinstance(event, TextDelta) and not args.json:
@@ -98,6 +109,26 @@ def run_generate(args) -> int:
         sys.stdout.write("\n")
         print(describe_stats(stats, args.proposer), file=sys.stderr)
     return 0
+
+
+def option_hint(proposer: str) -> str:
+    return {"reference": " (pass --reference-file)", "index": " (pass --workspace DIR)"}.get(proposer, "")
+
+
+def index_roots(target, roots: list[Path]):
+    """An in-memory workspace index of ``roots`` for one generation."""
+    for root in roots:
+        if not root.is_dir():
+            raise CodespecError(f"--workspace {root}: not a directory")
+    try:
+        from index import WorkspaceIndex
+    except ImportError as error:
+        raise CodespecError(f"--workspace needs the index package: {error}") from None
+    workspace = WorkspaceIndex(target.tokenizer, None)
+    report = workspace.index_workspace(list(roots))
+    print(f"[index] {report.files} files, {report.tokens} tokens in {report.seconds:.2f} s"
+          f"{f', {len(report.skipped)} skipped' if report.skipped else ''}", file=sys.stderr)
+    return workspace
 
 
 def read_text_file(path: Path, option: str) -> str:

@@ -76,7 +76,32 @@ def test_reference_file_drives_the_copy_pointer(tiny_model_dir, tmp_path):
     assert run["stats"]["tokens_per_forward"] > 1.0
 
 
+def test_index_and_auto_draft_from_a_workspace_and_keep_greedy_output(tmp_path, capsys):
+    """On the shipped model (a random one emits bytes no file holds): the workspace file holds the
+    function the model writes, so the index drafts it; auto adds an edited copy as reference."""
+    prompt = 'import os\n\n\ndef read_lines(path):\n    """Return the lines of a file."""\n'
+    argv = ["generate", "--prompt", prompt, "--max-new-tokens", "32", "--json"]
+    assert main([*argv, "--proposer", "none"]) == 0
+    baseline = json.loads(capsys.readouterr().out)
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "ranges.py").write_text(f"{prompt}{baseline['text']}\n", encoding="utf-8")
+    reference = tmp_path / "reference.txt"
+    reference.write_text(baseline["text"][:12] + "  # edited" + baseline["text"][12:], encoding="utf-8")
+    for extra in (["--proposer", "index", "--workspace", str(workspace)],
+                  ["--proposer", "auto", "--workspace", str(workspace), "--reference-file", str(reference)]):
+        assert main([*argv, *extra]) == 0
+        captured = capsys.readouterr()
+        run = json.loads(captured.out)
+        assert run["token_ids"] == baseline["token_ids"], extra
+        assert run["stats"]["tokens_per_forward"] > 3.0, (extra, run["stats"])
+        assert "[index] 1 files" in captured.err
+
+
 @pytest.mark.parametrize("extra, message", [
+    (["--proposer", "index"], "pass --workspace"),
+    (["--proposer", "reference"], "pass --reference-file"),
+    (["--workspace", "/nonexistent/workspace"], "not a directory"),
     (["--dtype", "bogus"], "unknown dtype"),
     (["--device", "nodevice"], "unknown device"),
     (["--prompt-file", "/nonexistent/prompt.txt"], "--prompt-file"),
