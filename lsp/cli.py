@@ -9,6 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from lsp.options import ServerOptions  # plain dataclasses: cheap
+
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
@@ -43,14 +45,20 @@ def add_serve_parser(subparsers) -> None:
     parser.add_argument("--max-in-flight", type=int, default=4, help="concurrent requests per --ws connection")
     parser.add_argument("--workspace", type=Path, action="append", default=[],
                         help="--ws: folder to index at start (repeatable)")
+    parser.add_argument("--index-max-tokens", type=int, default=ServerOptions.index_max_tokens,
+                        help="resident tokens the index keeps before evicting least recently used documents "
+                             "(about 26 bytes each; default %(default)s; clients may set index.maxTokens)")
     parser.set_defaults(run=run_serve)
 
 
 def run_serve(args) -> int:
-    from lsp.options import ServerOptions
+    from codespec.errors import CodespecError
 
+    if args.index_max_tokens < 1:
+        raise CodespecError(f"--index-max-tokens must be >= 1, got {args.index_max_tokens}")
     options = ServerOptions(model=args.model, draft=args.draft, device=args.device, dtype=args.dtype,
-                            proposer=args.proposer, max_draft=args.max_draft, threads=args.threads)
+                            proposer=args.proposer, max_draft=args.max_draft, threads=args.threads,
+                            index_max_tokens=args.index_max_tokens)
     if args.ws:
         import asyncio
 
@@ -108,7 +116,7 @@ def _index_folders(service, folders: list[Path], options, quiet: bool = False):
 
     roots = [folder.resolve() for folder in folders]
     db_path = Path(options.index_path) if options.index_path else indexing.default_index_path(roots)
-    index = indexing.open_index(service, db_path)
+    index = indexing.open_index(service, db_path, options.index_max_tokens)
     if index is None:
         return None
 

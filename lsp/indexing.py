@@ -142,9 +142,10 @@ class WorkspaceIndexer:
                 scan.set_exception(ScanCancelled("the index is closing"))
 
 
-def open_index(service, db_path: Path):
+def open_index(service, db_path: Path, memory_budget_tokens: int | None = None):
     """A WorkspaceIndex made on the engine thread and attached to ``service`` (with its
-    indexing thread), or None if unavailable."""
+    indexing thread), or None if unavailable. Past ``memory_budget_tokens`` resident tokens the
+    index evicts least recently used documents (they stay in the database)."""
     try:
         from index import WorkspaceIndex
         from index.ingest import thread_adapter
@@ -154,7 +155,8 @@ def open_index(service, db_path: Path):
 
     def create():
         db_path.parent.mkdir(parents=True, exist_ok=True)
-        index = WorkspaceIndex(service.target.tokenizer, str(db_path), background_tokens=BACKGROUND_TOKENS)
+        index = WorkspaceIndex(service.target.tokenizer, str(db_path), memory_budget_tokens=memory_budget_tokens,
+                               background_tokens=BACKGROUND_TOKENS)
         service.index = index
         return index, thread_adapter(index.adapter)
 

@@ -35,6 +35,9 @@ class ServerOptions:
     index_path: str | None = None  # None: <first workspace folder>/.codespec/index.db
     exclude: tuple[str, ...] = (".git", "node_modules", ".venv", "__pycache__", ".codespec")
     max_file_bytes: int = 1_000_000
+    # Resident tokens the index keeps before evicting the least recently used documents (about 26
+    # bytes each, docs/index.md: 32 M tokens is ~0.8 GB, roughly 100 MB of source).
+    index_max_tokens: int = 32_000_000
 
 
 def _positive_int(value: Any) -> int:
@@ -104,6 +107,7 @@ _FIELDS: dict[tuple[str, ...], tuple[str, Callable[[Any], Any]]] = {
     ("index", "path"): ("index_path", _optional_text),
     ("index", "exclude"): ("exclude", _text_list),
     ("index", "maxFileBytes"): ("max_file_bytes", _positive_int),
+    ("index", "maxTokens"): ("index_max_tokens", _positive_int),
 }
 
 

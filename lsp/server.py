@@ -130,7 +130,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
     async def initialized(ls: CodespecServer, params: types.InitializedParams) -> None:
         if ls.options.index and ls.roots:
             db_path = Path(ls.options.index_path) if ls.options.index_path else indexing.default_index_path(ls.roots)
-            index = await asyncio.to_thread(indexing.open_index, ls.service, db_path)
+            index = await asyncio.to_thread(indexing.open_index, ls.service, db_path, ls.options.index_max_tokens)
             if index is not None:
                 ls.indexing = asyncio.create_task(run_indexing(ls))
                 for document in ls.documents.documents.values():  # opened before the index existed

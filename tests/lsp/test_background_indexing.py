@@ -198,3 +198,24 @@ def test_a_queued_scan_that_is_cancelled_ends_with_scan_cancelled(lsp_target, wo
     finally:
         held.release()
         close_service(service)
+
+
+def test_the_memory_budget_reaches_the_index_and_evicts(lsp_target, workspace, tmp_path):
+    """`index.maxTokens` (ServerOptions.index_max_tokens) bounds what the server's index keeps in
+    memory: the least recently used documents go, the database keeps them all."""
+    from lsp.options import parse_options
+
+    options, messages = parse_options({"index": {"maxTokens": 2000}})
+    assert options.index_max_tokens == 2000 and not messages
+    assert parse_options({"index": {"maxTokens": 0}})[1]  # refused with a message, default kept
+    service = EngineService(lsp_target, proposer="auto", max_draft=8)
+    try:
+        index = indexing.open_index(service, tmp_path / "index.db", options.index_max_tokens)
+        report = indexing.index_workspace(service, [workspace], (), 1_000_000).result(WAIT_S)
+        assert report.files == FILES and report.tokens > 3 * 2000
+        resident = service.call(index.documents).result(WAIT_S)
+        assert 0 < len(resident) < FILES
+        assert sum(len(index.document_tokens(uri)) for uri in resident) <= 2000
+        service.call(lambda: index.check_integrity(deep=True)).result(WAIT_S)
+    finally:
+        close_service(service)

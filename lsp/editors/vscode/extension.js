@@ -18,7 +18,11 @@ function initializationOptions(config) {
     mode: config.get('mode'),
     completionFallback: false, // VS Code shows inline items; a duplicate completion item is noise
     limits: { lineTokens: config.get('lineTokens'), blockTokens: config.get('blockTokens') },
-    index: { enabled: config.get('index.enabled'), exclude: config.get('index.exclude') },
+    index: {
+      enabled: config.get('index.enabled'),
+      exclude: config.get('index.exclude'),
+      maxTokens: config.get('index.maxTokens'),
+    },
   };
 }
 
