@@ -1,5 +1,6 @@
-"""Greedy output with each model-based proposer and with ``auto`` equals plain decoding
-(``--proposer none``), over several prompts and draft lengths (the engine's equivalence harness)."""
+"""Greedy output with each model-based proposer, with the lookups that draft from an edited copy of
+the output (reference, index) and with ``auto`` equals plain decoding (``--proposer none``), over
+several prompts and draft lengths (the engine's equivalence harness)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import random
 import pytest
 import torch
 
+import engine_harness
 from codespec.model import TargetModel
 from codespec.registry import ProposerSetup, create_proposer
 from codespec.shapes import random_llama
 from engine_harness import assert_greedy_equivalent, plain_greedy
+from index import WorkspaceIndex
 from proposers.auto import AutoProposer
 from proposers.draft_model import DraftModelProposer
 from proposers.early_exit import EarlyExitProposer
+from proposers.index_lookup import IndexLookup
+from proposers.reference import ReferenceLookup
 
 MAX_NEW = 24
 DRAFT_LENS = (1, 3, 8, 16)
@@ -97,3 +102,93 @@ class Counting:
 
     def end(self):
         self.inner.end()
+
+
+# -- lookups over an edited copy of the output: drafts partly accepted --------------------------
+
+def edited_copy(target: TargetModel, output_ids) -> list[int]:
+    """The plain greedy output with an insertion, a deletion and a replaced word (token-level
+    edits, so every aligned stretch is exactly the target's own tokens): a reference that is
+    right in stretches of 3 to 8 tokens, so drafts are accepted in part and the copy pointer
+    must re-anchor after each edit."""
+    ids = list(output_ids)
+    size = len(ids)
+    insert_at, delete_at, replace_at = size // 5, size // 2, 3 * size // 4
+    return (ids[:insert_at] + target.encode("# note\n") + ids[insert_at:delete_at]  # inserted line
+            + ids[delete_at + 3:replace_at]  # three tokens deleted
+            + target.encode(" value") + ids[replace_at + 2:])  # two tokens replaced by a word
+
+
+@pytest.fixture(scope="module")
+def edited(tiny_target, cases):
+    """Per case: the edited copy as text (what a client sends) and as the target's ids."""
+    out = []
+    for _, reference in cases:
+        ids = edited_copy(tiny_target, reference)
+        out.append((tiny_target.decode(ids), ids))
+    return out
+
+
+@pytest.fixture
+def decoded(monkeypatch):
+    """Every decode result that ``assert_greedy_equivalent`` produces, for its statistics."""
+    results = []
+    real = engine_harness.generate_all
+
+    def generate_all(*args, **kwargs):
+        result = real(*args, **kwargs)
+        results.append(result)
+        return result
+
+    monkeypatch.setattr(engine_harness, "generate_all", generate_all)
+    return results
+
+
+def edit_builders(target, edited):
+    """kind -> (case number -> proposer). A random model's output is rarely valid UTF-8 or its
+    text's canonical tokenization, so "reference" (the text only, as ``--reference`` gives it)
+    matches in places, and "reference-ids" is given the target's own ids too, as a client sending
+    prediction tokens would; the index holds every case's edited text."""
+    workspace = WorkspaceIndex(target.tokenizer, db_path=None)
+    for number, (text, _) in enumerate(edited):
+        workspace.add_document(f"case{number}.py", text, 1)
+    index = IndexLookup(workspace)  # one instance for all requests, as a server keeps it
+
+    def with_ids(number):
+        text, ids = edited[number]
+        return ReferenceLookup(text, lambda piece: list(ids) if piece == text else target.encode(piece),
+                               tokenizer=target.tokenizer)
+
+    def auto(number):
+        return create_proposer("auto", ProposerSetup(target, {
+            "reference": edited[number][0], "index": workspace, "auto_state": "fresh",
+            # no draft model: the shipped one does not fit this target, and it would win anyway
+            "auto_candidates": "context,reference,index,early-exit"}))
+
+    return {
+        "reference": lambda number: create_proposer("reference", ProposerSetup(target, {
+            "reference": edited[number][0]})),
+        "reference-ids": with_ids,
+        "index": lambda number: index,
+        "auto": auto,
+    }
+
+
+@pytest.mark.parametrize("kind", ["reference", "reference-ids", "index", "auto"])
+def test_greedy_output_equals_plain_decoding_with_an_edited_reference(tiny_target, cases, edited, decoded, kind):
+    build = edit_builders(tiny_target, edited)[kind]
+    for number, (prompt, reference) in enumerate(cases):
+        proposer = build(number)  # a new reference per request; auto keeps its sub-proposers' state
+        for draft_len in DRAFT_LENS:
+            assert_greedy_equivalent(tiny_target, prompt, proposer, reference, MAX_NEW, draft_len)
+    assert len(decoded) == len(cases) * len(DRAFT_LENS)
+    steps = [step for result in decoded for step in result.stats.steps]
+    lookups = {"reference", "index"}
+    accepted = sum(step.accepted for step in steps if step.proposer in lookups)
+    rejected = sum(step.draft_len - step.accepted for step in steps if step.proposer in lookups)
+    # Drafts from the edited copy were verified both ways: some tokens accepted, some rejected,
+    # and some drafts cut short after accepted tokens (the rollback after partial acceptance).
+    assert accepted >= 40 and rejected > 0
+    assert sum(1 for step in steps if step.proposer in lookups and 0 < step.accepted < step.draft_len) >= 10
+    if kind == "auto":
+        assert {step.proposer for step in steps if step.draft_len} >= lookups  # the policy chose each
