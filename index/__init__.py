@@ -4,7 +4,8 @@
 structure (a shallow pyahocorasick trie of reversed n-grams over sorted position arrays).
 """
 
+from index.history import HistoryRecord
 from index.store import Candidate, IndexReport, WorkspaceIndex
 from index.tokens import TokenizerAdapter
 
-__all__ = ["Candidate", "IndexReport", "TokenizerAdapter", "WorkspaceIndex"]
+__all__ = ["Candidate", "HistoryRecord", "IndexReport", "TokenizerAdapter", "WorkspaceIndex"]

@@ -6,9 +6,14 @@ comments, blank lines, ``!`` negation, trailing ``/`` (directories only), leadin
 last matching rule wins and an ignored directory is not entered. Exclude globs from the
 configuration use the same syntax, relative to each root. ``.git`` is always skipped.
 
-Links: a link whose target lies outside every root is never followed. Directory links inside the
-roots are not entered either (their targets are walked directly, and this rules out cycles).
-Binary (a NUL byte or invalid UTF-8) and oversize files are skipped with one log line each.
+Links: a link whose target lies outside every root is never followed (a ``.gitignore`` that is
+such a link is not read either). Directory links inside the roots are not entered (their
+targets are walked directly, and this rules out cycles).
+
+Each file is yielded once, by its real path: a root inside another root is walked as part of
+the outer one, and a file link inside the roots is read (after every root is walked) only
+when its target was not reached directly. Binary (a NUL byte or invalid UTF-8) and oversize
+files are skipped with one log line each.
 """
 
 from __future__ import annotations
@@ -174,61 +179,101 @@ def _is_file(path: Path) -> bool:
         return False
 
 
+def _outermost(roots: Sequence[Path], real_roots: Sequence[str]) -> list[tuple[Path, str]]:
+    """(root, its real path) for each root not inside another one (of equal roots, the first):
+    a nested root is covered by the walk of the root around it."""
+    kept = []
+    for n, real in enumerate(real_roots):
+        if not any(_inside(real, [other]) and (other != real or m < n)
+                   for m, other in enumerate(real_roots) if m != n):
+            kept.append((Path(roots[n]), real))
+    return kept
+
+
+def _ignore_file(path: Path, real_roots: Sequence[str]) -> str | None:
+    """Where to read ``path``'s rules from: None when it is missing or a link leading out of the
+    roots (the directory listing logs that link once, like any other)."""
+    if not _is_file(path):
+        return None
+    real = os.path.realpath(path)
+    return real if _inside(real, real_roots) else None
+
+
+def _read_found(path: Path, max_file_bytes: int) -> Found | Skipped:
+    text, reason = _read_text(path, max_file_bytes)
+    if reason is not None:
+        log.info("index: skip %s: %s", path, reason)
+        return Skipped(path, reason)
+    return Found(path, path.absolute().as_uri(), text)
+
+
 def discover(roots: Sequence[Path], exclude: Sequence[str] = (), max_file_bytes: int = 1_000_000
              ) -> Iterator[Found | Skipped]:
-    """Walk the roots in a stable order; yield each indexable file with its text, or why not."""
+    """Walk the roots in a stable order; yield each indexable file once with its text, or why not."""
     real_roots = [os.path.realpath(r) for r in roots]
     excluded = parse_rules(exclude)
-    for root in roots:
-        root = Path(root)
-        stack: list[tuple[Path, str, IgnoreMatcher]] = [(root, "", IgnoreMatcher(excluded))]
-        while stack:
-            directory, relative_dir, matcher = stack.pop()
-            gitignore = directory / ".gitignore"
-            if _is_file(gitignore):
-                try:
-                    rules = parse_rules(gitignore.read_text("utf-8", errors="replace").splitlines())
-                except OSError:
-                    rules = []
-                matcher = matcher.with_layer(relative_dir, rules)
+    seen: set[str] = set()  # real paths of files yielded (or skipped) so far
+    file_links: list[tuple[Path, str]] = []  # (link, real target inside the roots), read last
+    for root, real_root in _outermost(roots, real_roots):
+        yield from _walk(root, real_root, real_roots, excluded, max_file_bytes, seen, file_links)
+    for path, target in file_links:
+        if target not in seen:
+            seen.add(target)
+            yield _read_found(path, max_file_bytes)
+
+
+def _walk(root: Path, real_root: str, real_roots: Sequence[str], excluded: Sequence[Rule], max_file_bytes: int,
+          seen: set[str], file_links: list[tuple[Path, str]]) -> Iterator[Found | Skipped]:
+    """One root, depth first in name order. Its directories are never links, so a file's real
+    path is its directory's real path plus its name (no ``realpath`` call per file)."""
+    stack: list[tuple[Path, str, str, IgnoreMatcher]] = [(root, real_root, "", IgnoreMatcher(excluded))]
+    while stack:
+        directory, real_dir, relative_dir, matcher = stack.pop()
+        rules_file = _ignore_file(directory / ".gitignore", real_roots)
+        if rules_file is not None:
             try:
-                entries = sorted(os.scandir(directory), key=lambda e: e.name)
-            except OSError as error:
-                log.info("index: skip %s: unreadable directory (%s)", directory, error)
-                yield Skipped(directory, f"unreadable: {error}")
+                with open(rules_file, encoding="utf-8", errors="replace") as file:
+                    rules = parse_rules(file.read().splitlines())
+            except OSError:
+                rules = []
+            matcher = matcher.with_layer(relative_dir, rules)
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as error:
+            log.info("index: skip %s: unreadable directory (%s)", directory, error)
+            yield Skipped(directory, f"unreadable: {error}")
+            continue
+        subdirs = []
+        for entry in entries:
+            relative = f"{relative_dir}/{entry.name}" if relative_dir else entry.name
+            path = Path(entry.path)
+            if entry.name == ".git":
                 continue
-            subdirs = []
-            for entry in entries:
-                relative = f"{relative_dir}/{entry.name}" if relative_dir else entry.name
-                path = Path(entry.path)
-                if entry.name == ".git":
+            try:
+                is_link = entry.is_symlink()
+            except OSError:
+                is_link = False
+            target = os.path.join(real_dir, entry.name)
+            if is_link:
+                target = os.path.realpath(entry.path)
+                if not _inside(target, real_roots):
+                    log.info("index: skip %s: link to %s outside the roots", path, target)
+                    yield Skipped(path, "link outside roots")
                     continue
-                try:
-                    is_link = entry.is_symlink()
-                except OSError:
-                    is_link = False
-                if is_link:
-                    target = os.path.realpath(entry.path)
-                    if not _inside(target, real_roots):
-                        log.info("index: skip %s: link to %s outside the roots", path, target)
-                        yield Skipped(path, "link outside roots")
-                        continue
-                    if os.path.isdir(target):
-                        continue  # walked directly; entering it could cycle
-                try:
-                    is_dir = entry.is_dir(follow_symlinks=False)
-                    is_file = entry.is_file()
-                except OSError:
-                    continue
-                if matcher.ignored(relative, is_dir):
-                    continue
-                if is_dir:
-                    subdirs.append((path, relative, matcher))
-                elif is_file:
-                    text, reason = _read_text(path, max_file_bytes)
-                    if reason is not None:
-                        log.info("index: skip %s: %s", path, reason)
-                        yield Skipped(path, reason)
-                    else:
-                        yield Found(path, path.absolute().as_uri(), text)
-            stack.extend(reversed(subdirs))
+                if os.path.isdir(target):
+                    continue  # walked directly; entering it could cycle
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+                is_file = entry.is_file()
+            except OSError:
+                continue
+            if matcher.ignored(relative, is_dir):
+                continue
+            if is_dir:
+                subdirs.append((path, target, relative, matcher))
+            elif is_file and is_link:
+                file_links.append((path, target))
+            elif is_file and target not in seen:
+                seen.add(target)
+                yield _read_found(path, max_file_bytes)
+        stack.extend(reversed(subdirs))

@@ -21,6 +21,16 @@ class HistoryEntry:
     tick: int
 
 
+@dataclass(frozen=True)
+class HistoryRecord:
+    """One history entry as :meth:`index.store.WorkspaceIndex.history_entries` reports it."""
+
+    kind: str  # "accepted", "generated" or "replaced"
+    uri: str | None  # the document it belongs to, if any
+    time: float  # time.time() when it was added (kept across restarts)
+    token_ids: tuple[int, ...]  # what lookups match (the newest part only, if it exceeded the buffer)
+
+
 class HistoryBuffer:
     def __init__(self, kind: str, dtype: np.dtype, sep: int, max_tokens: int = 131_072) -> None:
         if max_tokens < 2:  # room for one token and its separator (below that, the cut keeps everything)
@@ -50,6 +60,12 @@ class HistoryBuffer:
 
     def match(self, reversed_context, max_ngram: int, min_ngram: int) -> Match:
         return scan_longest(self.tokens, reversed_context, max_ngram, min_ngram, sep=self.sep)
+
+    def records(self) -> list[HistoryRecord]:
+        """Every kept entry, oldest first."""
+        ends = np.append(self.entry_starts[1:], len(self.tokens)) - 1  # each entry's separator
+        return [HistoryRecord(self.kind, entry.uri, entry.time, tuple(self.tokens[start:end].tolist()))
+                for entry, start, end in zip(self.entries, self.entry_starts.tolist(), ends.tolist())]
 
     def entry_at(self, position: int) -> HistoryEntry:
         return self.entries[int(np.searchsorted(self.entry_starts, position, side="right")) - 1]

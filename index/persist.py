@@ -229,6 +229,11 @@ class IndexDB:
                 "INSERT OR REPLACE INTO documents (uri, hash, version, text, tokens, tokenizer, updated) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
+    def set_version(self, uri: str, version: int) -> None:
+        """A new version of a stored document whose text did not change (no row rewrite)."""
+        with self.conn:
+            self.conn.execute("UPDATE documents SET version = ? WHERE uri = ?", [version, uri])
+
     def delete_document(self, uri: str) -> None:
         with self.conn:
             self.conn.execute("DELETE FROM documents WHERE uri = ?", [uri])
@@ -439,6 +444,9 @@ class WriteBehindDB:
     # writes (queued)
     def save_documents(self, documents: Iterable[tuple[str, str, int, str, np.ndarray]]) -> None:
         self._submit("save_documents", list(documents))
+
+    def set_version(self, uri: str, version: int) -> None:
+        self._submit("set_version", uri, version)
 
     def delete_document(self, uri: str) -> None:
         self._submit("delete_document", uri)

@@ -1,6 +1,10 @@
 """Candidate ranking: pure functions from matched occurrences to a short, ordered list of drafts.
 
-Order (issue 4): the same document near the cursor first, then recency, then frequency. All
+Order (issue 4), strictly lexicographic: the same document near the cursor first (nearer
+first), then recency (the newer source first), then frequency, then fixed tie-breaks (longer
+continuation, source, position) so equal inputs always rank alike. Lexicographic, not a
+weighted sum: a weighted sum lets enough of one criterion outweigh the one above it (after
+many clock ticks, an older document with more occurrences outranked the newest one). All
 occurrences share the longest match length, so length never needs weighing against locality.
 Occurrences with the same continuation are one candidate; their count is its frequency.
 """
@@ -27,28 +31,36 @@ class Occurrence:
 class Ranked:
     occurrence: Occurrence
     frequency: int
-    score: float
+    score: float  # summarises the order for logs: never increases down a ranked list
+
+
+def sort_key(occurrence: Occurrence, frequency: int) -> tuple:
+    """Smaller sorts first: the whole ranking order in one tuple."""
+    return (not occurrence.same_document, occurrence.distance if occurrence.same_document else 0,
+            -occurrence.recency, -frequency, -len(occurrence.continuation), occurrence.source,
+            occurrence.position)
 
 
 def score(occurrence: Occurrence, frequency: int, newest: int) -> float:
-    """Higher is better. Same document: 2 + proximity in (0, 1]. Elsewhere: 1 + 0.9 * recency
-    + 0.1 * frequency share, so recency decides and frequency breaks ties."""
+    """Higher ranks earlier (``sort_key`` decides; this only mirrors it in one number). Same
+    document: 2 + proximity in (0, 1]. Elsewhere: 1 + (recency + frequency share) / (newest + 1)
+    in [0, 1): recency ticks are integers and the share is below 1, so a newer source always
+    scores higher and frequency only separates equal recency."""
     if occurrence.same_document:
         return 2.0 + 1.0 / (1.0 + occurrence.distance / 64.0)
-    recency = occurrence.recency / newest if newest > 0 else 0.0
-    return 1.0 + 0.9 * recency + 0.1 * (1.0 - 1.0 / (1.0 + frequency))
+    share = 1.0 - 1.0 / (1.0 + frequency)
+    return 1.0 + (max(occurrence.recency, 0) + share) / (max(newest, occurrence.recency, 0) + 1.0)
 
 
 def rank(occurrences: Sequence[Occurrence], max_candidates: int, newest: int) -> list[Ranked]:
-    """Group by continuation, keep each group's best occurrence, order by score."""
+    """Group by continuation, keep each group's best occurrence, order by ``sort_key``."""
     groups: dict[tuple[int, ...], list[Occurrence]] = {}
     for occurrence in occurrences:
         if occurrence.continuation:
             groups.setdefault(occurrence.continuation[:FREQUENCY_PREFIX], []).append(occurrence)
     ranked = []
     for members in groups.values():
-        best = max(members, key=lambda o: score(o, len(members), newest))
+        best = min(members, key=lambda o: sort_key(o, len(members)))
         ranked.append(Ranked(best, len(members), score(best, len(members), newest)))
-    ranked.sort(key=lambda r: (-r.score, -r.frequency, -len(r.occurrence.continuation), r.occurrence.source,
-                               r.occurrence.position))
+    ranked.sort(key=lambda r: sort_key(r.occurrence, r.frequency))
     return ranked[:max_candidates]

@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from index import scan
-from index.history import HistoryBuffer, HistoryEntry
+from index.history import HistoryBuffer, HistoryEntry, HistoryRecord
 from index.ingest import ScanCancelled
 from index.levels import Doc, LevelSet
 from index.persist import WriteBehindDB, content_hash
@@ -54,7 +54,7 @@ class Candidate:
     match_len: int  # tokens of context matched
     source: str  # document uri, or "history:<kind>"
     position: int  # token offset of the continuation start in that source
-    score: float  # higher is better (locality, recency, frequency)
+    score: float  # higher ranks earlier; mirrors the order of index.ranking (within one lookup)
 
 
 class WorkspaceIndex:
@@ -73,7 +73,7 @@ class WorkspaceIndex:
         self._scan_lock = threading.Lock()  # one workspace scan at a time
         self._clock = 0
         self._docs: OrderedDict[str, Doc] = OrderedDict()  # resident documents, least recently used first
-        self._evicted: dict[str, str] = {}  # uri -> text, for evicted documents when there is no database
+        self._evicted: dict[str, tuple[str, int]] = {}  # uri -> (text, version) when evicted without a database
         self._levels = LevelSet(self.adapter, max_ngram, min_ngram, trie_depth, overlay_tokens, self.db,
                                 hot_documents, self._lock, background_tokens)
         self._history = {k: HistoryBuffer(k, self.adapter.dtype, self.adapter.sep, history_tokens)
@@ -92,6 +92,8 @@ class WorkspaceIndex:
         with self._lock:
             current = self._docs.get(uri)
             if current is not None and current.text == text:
+                if version != current.version and self.db is not None and not current.unsaved:
+                    self.db.set_version(uri, version)  # an unsaved document takes it with its next save
                 current.version, current.from_editor = version, True
                 self._touch(current)
                 return
@@ -152,6 +154,11 @@ class WorkspaceIndex:
         with self._lock:
             return self._resident(uri).text
 
+    def document_version(self, uri: str) -> int:
+        """The version given with the document's latest add or update (0 for files from a scan)."""
+        with self._lock:
+            return self._resident(uri).version
+
     def document_tokens(self, uri: str) -> list[int]:
         with self._lock:
             return self._resident(uri).tokens.tolist()
@@ -178,6 +185,18 @@ class WorkspaceIndex:
             self._history_buffer(kind).append(tokens, HistoryEntry(uri, when, self._tick()))
             if self.db is not None and len(tokens):
                 self.db.add_history(kind, text, uri, when, tokens)
+
+    def history_entries(self, kind: str | None = None) -> list[HistoryRecord]:
+        """The session history kept for lookups (of one ``kind``, or all), oldest first, each
+        with its document and time; after a restart, as reloaded from the database."""
+        with self._lock:
+            if kind is None:
+                buffers = list(self._history.values())
+            else:
+                buffers = [self._history[kind]] if kind in self._history else []
+            dated = [(entry.tick, record) for buffer in buffers
+                     for entry, record in zip(buffer.entries, buffer.records())]
+            return [record for _, record in sorted(dated, key=lambda pair: pair[0])]
 
     def clear_history(self) -> None:
         """Forget all session history (memory and database); documents stay."""
@@ -458,8 +477,8 @@ class WorkspaceIndex:
         if stored is not None:
             doc = Doc(uri, stored.text, stored.token_ids.copy(), stored.version, stored.hash, self._tick())
         elif uri in self._evicted:
-            text = self._evicted.pop(uri)
-            doc = Doc(uri, text, self.adapter.encode_array(text), 0, content_hash(text), self._tick())
+            text, version = self._evicted.pop(uri)
+            doc = Doc(uri, text, self.adapter.encode_array(text), version, content_hash(text), self._tick())
         else:
             raise KeyError(f"no document {uri!r} in the index")
         self._install(doc)
@@ -481,7 +500,7 @@ class WorkspaceIndex:
         if doc.unsaved and self.db is not None:
             self.db.save_documents([(doc.uri, doc.hash, doc.version, doc.text, doc.tokens)])
         if self.db is None:
-            self._evicted[doc.uri] = doc.text
+            self._evicted[doc.uri] = (doc.text, doc.version)
         self._levels.detach(doc)
         del self._docs[doc.uri]
         log.debug("index: evicted %s (%d tokens)", doc.uri, len(doc.tokens))

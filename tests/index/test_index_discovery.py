@@ -61,10 +61,10 @@ def test_binary_oversize_and_link_escape(tmp_path, caplog, index_tokenizer):
     (outside / "dir" / "more.py").write_text("more = 1\n")
     os.symlink(outside / "secret.py", root / "escape.py")
     os.symlink(outside / "dir", root / "escape_dir")
-    os.symlink(root / "ok.py", root / "alias.py")  # a link inside the roots is fine
+    os.symlink(root / "ok.py", root / "alias.py")  # a link inside the roots: its target is read once, directly
     with caplog.at_level(logging.INFO, logger="codespec.index"):
         items = list(discover([root], max_file_bytes=1000))
-    assert _names(root, items) == ["alias.py", "ok.py"]
+    assert _names(root, items) == ["ok.py"]
     reasons = {i.path.name: i.reason for i in items if isinstance(i, Skipped)}
     assert reasons["blob.bin"].startswith("binary") and reasons["latin.txt"].startswith("binary")
     assert reasons["big.py"].startswith("oversize")
@@ -74,9 +74,68 @@ def test_binary_oversize_and_link_escape(tmp_path, caplog, index_tokenizer):
     index = WorkspaceIndex(index_tokenizer)
     calls = []
     report = index.index_workspace([root], max_file_bytes=1000, progress=lambda done, total: calls.append((done, total)))
-    assert report.files == 2 and len(report.skipped) == 5
-    assert calls and calls[-1] == (2, 2)
+    assert report.files == 1 and len(report.skipped) == 5
+    assert calls and calls[-1] == (1, 1)
     assert all("secret" not in index.document_text(u) for u in index.documents())
+
+
+def _found_paths(items):
+    paths = [os.path.realpath(i.path) for i in items if isinstance(i, Found)]
+    assert len(paths) == len(set(paths)), f"a file was yielded twice: {paths}"
+    return sorted(paths)
+
+
+def test_several_roots_yield_each_file_once(tmp_path, caplog, index_tokenizer):
+    a, b, outside = tmp_path / "a", tmp_path / "b", tmp_path / "outside"
+    for directory in (a / "sub", b, outside):
+        directory.mkdir(parents=True)
+    (a / "x.py").write_text("alpha = 1\n")
+    (a / "sub" / "y.py").write_text("beta = 2\n")
+    (b / "z.py").write_text("gamma = 3\n")
+    (outside / "secret.py").write_text("secret = 4\n")
+    os.symlink(b / "z.py", a / "link_to_z.py")  # from one root into the other
+    os.symlink(a / "sub", b / "link_to_sub")
+    os.symlink(outside / "secret.py", b / "escape.py")  # out of every root
+    os.symlink(a, tmp_path / "a_again")
+    x, y, z = (os.path.realpath(p) for p in (a / "x.py", a / "sub" / "y.py", b / "z.py"))
+
+    with caplog.at_level(logging.INFO, logger="codespec.index"):
+        items = list(discover([a, b]))
+    assert _found_paths(items) == sorted([x, y, z])
+    assert [i.path.name for i in items if isinstance(i, Skipped)] == ["escape.py"]
+    assert sum("escape.py" in r.getMessage() for r in caplog.records) == 1
+    for roots in ([a, a / "sub"], [a / "sub", a], [a, a], [a, tmp_path / "a_again"]):
+        assert _found_paths(discover(roots)) == sorted([x, y]), roots
+    assert _found_paths(discover([a / "sub", b])) == sorted([y, z])
+
+    index = WorkspaceIndex(index_tokenizer)
+    assert index.index_workspace([a, a / "sub"]).files == 2
+    report = index.index_workspace([a, b, a / "sub"])
+    assert report.files == 3 and report.tokenized == 1
+    assert sorted(index.documents()) == sorted(p.as_uri() for p in (a / "x.py", a / "sub" / "y.py", b / "z.py"))
+    assert all("secret" not in index.document_text(u) for u in index.documents())
+    index.check_integrity()
+
+
+def test_gitignore_link_out_of_the_roots_is_not_read(tmp_path, caplog):
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    (root / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "rules").write_text("secret_rule.py\n")
+    os.symlink(outside / "rules", root / ".gitignore")
+    (root / "secret_rule.py").write_text("x = 1\n")
+    (root / "ok.py").write_text("y = 2\n")
+    (root / "inside_rules").write_text("*.tmp.py\n")
+    os.symlink(root / "inside_rules", root / "sub" / ".gitignore")  # a link inside the roots is read
+    (root / "sub" / "scratch.tmp.py").write_text("z = 3\n")
+    (root / "sub" / "kept.py").write_text("w = 4\n")
+    with caplog.at_level(logging.INFO, logger="codespec.index"):
+        items = list(discover([root]))
+    names = _names(root, items)
+    assert "secret_rule.py" in names and "sub/scratch.tmp.py" not in names
+    assert names == ["inside_rules", "ok.py", "secret_rule.py", "sub/kept.py"]
+    assert [(i.path.name, i.reason) for i in items if isinstance(i, Skipped)] == [(".gitignore", "link outside roots")]
+    assert sum(".gitignore" in r.getMessage() for r in caplog.records) == 1  # one log line
 
 
 def test_open_buffer_wins_over_disk(tmp_path, index_tokenizer):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from index import WorkspaceIndex
+from index.ranking import Occurrence, rank
 
 
 def ids(adapter, text):
@@ -80,6 +85,64 @@ def test_most_recent_document_preferred(make_index, index_adapter, index_tokeniz
     index.update_document("mem://old", 0, 0, "# touched\n", version=2)
     found = index.lookup(ids(index_adapter, "h = make_handler("), 3)
     assert found[0].source == "mem://old"
+
+
+def test_recency_beats_frequency_after_many_ticks(make_index, index_adapter):
+    """Hundreds of clock ticks (touches) make neighbouring ticks nearly equal as fractions of the
+    clock; the newer document must still win over an older one with more occurrences."""
+    index = make_index()
+    for _ in range(300):
+        index.add_document("mem://busy", "zz = 0\n")  # unchanged text: each call only ticks the clock
+    index.add_document("mem://old", "h = make_handler(old_style)\n" * 4)
+    index.add_document("mem://new", "h = make_handler(new_style)\n")
+    settle(index)
+    found = index.lookup(ids(index_adapter, "x = make_handler("), 3)
+    assert [c.source for c in found[:2]] == ["mem://new", "mem://old"]
+    assert found[0].score > found[1].score
+
+
+def test_frequency_breaks_a_recency_tie(index_tokenizer, index_adapter):
+    for order in (["mem://once", "mem://many"], ["mem://many", "mem://once"]):
+        index = WorkspaceIndex(index_tokenizer)
+        texts = {"mem://once": "h = make_handler(single)\n", "mem://many": "h = make_handler(repeated)\n" * 3}
+        index.add_documents({uri: texts[uri] for uri in order})  # one batch: one tick for both
+        found = index.lookup(ids(index_adapter, "x = make_handler("), 3)
+        assert [c.source for c in found] == ["mem://many", "mem://once"]
+        assert found[0].score > found[1].score
+
+
+def test_same_document_near_cursor_beats_recency_and_frequency(make_index, index_adapter, index_tokenizer):
+    index = make_index()
+    text = "h = make_handler(local_style)\n" + "".join(f"pad_{n} = {n}\n" for n in range(20))
+    index.add_document("mem://here", text)
+    for _ in range(300):
+        index.add_document("mem://busy", "zz = 0\n")
+    index.add_document("mem://newer", "h = make_handler(remote_style)\n" * 4)
+    settle(index)
+    cursor = index.token_offset("mem://here", len(text))
+    found = index.lookup(ids(index_adapter, "x = make_handler("), 3, uri="mem://here", cursor=cursor)
+    assert [c.source for c in found[:2]] == ["mem://here", "mem://newer"]
+    assert decode(index_tokenizer, found[0].token_ids).startswith("local")
+
+
+occurrences = st.lists(st.builds(
+    Occurrence, source=st.sampled_from(["mem://a", "mem://b", "history:accepted"]), position=st.integers(0, 50),
+    continuation=st.lists(st.integers(0, 3), min_size=1, max_size=3).map(tuple), same_document=st.booleans(),
+    distance=st.integers(0, 500), recency=st.integers(0, 1000)), max_size=30)
+
+
+@given(occurrences, st.integers(0, 10**6))
+@settings(max_examples=300, deadline=None)
+def test_rank_is_lexicographic(found, extra_ticks):
+    """Same document (nearer first), then recency, then frequency: never a trade between them,
+    however far the clock has run; ``score`` never increases down the list."""
+    found = [o if o.same_document else replace(o, distance=0) for o in found]
+    ranked = rank(found, max_candidates=100, newest=1000 + extra_ticks)
+    keys = [(not r.occurrence.same_document, r.occurrence.distance, -r.occurrence.recency, -r.frequency)
+            for r in ranked]
+    assert keys == sorted(keys)
+    assert all(a.score >= b.score for a, b in zip(ranked, ranked[1:]))
+    assert sum(r.frequency for r in ranked) == len(found)
 
 
 def test_match_across_token_boundary(make_index, index_adapter):
