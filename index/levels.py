@@ -295,18 +295,19 @@ class LevelSet:
             worker.join()
 
     # -- matching -------------------------------------------------------------------------------
-    def match(self, reversed_context: list[int], same: Doc | None, cursor: int | None, cap: int
-              ) -> list[tuple[int, Doc, np.ndarray]]:
+    def match(self, reversed_context: list[int], same: Doc | None, cursor: int | None, cap: int,
+              skip: int | None = None) -> list[tuple[int, Doc, np.ndarray]]:
         """(match length, document, continuation offsets) per document with a match, each
-        source's longest; at most ``cap`` offsets per source, the nearest / newest first."""
+        source's longest; at most ``cap`` offsets per source, the nearest to ``cursor`` / newest
+        first; in ``same``, not the one at ``skip``."""
         found = []
         if same is not None:
             match = scan_longest(same.tokens, reversed_context, self.max_ngram, self.min_ngram)
             positions = match.positions
-            if cursor is not None:
-                positions = positions[positions != cursor]
-                if len(positions) > cap:
-                    positions = positions[np.argsort(np.abs(positions - cursor), kind="stable")[:cap]]
+            if skip is not None:
+                positions = positions[positions != skip]
+            if cursor is not None and len(positions) > cap:
+                positions = positions[np.argsort(np.abs(positions - cursor), kind="stable")[:cap]]
             if len(positions):
                 found.append((match.length, same, positions[-cap:]))
         for doc in self.overlay.values():

@@ -28,6 +28,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from types import EllipsisType
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -223,10 +224,13 @@ class WorkspaceIndex:
 
     # -- lookup ---------------------------------------------------------------------------------
     def lookup(self, context: Sequence[int], max_len: int, uri: str | None = None, cursor: int | None = None,
-               max_candidates: int = 4) -> list[Candidate]:
+               max_candidates: int = 4, *, skip: int | None | EllipsisType = ...) -> list[Candidate]:
         """Continuations after the longest suffix match of ``context`` (at most ``max_ngram``
-        tokens, at least ``min_ngram``), best first. ``cursor`` is a token offset in ``uri``; the
-        occurrence at the cursor itself (the context matching itself) is skipped."""
+        tokens, at least ``min_ngram``), best first. ``cursor`` is a token offset in ``uri`` that
+        locality ranks around. The occurrence whose continuation starts at ``skip`` (default: the
+        cursor) is left out: at a completion's cursor the context matches itself, and what follows
+        there is the text after the cursor. A caller whose cursor follows the place it copies from
+        passes the completion's own position as ``skip``."""
         with self._lock:
             vocab = self.adapter.vocab_size
             reversed_context = [t if 0 <= t < vocab else -1 for t in map(int, context[-self.max_ngram:])][::-1]
@@ -235,7 +239,8 @@ class WorkspaceIndex:
             same = self._docs.get(uri) if uri is not None else None
             if same is not None:
                 self._touch(same)
-            found = self._levels.match(reversed_context, same, cursor, PER_SOURCE_CAP)
+            found = self._levels.match(reversed_context, same, cursor, PER_SOURCE_CAP,
+                                       cursor if skip is ... else skip)
             for buffer in self._history.values():
                 match = buffer.match(reversed_context, self.max_ngram, self.min_ngram)
                 if match.length:

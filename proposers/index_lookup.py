@@ -51,7 +51,7 @@ class IndexLookup:
 
     def propose(self, context: ProposeContext) -> Draft:
         candidates = self.index.lookup(context.token_ids, context.max_len, self.uri, self._cursor,
-                                       self.max_candidates)
+                                       self.max_candidates, skip=self._start_cursor)
         own = self.context.propose(context) if self.context is not None else EMPTY_DRAFT
         best = next((c for c in candidates if c.token_ids), None)
         if own.token_ids and (best is None or own.match.match_len > best.match_len):
@@ -69,8 +69,8 @@ class IndexLookup:
         self.index.record_outcome(draft.match.source, len(draft), outcome.accepted)
         if draft.match.source == self.uri and outcome.accepted:
             # Copying from this document: rank the place just copied first next time. (The index
-            # skips an occurrence exactly at the cursor, which is the completion's own position.)
-            self._cursor = draft.match.position + len(outcome.emitted) + 1
+            # skips only the completion's own position, ``skip`` in the lookup.)
+            self._cursor = draft.match.position + len(outcome.emitted)
 
     def end(self) -> None:
         if self.context is not None:

@@ -224,12 +224,6 @@ def test_repeated_blocks_the_draft_names_the_right_mark_and_the_cursor_follows(t
     assert abs(proposer.cursor - draft.match.position) <= 2
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: IndexLookup.observe (proposers/index_lookup.py:73) sets the cursor one token past the "
-    "next copy position, but the index skips the occurrence exactly at the cursor "
-    "(index/levels.py:307); one output token emitted without an index draft (a plain step, another "
-    "proposer's draft under auto) puts the copied occurrence exactly on the cursor, so it is "
-    "skipped and the nearest other copy (another block) is drafted"))
 def test_repeated_blocks_keep_the_occurrence_after_a_step_without_an_index_draft(tokenizer):
     codec = TokenBytes(tokenizer)
     proposer, prompt_ids, output_ids, done, _ = copy_lines_of_gamma(tokenizer)
