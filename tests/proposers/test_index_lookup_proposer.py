@@ -11,6 +11,7 @@ import pytest
 from codespec.draft import EMPTY_DRAFT, Outcome, ProposeContext
 from codespec.registry import ProposerSetup, create_proposer
 from index import WorkspaceIndex
+from lookup_steps import cut_after, step_to
 from proposers.index_lookup import IndexLookup
 from proposers.lookup_sim import replay
 from proposers.token_bytes import TokenBytes
@@ -152,23 +153,6 @@ def block(mark: str) -> str:
 MARKS = ("alpha", "beta", "gamma", "delta", "epsilon")
 BLOCKS = "def f(values):\n" + "".join(block(mark) for mark in MARKS) + "    return total\n"
 EDIT_PROMPT = "# edited\n"  # occurs nowhere in the indexed documents
-
-
-def step_to(proposer: IndexLookup, prompt_ids: list[int], output_ids: list[int], max_len: int = 64):
-    """Walk ``output_ids`` through the proposer as the engine would (drafts verified against the
-    recorded output), then return the draft it proposes next."""
-    replay(proposer, prompt_ids, output_ids, max_len)
-    return proposer.propose(ProposeContext([*prompt_ids, *output_ids], len(prompt_ids), max_len))
-
-
-def cut_after(codec, output: str, text_end: int) -> list[int]:
-    """The output's tokens up to the first token boundary at or after character ``text_end``."""
-    output_ids = codec.encode(output)
-    target = len(output[:text_end].encode())
-    for count in range(len(output_ids) + 1):
-        if len(codec.join(output_ids[:count])) >= target:
-            return output_ids[:count]
-    return output_ids
 
 
 def one_document(tokenizer, text: str, uri: str = "doc.py") -> WorkspaceIndex:

@@ -8,6 +8,7 @@ import sysconfig
 import pytest
 
 from codespec.draft import Draft, Outcome, ProposeContext
+from lookup_steps import cut_after, step_to
 from codespec.registry import ProposerSetup, create_proposer
 from proposers.lookup_sim import replay
 from proposers.reference import ReferenceLookup, best_anchor
@@ -33,13 +34,6 @@ def codec(tokenizer):
     return TokenBytes(tokenizer)
 
 
-def step_to(pointer: ReferenceLookup, output_ids: list[int], max_len: int = 64) -> Draft:
-    """Walk ``output_ids`` through the pointer as the engine would (drafts verified against the
-    recorded output), then return the draft it proposes next."""
-    replay(pointer, [], output_ids, max_len)
-    return pointer.propose(ProposeContext(list(output_ids), 0, max_len))
-
-
 def test_exact_copy_drafts_whole_spans_and_counts_prediction_tokens(codec):
     reference = "def area(width, height):\n    return width * height\n" * 6
     output_ids = codec.encode(reference)
@@ -51,16 +45,6 @@ def test_exact_copy_drafts_whole_spans_and_counts_prediction_tokens(codec):
     assert pointer.rejected_prediction_tokens == 0
 
 
-def cut_after(codec, output: str, text_end: int) -> list[int]:
-    """The output's tokens up to the first token boundary at or after character ``text_end``."""
-    output_ids = codec.encode(output)
-    target = len(output[:text_end].encode())
-    for count in range(len(output_ids) + 1):
-        if len(codec.join(output_ids[:count])) >= target:
-            return output_ids[:count]
-    return output_ids
-
-
 def test_repeated_lines_keep_the_occurrence_being_copied(codec):
     block = "    total = total + value\n    count = count + 1\n"
     reference = "def f(values):\n" + block + block + block + "    return total\n"
@@ -69,7 +53,7 @@ def test_repeated_lines_keep_the_occurrence_being_copied(codec):
              "    count = count + 1\n    return total\n"
     pointer = ReferenceLookup(reference, codec)
     emitted = cut_after(codec, output, output.index(" count", output.index("# seen")))
-    draft = step_to(pointer, emitted)
+    draft = step_to(pointer, [], emitted)
     third_count = len(("def f(values):\n" + block + block + "    total = total + value\n").encode())
     assert third_count <= pointer.position <= third_count + len(b"    ")  # the third copy's line
     assert codec.join(emitted) + codec.join(draft.token_ids) == output.encode()
@@ -86,7 +70,7 @@ def test_insertion_resumes_after_the_inserted_line(codec):
     # and once the pointer has re-anchored the rest of the file comes in one more.
     assert len(stats.steps) <= inserted + 3
     emitted = cut_after(codec, output, output.index(" return y"))
-    draft = step_to(ReferenceLookup(reference, codec), emitted)
+    draft = step_to(ReferenceLookup(reference, codec), [], emitted)
     assert codec.join(emitted) + codec.join(draft.token_ids) == output.encode()
 
 
@@ -94,7 +78,7 @@ def test_deletion_skips_the_deleted_text(codec):
     reference = "import os\nimport sys\nimport json\n\n\ndef main():\n    print(os.getcwd())\n"
     output = "import os\nimport json\n\n\ndef main():\n    print(os.getcwd())\n"
     pointer = ReferenceLookup(reference, codec)
-    draft = step_to(pointer, codec.encode("import os\nimport json"))
+    draft = step_to(pointer, [], codec.encode("import os\nimport json"))
     assert pointer.position == len(b"import os\nimport sys\nimport json")
     assert codec.join(draft.token_ids) == b"\n\n\ndef main():\n    print(os.getcwd())\n"
     stats = replay(ReferenceLookup(reference, codec), [], codec.encode(output), 64)
@@ -233,7 +217,7 @@ def test_inserted_text_is_drafted_from_the_request_itself_and_not_counted_as_pre
     output_ids = codec.encode(output)
     emitted = cut_after(codec, output, output.rindex("    print(os.environ") + len("    print(os.env"))
     pointer = ReferenceLookup(reference, codec)
-    draft = step_to(pointer, emitted)
+    draft = step_to(pointer, [], emitted)
     # The repeated line is nowhere in the reference, but the output already holds it.
     assert draft.match.source == "context"
     assert (codec.join(emitted) + codec.join(draft.token_ids)).startswith(output.encode())
@@ -298,12 +282,12 @@ def test_match_length_grows_while_copying_and_restarts_at_a_reanchoring(codec):
     original = "".join(f"def f{i}(value):\n    return value * {i} + {i}\n\n" for i in range(8))
     edited = original.replace("return value * 3 + 3", "result = value ** 3\n    return result - 3")
     pointer = ReferenceLookup(original, codec)
-    early = step_to(pointer, cut_after(codec, edited, 20)).match.match_len
+    early = step_to(pointer, [], cut_after(codec, edited, 20)).match.match_len
     pointer = ReferenceLookup(original, codec)
     before_edit = edited.index("result = value")
-    late = step_to(pointer, cut_after(codec, edited, before_edit - 1)).match.match_len
+    late = step_to(pointer, [], cut_after(codec, edited, before_edit - 1)).match.match_len
     assert late > early + 20  # every confirmed token counts
     pointer = ReferenceLookup(original, codec)
     after_edit = edited.index("return result - 3") + len("return result - 3\n\n")
-    reanchored = step_to(pointer, cut_after(codec, edited, after_edit + 12))
+    reanchored = step_to(pointer, [], cut_after(codec, edited, after_edit + 12))
     assert reanchored.token_ids and reanchored.match.match_len < late  # a fresh anchoring starts again
