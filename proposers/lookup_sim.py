@@ -9,11 +9,13 @@ The lookup ceiling is the §3 definition: the output is diffed against its refer
 level; each aligned block of b tokens costs ceil(b / (K + 1)) forwards (a perfect copy pointer),
 each unaligned token one forward.
 
-The hindsight bound is what no lookup proposer can beat: at every step it drafts the longest
+The hindsight bound is what no copying proposer can beat: at every step it drafts the longest
 continuation of the recorded output (up to K tokens) that occurs anywhere in the prompt or the
-output so far, knowing the output in advance. Greedy is optimal here, for a single draft or a tree
-of them: a forward accepts an occurring prefix of the continuation plus one token, and the reach
-``i + L(i) + 1`` never decreases in ``i`` because a suffix of an occurring stretch occurs.
+output so far, knowing the output in advance. Greedy is optimal among drafts that are stretches
+copied from that text, one per forward or a tree of them: a forward accepts an occurring prefix of
+the continuation plus one token, and the reach ``i + L(i) + 1`` never decreases in ``i`` because
+a suffix of an occurring stretch occurs. (A draft stitched from overlapping n-grams is not such a
+stretch: it is not bound by this, only by how well a chain of n-grams predicts.)
 """
 
 from __future__ import annotations

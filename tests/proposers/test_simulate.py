@@ -80,7 +80,7 @@ def test_hindsight_bound_drafts_the_longest_available_stretch():
 
 
 def _fewest_forwards(prompt, output, max_draft):
-    """Exhaustive: the fewest forwards of *any* drafting that only proposes text found in the prompt
+    """Exhaustive: the fewest forwards of *any* drafting that only proposes stretches of the prompt
     or the output so far, one path or a tree of them. Whatever was drafted, what a forward accepts
     is a prefix of the true continuation that occurs in that text, plus the target's own token."""
     def occurs(needle, haystack):
@@ -100,7 +100,7 @@ def _fewest_forwards(prompt, output, max_draft):
 
 
 def test_hindsight_bound_is_the_optimum_of_every_lookup_drafting():
-    """Why the bound binds every lookup proposer: drafting the longest available stretch each step
+    """Why the bound binds every copying proposer: drafting the longest available stretch each step
     is optimal (the reach i + L(i) + 1 never decreases, as a suffix of an occurring stretch occurs)."""
     rng = random.Random(4)
     for _ in range(300):
