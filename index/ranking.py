@@ -14,6 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
+from index.history import HistoryBuffer
+
 FREQUENCY_PREFIX = 8  # continuations agreeing on this many leading tokens count as the same draft
 
 
@@ -64,3 +68,15 @@ def rank(occurrences: Sequence[Occurrence], max_candidates: int, newest: int) ->
         ranked.append(Ranked(best, len(members), score(best, len(members), newest)))
     ranked.sort(key=lambda r: sort_key(r.occurrence, r.frequency))
     return ranked[:max_candidates]
+
+
+def occurrences_at(source, positions: np.ndarray, max_len: int, same, cursor: int | None) -> list[Occurrence]:
+    """The occurrences at ``positions`` (continuation starts) of one source: a history buffer or a
+    document (``index.levels.Doc``); ``same`` is the document the cursor is in."""
+    if isinstance(source, HistoryBuffer):
+        return [Occurrence(source.source, p, source.continuation(p, max_len), False, 0, source.entry_at(p).tick)
+                for p in positions.tolist()]
+    is_same = source is same
+    return [Occurrence(source.uri, p, tuple(source.tokens[p:p + max_len].tolist()), is_same,
+                       abs(p - cursor) if is_same and cursor is not None else 0, source.changed)
+            for p in positions.tolist()]

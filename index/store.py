@@ -38,7 +38,7 @@ from index.history import HistoryBuffer, HistoryEntry, HistoryRecord
 from index.ingest import ScanCancelled
 from index.levels import Doc, LevelSet
 from index.persist import WriteBehindDB, content_hash
-from index.ranking import Occurrence, rank
+from index.ranking import occurrences_at, rank
 from index.retokenize import splice
 from index.scan import IndexReport
 from index.tokens import TokenizerAdapter
@@ -251,26 +251,10 @@ class WorkspaceIndex:
             occurrences = []
             for length, source, positions in found:
                 if length == best:
-                    occurrences.extend(self._occurrences(source, positions, max_len, same, cursor))
+                    occurrences.extend(occurrences_at(source, positions, max_len, same, cursor))
             ranked = rank(occurrences, max_candidates, self._clock)
             return [Candidate(r.occurrence.continuation, best, r.occurrence.source, r.occurrence.position, r.score)
                     for r in ranked]
-
-    def _occurrences(self, source, positions: np.ndarray, max_len: int, same: Doc | None,
-                     cursor: int | None) -> list[Occurrence]:
-        out = []
-        if isinstance(source, HistoryBuffer):
-            for p in positions.tolist():
-                out.append(Occurrence(source.source, p, source.continuation(p, max_len), False, 0,
-                                      source.entry_at(p).tick))
-            return out
-        doc: Doc = source
-        is_same = doc is same
-        for p in positions.tolist():
-            distance = abs(p - cursor) if is_same and cursor is not None else 0
-            out.append(Occurrence(doc.uri, p, tuple(doc.tokens[p:p + max_len].tolist()), is_same, distance,
-                                  doc.changed))
-        return out
 
     # -- workspace ------------------------------------------------------------------------------
     def index_workspace(self, roots: list[Path], exclude: Sequence[str] = (), max_file_bytes: int = 1_000_000,
