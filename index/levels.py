@@ -21,8 +21,9 @@ from typing import Sequence
 import numpy as np
 
 from index.ngram import NgramTable, scan_longest
-from index.persist import WriteBehindDB, content_hash, table_fingerprint
+from index.persist import content_hash, table_fingerprint
 from index.tokens import TokenizerAdapter
+from index.writebehind import WriteBehindDB
 
 HOT_DOCUMENTS = 4  # most recently changed overlay documents stay scanned (they are being edited)
 OVERLAY_DOCUMENTS = 64  # more overlay documents than this also triggers a new level

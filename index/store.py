@@ -37,11 +37,12 @@ from index import scan
 from index.history import HistoryBuffer, HistoryEntry, HistoryRecord
 from index.ingest import ScanCancelled
 from index.levels import Doc, LevelSet
-from index.persist import WriteBehindDB, content_hash
+from index.persist import content_hash
 from index.ranking import occurrences_at, rank
 from index.retokenize import splice
 from index.scan import IndexReport
 from index.tokens import TokenizerAdapter
+from index.writebehind import WriteBehindDB
 
 log = logging.getLogger("codespec.index")
 

@@ -253,7 +253,7 @@ def test_table_from_persisted_parts_matches_scan():
 
 
 def test_failed_background_write_is_reported(tmp_path, index_adapter):
-    from index.persist import WriteBehindDB
+    from index.writebehind import WriteBehindDB
 
     db = WriteBehindDB(tmp_path / "index.db", index_adapter.fingerprint, index_adapter.dtype)
     db.save_documents([("mem://a", None, 1, "a = 1\n", index_adapter.encode_array("a = 1\n"))])

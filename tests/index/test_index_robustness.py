@@ -234,7 +234,7 @@ def test_damage_found_by_a_read_after_opening_is_moved_aside(tmp_path, index_tok
 
 
 def test_damage_found_by_a_write_keeps_that_write(tmp_path, index_tokenizer, index_adapter):
-    from index.persist import WriteBehindDB
+    from index.writebehind import WriteBehindDB
 
     db_path = tmp_path / "index.db"
     _filled_db(db_path, index_tokenizer)
