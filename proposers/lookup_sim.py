@@ -10,8 +10,9 @@ level; each aligned block of b tokens costs ceil(b / (K + 1)) forwards (a perfec
 each unaligned token one forward.
 
 The hindsight bound is what no copying proposer can beat: at every step it drafts the longest
-continuation of the recorded output (up to K tokens) that occurs anywhere in the prompt or the
-output so far, knowing the output in advance. Greedy is optimal among drafts that are stretches
+continuation of the recorded output (up to K tokens) that occurs anywhere in the prompt, the
+reference (tokenized on its own, as the copy pointer and the index draft it) or the output so
+far, knowing the output in advance. Greedy is optimal among drafts that are stretches
 copied from that text, one per forward or a tree of them: a forward accepts an occurring prefix of
 the continuation plus one token, and the reach ``i + L(i) + 1`` never decreases in ``i`` because
 a suffix of an occurring stretch occurs. (A draft stitched from overlapping n-grams is not such a
@@ -73,10 +74,15 @@ def ceiling_forwards(reference_ids: Sequence[int], output_ids: Sequence[int], ma
     return unaligned + sum(math.ceil(size / (max_draft + 1)) for size in blocks)
 
 
-def hindsight_forwards(prompt_ids: Sequence[int], output_ids: Sequence[int], max_draft: int) -> int:
+def hindsight_forwards(prompt_ids: Sequence[int], output_ids: Sequence[int], max_draft: int,
+                       sources: Sequence[Sequence[int]] = ()) -> int:
     """Forwards needed if every step drafted the longest next stretch of ``output_ids`` (at most
-    ``max_draft`` tokens) found in the prompt or the output so far."""
-    text = "".join(map(chr, prompt_ids))  # one code point per token: str.find is a token search
+    ``max_draft`` tokens) found in the prompt, in ``sources`` (other token streams a proposer
+    copies from: the reference tokenized on its own, which need not match the prompt's ids where
+    the text joins the prompt's header) or in the output so far."""
+    # One code point per token (str.find is a token search); the sources apart, the prompt last:
+    # the output continues it.
+    text = "".join("".join(map(chr, ids)) + "\U0010ffff" for ids in sources) + "".join(map(chr, prompt_ids))
     output = "".join(map(chr, output_ids))
     position = forwards = 0
     while position < len(output):

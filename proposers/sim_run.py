@@ -51,7 +51,7 @@ def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer,
         ceiling = tokens / sum(ceiling_forwards(ref, out, max_draft) for ref, _, out in edits)
         if bounds is not None:
             bounds["hindsight_tokens_per_forward"] = tokens / sum(
-                hindsight_forwards(prompt, out, max_draft) for _, prompt, out in edits)
+                hindsight_forwards(prompt, out, max_draft, [ref]) for ref, prompt, out in edits)
     return {"workload": workload, "records": len(cases), "max_draft": max_draft,
             "ceiling": {"tokens_per_forward": ceiling}, "proposers": rows}
 

@@ -148,7 +148,7 @@ def format_table(report: dict, extras: dict | None = None, bounds: dict | None =
     hindsight = (bounds or {}).get("hindsight_tokens_per_forward")
     if hindsight:
         lines.append(f"hindsight bound (every step drafts the longest next stretch of the output found in the "
-                     f"prompt or the output so far): {hindsight:.2f} tokens per forward = "
+                     f"prompt, the reference or the output so far): {hindsight:.2f} tokens per forward = "
                      f"{hindsight / baseline:.2f}x {BASELINE}")
     lines.append("MAL = mean accepted length + 1 per drafted step; acc@i = acceptance at draft depth i; "
                  "p50/p99 = proposal time; rej/tok = rejected draft tokens per output token")

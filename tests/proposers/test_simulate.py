@@ -77,12 +77,18 @@ def test_hindsight_bound_drafts_the_longest_available_stretch():
     # The copy, then a novel token (the bonus of the same forward), then that token repeated.
     assert hindsight_forwards([1, 2, 3], [1, 2, 3, 9, 9, 9], 32) == 2
     assert hindsight_forwards(list(range(100)), list(range(100)), 32) == 4  # 33 per forward at most
+    # The reference as tokenized on its own is a source too (the prompt may tokenize it otherwise).
+    assert hindsight_forwards([7, 8], [1, 2, 3, 4], 32) == 4
+    assert hindsight_forwards([7, 8], [1, 2, 3, 4], 32, [[1, 2, 3, 4]]) == 1
+    assert hindsight_forwards([1, 2], [2, 7, 9], 32, [[7, 9]]) == 2  # no stretch across two texts
+    assert hindsight_forwards([5, 1], [2, 6], 32, [[1, 2]]) == 1  # the output continues the prompt
 
 
-def _fewest_forwards(prompt, output, max_draft):
-    """Exhaustive: the fewest forwards of *any* drafting that only proposes stretches of the prompt
-    or the output so far, one path or a tree of them. Whatever was drafted, what a forward accepts
-    is a prefix of the true continuation that occurs in that text, plus the target's own token."""
+def _fewest_forwards(prompt, output, max_draft, source=()):
+    """Exhaustive: the fewest forwards of *any* drafting that only proposes stretches of the prompt,
+    another source or the output so far, one path or a tree of them. Whatever was drafted, what a
+    forward accepts is a prefix of the true continuation that occurs in that text, plus the
+    target's own token."""
     def occurs(needle, haystack):
         return any(haystack[k:k + len(needle)] == needle for k in range(len(haystack) - len(needle) + 1))
 
@@ -90,7 +96,7 @@ def _fewest_forwards(prompt, output, max_draft):
     for position in range(len(output)):  # positions only grow: a forward pass in order is a BFS
         if position not in best:
             continue
-        available = list(prompt) + list(output[:position])
+        available = [*source, None, *prompt, *output[:position]]  # None: no stretch spans two texts
         for accepted in range(min(max_draft, len(output) - position - 1) + 1):
             if accepted and not occurs(list(output[position:position + accepted]), available):
                 break
@@ -107,8 +113,11 @@ def test_hindsight_bound_is_the_optimum_of_every_lookup_drafting():
         alphabet = rng.randint(2, 6)
         prompt = [rng.randrange(alphabet) for _ in range(rng.randint(0, 25))]
         output = [rng.randrange(alphabet) for _ in range(rng.randint(1, 30))]
+        source = [rng.randrange(alphabet) for _ in range(rng.randint(0, 8))]
         max_draft = rng.randint(1, 8)
         assert hindsight_forwards(prompt, output, max_draft) == _fewest_forwards(prompt, output, max_draft)
+        assert hindsight_forwards(prompt, output, max_draft, [source]) == \
+            _fewest_forwards(prompt, output, max_draft, source)
 
 
 @pytest.fixture(scope="module")
@@ -232,3 +241,24 @@ def test_cli_bad_workspace_and_output_paths(tokenizer_dir, tmp_path, capsys):
     bom = tmp_path / "bom.jsonl"  # a byte-order mark at the start is accepted
     bom.write_bytes(b"\xef\xbb\xbf" + workload.read_bytes())
     assert main(["simulate", "--workload", str(bom), "--tokenizer", str(tokenizer_dir), "--proposer", "context"]) == 0
+
+
+def test_hindsight_bound_holds_where_the_prompt_tokenizes_the_reference_otherwise(tokenizer_dir):
+    """The prompt's header ends in a line break that merges with the reference's indentation, so
+    the reference's own tokens (what the copy pointer drafts) are not all among the prompt's."""
+    from transformers import AutoTokenizer
+
+    from proposers.sim_run import simulate_workload
+    from proposers.sim_workload import SimCase, edit_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    reference = "    value = compute(alpha, beta)\n    return value\n"
+    prompt = edit_prompt(reference, None)
+    assert tokenizer.encode(reference)[0] not in tokenizer.encode(prompt)
+    case = SimCase("c", "edit", prompt, reference, reference, 0, "mem://x.py", reference, 0)
+    bounds: dict = {}
+    report = simulate_workload([case], ["reference"], tokenizer, 8, bounds=bounds)
+    tokens = len(tokenizer.encode(reference))
+    copied = report["proposers"]["reference"]["tokens_per_forward"]
+    assert copied == tokens / -(-tokens // 9)  # a copy: 8 drafted + 1 per forward
+    assert bounds["hindsight_tokens_per_forward"] >= copied
