@@ -143,6 +143,16 @@ class WorkspaceIndex:
             self._maintain(keep=doc)
             self._flush_if_due()
 
+    def close_document(self, uri: str) -> None:
+        """The editor closed its buffer: the document stays indexed, but is no longer an open
+        buffer, so a workspace scan may replace it with the file on disk and the memory budget
+        may evict it (open buffers are never evicted: a reload would not know they are buffers)."""
+        with self._lock:
+            doc = self._docs.get(uri)
+            if doc is not None:
+                doc.from_editor = False
+                self._maintain()
+
     def remove_document(self, uri: str) -> None:
         with self._lock:
             doc = self._docs.pop(uri, None)
@@ -157,7 +167,8 @@ class WorkspaceIndex:
             return self._resident(uri).text
 
     def document_version(self, uri: str) -> int:
-        """The version given with the document's latest add or update (0 for files from a scan)."""
+        """The version given with the document's latest add or update (a scanned file keeps the
+        version stored with it; 0 for one first seen by a scan)."""
         with self._lock:
             return self._resident(uri).version
 
@@ -389,8 +400,9 @@ class WorkspaceIndex:
                         raise AssertionError(f"{uri}: token starts differ from a fresh encode")
             for buffer in self._history.values():
                 buffer.check()
+            evictable = sum(1 for d in self._docs.values() if not d.from_editor)  # the last one used may stay
             if self.memory_budget_tokens is not None and self._levels.live_tokens() > self.memory_budget_tokens \
-                    and len(self._docs) > 1:
+                    and evictable > 1:
                 raise AssertionError("resident tokens exceed the memory budget")
             if self.db is not None:
                 self.db.check()
@@ -477,13 +489,12 @@ class WorkspaceIndex:
 
     def _maintain(self, keep: Doc | None = None) -> None:
         budget = self.memory_budget_tokens
-        if budget is not None:
-            while self._levels.live_tokens() > budget and len(self._docs) > 1:
-                uri, victim = next(iter(self._docs.items()))
-                if victim is keep:
-                    self._docs.move_to_end(uri)
-                    uri, victim = next(iter(self._docs.items()))
+        if budget is not None and self._levels.live_tokens() > budget:
+            # Least recently used first; never ``keep`` (being used now) or an open editor buffer.
+            for victim in [d for d in self._docs.values() if d is not keep and not d.from_editor]:
                 self._evict(victim)
+                if self._levels.live_tokens() <= budget:
+                    break
         self._levels.maintain()
 
     def _evict(self, doc: Doc) -> None:

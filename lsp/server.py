@@ -181,6 +181,9 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         if ls.debouncer is not None:
             ls.debouncer.flush(uri)
         ls.documents.close(uri)
+        if ls.service is not None and ls.service.index is not None:
+            index = ls.service.index
+            log_failure(ls.service.call(lambda: index.close_document(uri), idle=True), f"closing {uri} in the index")
         ls.suggestions.pop(uri, None)
         cancel_warm(ls, uri)
         job = ls.inflight.pop(uri, None)
