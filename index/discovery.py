@@ -10,9 +10,10 @@ Links: a link whose target lies outside every root is never followed (a ``.gitig
 such a link is not read either). Directory links inside the roots are not entered (their
 targets are walked directly, and this rules out cycles).
 
-Each file is yielded once, by its real path: a root inside another root is walked as part of
-the outer one, and a file link inside the roots is read (after every root is walked) only
-when its target was not reached directly. Binary (a NUL byte or invalid UTF-8) and oversize
+Each file is yielded once, by its real path: every root is walked (outer ones first, each with
+its own ignore files and excludes), so a root nested in another adds what the outer walk left
+out, and a file link inside the roots is read (after every root is walked) only when its
+target was not reached directly. Binary (a NUL byte or invalid UTF-8) and oversize
 files are skipped with one log line each.
 """
 
@@ -179,15 +180,13 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def _outermost(roots: Sequence[Path], real_roots: Sequence[str]) -> list[tuple[Path, str]]:
-    """(root, its real path) for each root not inside another one (of equal roots, the first):
-    a nested root is covered by the walk of the root around it."""
-    kept = []
-    for n, real in enumerate(real_roots):
-        if not any(_inside(real, [other]) and (other != real or m < n)
-                   for m, other in enumerate(real_roots) if m != n):
-            kept.append((Path(roots[n]), real))
-    return kept
+def _walk_order(roots: Sequence[Path], real_roots: Sequence[str]) -> list[tuple[Path, str]]:
+    """(root, its real path), each real path once (the first listed), outer roots first: a file
+    the outer walk yields is not yielded again by a nested root, and a nested root the user
+    listed still contributes what the outer root's ignore rules leave out."""
+    unique = {real: Path(root) for root, real in reversed(list(zip(roots, real_roots)))}
+    order = sorted(unique, key=lambda real: (real.count(os.sep), real_roots.index(real)))
+    return [(unique[real], real) for real in order]
 
 
 def _ignore_file(path: Path, real_roots: Sequence[str]) -> str | None:
@@ -214,7 +213,7 @@ def discover(roots: Sequence[Path], exclude: Sequence[str] = (), max_file_bytes:
     excluded = parse_rules(exclude)
     seen: set[str] = set()  # real paths of files yielded (or skipped) so far
     file_links: list[tuple[Path, str]] = []  # (link, real target inside the roots), read last
-    for root, real_root in _outermost(roots, real_roots):
+    for root, real_root in _walk_order(roots, real_roots):
         yield from _walk(root, real_root, real_roots, excluded, max_file_bytes, seen, file_links)
     for path, target in file_links:
         if target not in seen:
@@ -255,8 +254,12 @@ def _walk(root: Path, real_root: str, real_roots: Sequence[str], excluded: Seque
                 is_link = False
             target = os.path.join(real_dir, entry.name)
             if is_link:
+                where = target  # the link itself: met again by a nested root's walk, logged once
                 target = os.path.realpath(entry.path)
                 if not _inside(target, real_roots):
+                    if where in seen:
+                        continue
+                    seen.add(where)
                     log.info("index: skip %s: link to %s outside the roots", path, target)
                     yield Skipped(path, "link outside roots")
                     continue

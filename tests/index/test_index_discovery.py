@@ -117,6 +117,31 @@ def test_several_roots_yield_each_file_once(tmp_path, caplog, index_tokenizer):
     index.check_integrity()
 
 
+def test_a_nested_root_adds_what_the_outer_root_ignores(tmp_path, caplog):
+    """A folder the user lists inside another (a multi-root workspace with vendor/lib) is indexed
+    even when the outer root's .gitignore leaves it out; nothing is yielded or logged twice."""
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    lib = ws / "vendor" / "lib"
+    (lib / "build").mkdir(parents=True)
+    outside.mkdir()
+    (ws / ".gitignore").write_text("vendor/\n")
+    (ws / "main.py").write_text("main = 1\n")
+    (lib / "api.py").write_text("api = 2\n")
+    (lib / "build" / "gen.py").write_text("gen = 3\n")
+    (outside / "secret.py").write_text("secret = 4\n")
+    os.symlink(outside / "secret.py", lib / "escape.py")
+    with caplog.at_level(logging.INFO, logger="codespec.index"):
+        items = list(discover([ws, lib], exclude=["build/"]))  # the exclude is relative to each root
+    assert _names(ws, items) == [".gitignore", "main.py", "vendor/lib/api.py"]
+    assert [i.path.name for i in items if isinstance(i, Skipped)] == ["escape.py"]
+    assert sum("escape.py" in r.getMessage() for r in caplog.records) == 1
+    (ws / ".gitignore").write_text("")  # now the outer walk reaches the folder itself: each file once
+    both = list(discover([lib, ws], exclude=["build/"]))  # both walks meet the link out: one skip
+    assert _names(ws, both) == [".gitignore", "main.py", "vendor/lib/api.py"]
+    assert [i.path.name for i in both if isinstance(i, Skipped)] == ["escape.py"]
+    assert _names(ws, discover([lib, ws])) == [".gitignore", "main.py", "vendor/lib/api.py", "vendor/lib/build/gen.py"]
+
+
 def test_gitignore_link_out_of_the_roots_is_not_read(tmp_path, caplog):
     root, outside = tmp_path / "ws", tmp_path / "outside"
     (root / "sub").mkdir(parents=True)
