@@ -7,7 +7,9 @@ predicts the continuation better than any ranking does; on a tie the index's ran
 the request's own text comes last.
 
 While the output keeps copying one place of the current document, the ranking's "cursor" follows
-that place, so with repeated lines the occurrence being copied stays first. Each outcome is
+that place (also when another proposer's draft was the one verified, as long as the emitted
+tokens follow this proposer's own draft of that step), so with repeated lines the occurrence
+being copied stays first. Each outcome is
 reported to the index per source (``record_outcome``) for its acceptance statistics.
 """
 
@@ -46,6 +48,7 @@ class IndexLookup:
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._cursor = self._start_cursor
+        self._last = EMPTY_DRAFT  # this step's own draft, whoever's draft was verified
         if self.context is not None:
             self.context.begin(prompt_ids)
 
@@ -55,22 +58,26 @@ class IndexLookup:
         own = self.context.propose(context) if self.context is not None else EMPTY_DRAFT
         best = next((c for c in candidates if c.token_ids), None)
         if own.token_ids and (best is None or own.match.match_len > best.match_len):
-            return Draft(own.token_ids, self.name, match=MatchInfo(own.match.match_len, CONTEXT_SOURCE,
-                                                                   own.match.position))
-        if best is None:
-            return EMPTY_DRAFT
-        return Draft(tuple(best.token_ids[:context.max_len]), self.name,
-                     match=MatchInfo(best.match_len, best.source, best.position))
+            self._last = Draft(own.token_ids, self.name, match=MatchInfo(own.match.match_len, CONTEXT_SOURCE,
+                                                                         own.match.position))
+        elif best is None:
+            self._last = EMPTY_DRAFT
+        else:
+            self._last = Draft(tuple(best.token_ids[:context.max_len]), self.name,
+                               match=MatchInfo(best.match_len, best.source, best.position))
+        return self._last
 
     def observe(self, outcome: Outcome) -> None:
+        own, self._last = self._last, EMPTY_DRAFT
         draft = outcome.draft
-        if draft.proposer != self.name or draft.match is None or not len(draft):
-            return
-        self.index.record_outcome(draft.match.source, len(draft), outcome.accepted)
-        if draft.match.source == self.uri and outcome.accepted:
-            # Copying from this document: rank the place just copied first next time. (The index
-            # skips only the completion's own position, ``skip`` in the lookup.)
-            self._cursor = draft.match.position + len(outcome.emitted)
+        if draft.proposer == self.name and draft.match is not None and len(draft):
+            self.index.record_outcome(draft.match.source, len(draft), outcome.accepted)
+        if own.match is not None and own.match.source == self.uri and own.token_ids[:1] == outcome.emitted[:1]:
+            # The output follows the place this step's own draft copied from (whoever's draft was
+            # verified: under auto another proposer often wins while copying the same text): rank
+            # that place first next time. An output that leaves it (an insertion) keeps the cursor.
+            # The index skips only the completion's own position (``skip`` in the lookup).
+            self._cursor = own.match.position + len(outcome.emitted)
 
     def end(self) -> None:
         if self.context is not None:

@@ -8,7 +8,7 @@ import sysconfig
 
 import pytest
 
-from codespec.draft import EMPTY_DRAFT, Outcome, ProposeContext
+from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
 from codespec.registry import ProposerSetup, create_proposer
 from index import WorkspaceIndex
 from lookup_steps import cut_after, step_to
@@ -217,6 +217,30 @@ def test_repeated_blocks_keep_the_occurrence_after_a_step_without_an_index_draft
     proposer.observe(Outcome(EMPTY_DRAFT, 0, (output_ids[done],), len(sequence)))
     draft = proposer.propose(ProposeContext(sequence, len(prompt_ids), 16))
     assert codec.join(draft.token_ids).startswith(b" mark('gamma')")
+
+
+@pytest.mark.parametrize("per_step", [1, 3, 6])
+def test_the_cursor_follows_text_another_proposer_copied(tokenizer, per_step):
+    """Under auto another proposer (the copy pointer) often wins while the output copies this
+    document: the index drafted too (every lookup drafts every step), and where the emitted
+    tokens follow its own draft's place, the cursor follows, so among repeated blocks the next
+    draft is still from the block being copied."""
+    codec = TokenBytes(tokenizer)
+    start = BLOCKS.index(block("gamma"))
+    proposer = IndexLookup(one_document(tokenizer, BLOCKS), uri="doc.py", cursor=start)
+    prompt_ids = codec.encode(EDIT_PROMPT)
+    lines = cut_after(codec, BLOCKS[start:], len(LINES))[:-1]  # gamma's repeated lines, less the last token
+    proposer.begin(prompt_ids)
+    done = 0
+    while done < len(lines):
+        sequence = [*prompt_ids, *lines[:done]]
+        proposer.propose(ProposeContext(sequence, len(prompt_ids), 16))  # its own draft, not verified
+        emitted = tuple(lines[done:done + per_step])
+        other = Draft(emitted[:-1], "reference", match=MatchInfo(5, "reference", 0))
+        proposer.observe(Outcome(other, len(emitted) - 1, emitted, len(sequence) + len(emitted)))
+        done += len(emitted)
+    draft = proposer.propose(ProposeContext([*prompt_ids, *lines], len(prompt_ids), 16))
+    assert codec.join(draft.token_ids).startswith(b"\n    mark('gamma')")
 
 
 def test_insertion_inside_a_repeated_block_resumes_on_that_block(tokenizer):
