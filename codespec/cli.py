@@ -49,7 +49,7 @@ def add_generate(subparsers) -> None:
                              "predicted output): drafted by --proposer reference and auto")
     parser.add_argument("--workspace", type=Path, action="append", default=[],
                         help="directory to index for --proposer index and auto (repeatable; in memory, "
-                             ".gitignore respected)")
+                             ".gitignore respected, .venv / node_modules / __pycache__ left out)")
     parser.add_argument("--exit-layer", type=int, default=None,
                         help="early exit: draft with the target's first E layers (default: a quarter of the depth)")
     parser.add_argument("--draft-min-confidence", type=float, default=None,
@@ -122,10 +122,11 @@ def index_roots(target, roots: list[Path]):
             raise CodespecError(f"--workspace {root}: not a directory")
     try:
         from index import WorkspaceIndex
+        from index.discovery import DEFAULT_EXCLUDE
     except ImportError as error:
         raise CodespecError(f"--workspace needs the index package: {error}") from None
     workspace = WorkspaceIndex(target.tokenizer, None)
-    report = workspace.index_workspace(list(roots))
+    report = workspace.index_workspace(list(roots), DEFAULT_EXCLUDE)
     print(f"[index] {report.files} files, {report.tokens} tokens in {report.seconds:.2f} s"
           f"{f', {len(report.skipped)} skipped' if report.skipped else ''}", file=sys.stderr)
     return workspace

@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 log = logging.getLogger("codespec.index")
+# Never source worth drafting from, whether or not a .gitignore says so (virtual environments are
+# often left out of it; .codespec holds the index itself).
+DEFAULT_EXCLUDE = (".git", "node_modules", ".venv", "__pycache__", ".codespec")
 
 
 @dataclass(frozen=True)

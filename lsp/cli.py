@@ -6,10 +6,9 @@ Heavy imports (torch, transformers, pygls) happen inside ``run`` so `codespec --
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
-
-from lsp.options import ServerOptions  # plain dataclasses: cheap
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,20 +44,22 @@ def add_serve_parser(subparsers) -> None:
     parser.add_argument("--max-in-flight", type=int, default=4, help="concurrent requests per --ws connection")
     parser.add_argument("--workspace", type=Path, action="append", default=[],
                         help="--ws: folder to index at start (repeatable)")
-    parser.add_argument("--index-max-tokens", type=int, default=ServerOptions.index_max_tokens,
+    parser.add_argument("--index-max-tokens", type=int, default=None,
                         help="resident tokens the index keeps before evicting least recently used documents "
-                             "(about 26 bytes each; default %(default)s; clients may set index.maxTokens)")
+                             "(about 26 bytes each; default 32 M; clients may set index.maxTokens)")
     parser.set_defaults(run=run_serve)
 
 
 def run_serve(args) -> int:
     from codespec.errors import CodespecError
+    from lsp.options import ServerOptions
 
-    if args.index_max_tokens < 1:
+    if args.index_max_tokens is not None and args.index_max_tokens < 1:
         raise CodespecError(f"--index-max-tokens must be >= 1, got {args.index_max_tokens}")
     options = ServerOptions(model=args.model, draft=args.draft, device=args.device, dtype=args.dtype,
-                            proposer=args.proposer, max_draft=args.max_draft, threads=args.threads,
-                            index_max_tokens=args.index_max_tokens)
+                            proposer=args.proposer, max_draft=args.max_draft, threads=args.threads)
+    if args.index_max_tokens is not None:
+        options = dataclasses.replace(options, index_max_tokens=args.index_max_tokens)
     if args.ws:
         import asyncio
 

@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from index.discovery import DEFAULT_EXCLUDE
+
 
 @dataclass(frozen=True)
 class ServerOptions:
@@ -33,7 +35,7 @@ class ServerOptions:
     completion_fallback: bool = True  # answer textDocument/completion with the same completion
     index: bool = True
     index_path: str | None = None  # None: <first workspace folder>/.codespec/index.db
-    exclude: tuple[str, ...] = (".git", "node_modules", ".venv", "__pycache__", ".codespec")
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     max_file_bytes: int = 1_000_000
     # Resident tokens the index keeps before evicting the least recently used documents (about 26
     # bytes each, docs/index.md: 32 M tokens is ~0.8 GB, roughly 100 MB of source).
