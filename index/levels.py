@@ -420,3 +420,20 @@ def _check_table(table: NgramTable, number: int) -> None:
         inside = np.flatnonzero(prefix == np.uint64(value))
         if len(inside) != hi - lo or (len(inside) and (inside[0] != lo or inside[-1] != hi - 1)):
             raise AssertionError(f"level {number}: trie group {key!r} does not match its range")
+
+
+def check_document(uri: str, doc: Doc, adapter: TokenizerAdapter | None = None) -> None:
+    """Raise AssertionError if a resident document disagrees with itself; with ``adapter``, also
+    with a fresh encode of its text (slow on big workspaces)."""
+    if doc.uri != uri or doc.tokens is None or doc.text is None:
+        raise AssertionError(f"{uri}: resident document without text or tokens")
+    if doc.starts is not None and len(doc.starts) != len(doc.tokens):
+        raise AssertionError(f"{uri}: {len(doc.starts)} starts for {len(doc.tokens)} tokens")
+    if doc.hash is not None and doc.hash != content_hash(doc.text):
+        raise AssertionError(f"{uri}: content hash is stale")
+    if adapter is not None:
+        expected = adapter.encode_array(doc.text)
+        if not np.array_equal(expected, doc.tokens):
+            raise AssertionError(f"{uri}: tokens differ from a fresh encode of the text")
+        if doc.starts is not None and not np.array_equal(adapter.char_starts(doc.text, expected), doc.starts):
+            raise AssertionError(f"{uri}: token starts differ from a fresh encode")

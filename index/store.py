@@ -36,7 +36,7 @@ import numpy as np
 from index import scan
 from index.history import HistoryBuffer, HistoryEntry, HistoryRecord
 from index.ingest import ScanCancelled
-from index.levels import Doc, LevelSet
+from index.levels import Doc, LevelSet, check_document
 from index.persist import content_hash
 from index.ranking import occurrences_at, rank
 from index.retokenize import splice
@@ -385,19 +385,7 @@ class WorkspaceIndex:
         with self._lock:
             self._levels.check(self._docs)
             for uri, doc in self._docs.items():
-                if doc.uri != uri or doc.tokens is None or doc.text is None:
-                    raise AssertionError(f"{uri}: resident document without text or tokens")
-                if doc.starts is not None and len(doc.starts) != len(doc.tokens):
-                    raise AssertionError(f"{uri}: {len(doc.starts)} starts for {len(doc.tokens)} tokens")
-                if doc.hash is not None and doc.hash != content_hash(doc.text):
-                    raise AssertionError(f"{uri}: content hash is stale")
-                if deep:
-                    expected = self.adapter.encode_array(doc.text)
-                    if not np.array_equal(expected, doc.tokens):
-                        raise AssertionError(f"{uri}: tokens differ from a fresh encode of the text")
-                    if doc.starts is not None and not np.array_equal(
-                            self.adapter.char_starts(doc.text, expected), doc.starts):
-                        raise AssertionError(f"{uri}: token starts differ from a fresh encode")
+                check_document(uri, doc, self.adapter if deep else None)
             for buffer in self._history.values():
                 buffer.check()
             evictable = sum(1 for d in self._docs.values() if not d.from_editor)  # the last one used may stay
