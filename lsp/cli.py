@@ -31,8 +31,17 @@ def add_serve_parser(subparsers) -> None:
                     "--ws: the websocket protocol of docs/protocol.md (token required, loopback only by default).")
     _model_arguments(parser)
     mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--stdio", action="store_true",
+                      help="LSP over stdio (the default; accepted because LSP clients such as "
+                           "vscode-languageclient pass it)")
     mode.add_argument("--tcp", action="store_true", help="LSP over TCP instead of stdio")
     mode.add_argument("--ws", action="store_true", help="websocket endpoint instead of LSP")
+    # Transports other LSP clients may ask for: refused with a message instead of argparse's usage line.
+    for flag in ("--node-ipc", "--pipe", "--socket"):
+        mode.add_argument(flag, nargs="?", const=True, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--clientProcessId", "--client-process-id", dest="client_process_id", type=int,
+                        default=None, metavar="PID",
+                        help="the editor's process id (LSP clients pass it): the server exits when it is gone")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     parser.add_argument("--port", type=int, default=None, help="port (--ws default 8765, --tcp default 2087; 0 = any)")
     parser.add_argument("--token", default=None,
@@ -50,9 +59,26 @@ def add_serve_parser(subparsers) -> None:
     parser.set_defaults(run=run_serve)
 
 
+def unsupported_transport(args) -> str | None:
+    """The message for a transport flag codespec does not speak, or None."""
+    for flag in ("node_ipc", "pipe", "socket"):
+        if getattr(args, flag, None) is not None:
+            return (f"--{flag.replace('_', '-')}: codespec serve speaks LSP over stdio (the default, "
+                    f"or --stdio) or --tcp; configure the client's transport as stdio")
+    return None
+
+
 def run_serve(args) -> int:
     from codespec.errors import CodespecError
     from lsp.options import ServerOptions
+
+    refused = unsupported_transport(args)
+    if refused:
+        raise CodespecError(refused)
+    if args.client_process_id is not None:
+        from lsp.parent import exit_when_gone
+
+        exit_when_gone(args.client_process_id)
 
     if args.index_max_tokens is not None and args.index_max_tokens < 1:
         raise CodespecError(f"--index-max-tokens must be >= 1, got {args.index_max_tokens}")
