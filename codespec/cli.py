@@ -1,4 +1,11 @@
-"""The ``codespec`` command. Subcommands import their heavy modules lazily so ``--help`` is instant."""
+"""The ``codespec`` command: the one place that wires every package together.
+
+``generate`` lives here; the other subcommands are listed in ``COMMANDS`` and each module named
+there adds its own subparser. Those modules import their heavy parts inside ``run``, so
+``codespec --help`` stays instant. ``bench`` and ``simulate`` are measurement (``bench/``),
+``train-default`` the default-model pipeline (``training/``, in a source checkout only); the
+product packages never import them (docs/architecture.md).
+"""
 
 from __future__ import annotations
 
@@ -7,31 +14,31 @@ import json
 import sys
 from pathlib import Path
 
+from codespec.default_model import target_path
 from codespec.errors import CodespecError
-from codespec.registry import available_proposers
 from codespec.stats import json_safe
+from proposers.registry import available_proposers
 
-# Other subcommands are plugins (entry point group "codespec.commands"): each names a function
-# that adds its subparser and sets ``run``. That keeps the engine free of imports from lsp/ and
-# proposers/; such modules import their heavy parts inside ``run``.
-COMMANDS_GROUP = "codespec.commands"
+# subcommand -> (module, function adding its subparser); ``generate`` is defined below.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("lsp.cli", "add_serve_parser"),
+    "complete": ("lsp.cli", "add_complete_parser"),
+    "simulate": ("bench.simulate", "add_parser"),
+    "bench": ("bench.cli", "add_parser"),
+    "train-default": ("training.cli", "add_parser"),
+}
+CHECKOUT_ONLY = {"training"}  # not in the wheel: importable from a source checkout
 
 
-def default_model_path() -> str | None:
-    """The shipped default model, if this build has one (see docs/default-model.md)."""
-    try:
-        from codespec.default_model import target_path
-    except ImportError:
-        return None
-    path = target_path()
-    return str(path) if path is not None else None
+def default_model_path() -> str:
+    """The shipped default model (docs/default-model.md)."""
+    return str(target_path())
 
 
 def add_generate(subparsers) -> None:
     parser = subparsers.add_parser("generate", help="generate text from a prompt with speculative decoding")
-    default = default_model_path()
-    parser.add_argument("--model", default=default, required=default is None,
-                        help="local model directory or cached hub id" + (" (default: the shipped model)" if default else ""))
+    parser.add_argument("--model", default=default_model_path(),
+                        help="local model directory or cached hub id (default: the shipped model)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text")
     source.add_argument("--prompt-file", type=Path, help="read the prompt from this file")
@@ -71,7 +78,7 @@ def run_generate(args) -> int:
     from codespec.config import GenerationLimits, SamplingParams
     from codespec.decode import Finished, TextDelta, generate
     from codespec.model import TargetModel
-    from codespec.registry import ProposerSetup, create_proposer
+    from proposers.registry import ProposerSetup, create_proposer
 
     prompt = args.prompt if args.prompt is not None else read_text_file(args.prompt_file, "--prompt-file")
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
@@ -120,11 +127,9 @@ def index_roots(target, roots: list[Path]):
     for root in roots:
         if not root.is_dir():
             raise CodespecError(f"--workspace {root}: not a directory")
-    try:
-        from index import WorkspaceIndex
-        from index.discovery import DEFAULT_EXCLUDE
-    except ImportError as error:
-        raise CodespecError(f"--workspace needs the index package: {error}") from None
+    from index import WorkspaceIndex
+    from index.discovery import DEFAULT_EXCLUDE
+
     workspace = WorkspaceIndex(target.tokenizer, None)
     report = workspace.index_workspace(list(roots), DEFAULT_EXCLUDE)
     print(f"[index] {report.files} files, {report.tokens} tokens in {report.seconds:.2f} s"
@@ -150,19 +155,36 @@ def describe_stats(stats: dict, proposer: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="codespec", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="codespec", description="Code completion and edits with lookup-drafted speculative decoding "
+                                     "(output identical to plain decoding of the target).")
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_generate(subparsers)
-    from importlib.metadata import entry_points
-
-    for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda ep: ep.name):
+    for name, (module, function) in sorted(COMMANDS.items()):
         try:
-            add_parser = entry_point.load()
-        except ImportError as error:  # a plugin whose optional parts are missing stays out of the menu
-            print(f"codespec: command {entry_point.name!r} unavailable: {error}", file=sys.stderr)
+            add_parser = getattr(import_command_module(module), function)
+        except ImportError as error:  # training/ outside a source checkout
+            subparsers.add_parser(name, help=f"(unavailable: {error})").set_defaults(
+                run=lambda _args, name=name, error=error: _unavailable(name, error))
             continue
         add_parser(subparsers)
     return parser
+
+
+def import_command_module(module: str):
+    """Import a subcommand's module; ``training`` is found in the source checkout this package
+    sits in (it is not installed with the package)."""
+    import importlib
+
+    if module.split(".")[0] in CHECKOUT_ONLY:
+        checkout = Path(__file__).resolve().parents[1]
+        if (checkout / module.split(".")[0]).is_dir() and str(checkout) not in sys.path:
+            sys.path.append(str(checkout))
+    return importlib.import_module(module)
+
+
+def _unavailable(name: str, error: ImportError) -> int:
+    raise CodespecError(f"{name} needs a source checkout of codespec ({error})")
 
 
 def quiet_libraries() -> None:

@@ -10,8 +10,9 @@ with what it has produced.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Sequence
+from typing import Protocol
 
 from codespec.config import GenerationLimits, SamplingParams
 from codespec.draft import EMPTY_DRAFT, NoDraft, Outcome, ProposeContext, Proposer

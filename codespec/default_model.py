@@ -7,18 +7,11 @@ from pathlib import Path
 DEFAULT_DIR = Path(__file__).resolve().parent / "models" / "default"
 
 
-def _model_dir(name: str) -> Path | None:
-    directory = DEFAULT_DIR / name
-    if (directory / "config.json").is_file() and (directory / "model.safetensors").is_file():
-        return directory
-    return None
+def target_path() -> Path:
+    """The default target model directory."""
+    return DEFAULT_DIR / "target"
 
 
-def target_path() -> Path | None:
-    """The default target model directory, or None if this build ships none."""
-    return _model_dir("target")
-
-
-def draft_path() -> Path | None:
-    """The default draft model directory (same tokenizer as the target), or None."""
-    return _model_dir("draft")
+def draft_path() -> Path:
+    """The default draft model directory (same tokenizer as the target)."""
+    return DEFAULT_DIR / "draft"

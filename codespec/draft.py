@@ -14,8 +14,9 @@ stateful proposer (copy pointer, draft-model KV cache) can reset.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # torch stays out of import time for the CLI's help and for index/
     import torch
@@ -44,7 +45,7 @@ class Draft:
 
     token_ids: tuple[int, ...] = ()
     proposer: str = ""
-    draft_probs: "torch.Tensor | None" = None  # [K, V] float32, rows sum to 1
+    draft_probs: torch.Tensor | None = None  # [K, V] float32, rows sum to 1
     match: MatchInfo | None = None
 
     def __post_init__(self) -> None:
@@ -60,7 +61,7 @@ class Draft:
     def is_empty(self) -> bool:
         return not self.token_ids
 
-    def truncated(self, max_len: int) -> "Draft":
+    def truncated(self, max_len: int) -> Draft:
         """The first ``max_len`` draft tokens (the engine caps drafts by budget and context)."""
         if max_len >= len(self.token_ids):
             return self
@@ -84,8 +85,8 @@ class ProposeContext:
     token_ids: Sequence[int]
     prompt_len: int
     max_len: int
-    sampling: "SamplingParams | None" = None
-    generator: "torch.Generator | None" = None
+    sampling: SamplingParams | None = None
+    generator: torch.Generator | None = None
 
     @property
     def output_len(self) -> int:

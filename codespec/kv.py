@@ -10,7 +10,7 @@ later request reuse the longest common prefix (prompt caching).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def common_prefix_len(left: Sequence[int], right: Sequence[int]) -> int:

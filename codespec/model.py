@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -75,8 +75,9 @@ def locate_model(name_or_path: str | os.PathLike) -> Path:
 class TargetModel:
     """A causal LM + tokenizer behind the few calls the engine needs."""
 
-    def __init__(self, model, tokenizer, name: str = "") -> None:
+    def __init__(self, model, tokenizer, name: str = "", prompt_format: str | None = None) -> None:
         from codespec.attention import use_native_gqa
+        from codespec.prompts import resolve_format
 
         self.model = model.eval()
         use_native_gqa(self.model)  # no K/V head copies in verification forwards on CPU
@@ -87,10 +88,13 @@ class TargetModel:
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self.max_context = _max_context(model, tokenizer)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        # How this family spells FIM and rewrites (codespec/prompts.py): detected from the
+        # tokenizer's special tokens unless named.
+        self.prompt_format = resolve_format(tokenizer, prompt_format)
 
     @classmethod
     def load(cls, name_or_path: str, device: str = "auto", dtype: str = "auto",
-             trust_remote_code: bool = False) -> "TargetModel":
+             trust_remote_code: bool = False, prompt_format: str | None = None) -> TargetModel:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path = locate_model(name_or_path)
@@ -100,7 +104,7 @@ class TargetModel:
         model = AutoModelForCausalLM.from_pretrained(
             path, local_files_only=True, trust_remote_code=trust_remote_code, dtype=torch_dtype
         ).to(torch_device)
-        return cls(model, tokenizer, name=str(name_or_path))
+        return cls(model, tokenizer, name=str(name_or_path), prompt_format=prompt_format)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

@@ -7,8 +7,8 @@ undrafted steps too, so a proposer that rarely drafts cannot look good by its me
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class RequestStats:
     decode_tokens: list[int] = field(default_factory=list)  # tokens after the first, per request
     token_gaps_s: list[float] = field(default_factory=list)  # inter-token latencies
 
-    def merge(self, other: "RequestStats") -> "RequestStats":
+    def merge(self, other: RequestStats) -> RequestStats:
         return RequestStats(
             self.steps + other.steps,
             self.ttft_s + other.ttft_s,

@@ -9,7 +9,7 @@ BPE) waits for the rest of the character.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 _CONTEXT_TOKENS = 5  # tokens of left context decoded with each new token (leading-space tokenizers)
 

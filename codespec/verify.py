@@ -15,8 +15,8 @@ more token: the *recovered* token at the first rejection (w < K) or the *bonus* 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

@@ -23,9 +23,9 @@ import logging
 import os
 import re
 import stat
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 log = logging.getLogger("codespec.index")
 # Never source worth drafting from, whether or not a .gitignore says so (virtual environments are
@@ -122,7 +122,7 @@ class IgnoreMatcher:
     def __init__(self, extra: Sequence[Rule] = ()) -> None:
         self.layers: list[tuple[str, list[Rule]]] = [("", list(extra))] if extra else []
 
-    def with_layer(self, base: str, rules: list[Rule]) -> "IgnoreMatcher":
+    def with_layer(self, base: str, rules: list[Rule]) -> IgnoreMatcher:
         child = IgnoreMatcher()
         child.layers = self.layers + ([(base, rules)] if rules else [])
         return child

@@ -15,8 +15,8 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -54,7 +54,7 @@ class Doc:
     changed: int  # clock tick of the last content change (recency)
     tick: int = 0  # clock tick of the last use (LRU)
     starts: np.ndarray | None = None  # [T] character start of each token, computed on first edit
-    level: "Level | None" = None
+    level: Level | None = None
     slot: int = -1
     unsaved: bool = False
     from_editor: bool = False  # set by add/update_document: an open buffer, which disk scans must not clobber

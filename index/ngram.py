@@ -32,8 +32,8 @@ keystroke is matched by :func:`scan_longest`, a vectorised scan that is cheap fo
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import ahocorasick
 import numpy as np
@@ -234,7 +234,7 @@ class NgramTable:
                 ranges.append((j, lo, hi))
             if j < depth:
                 positions = order[lo:hi].astype(np.int64)
-                for j in range(j, depth):
+                for j in range(j, depth):  # noqa: B020 (continues the depth the loop above reached)
                     kept = positions[tokens[positions - 1 - j] == reversed_context[j]]
                     if not len(kept):
                         break

@@ -21,9 +21,9 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import numpy as np
 import sqlite_utils

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Sequence
 from itertools import chain
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -153,7 +153,7 @@ def _forced_split_before(text: str, position: int, floor: int) -> int:
     while True:
         low = max(floor, position - window)
         last = None
-        for last in _FORCED.finditer(text, low, position + 1):
+        for last in _FORCED.finditer(text, low, position + 1):  # noqa: B007 (keeps the last match)
             pass
         if last is not None:
             return last.start()

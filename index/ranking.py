@@ -11,8 +11,8 @@ Occurrences with the same continuation are one candidate; their count is its fre
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

@@ -45,7 +45,7 @@ def _left_anchor(text: str, limit: int, span: int) -> int:
     while True:
         lo = max(0, limit - span)
         last = None
-        for last in _ANCHOR.finditer(text, lo, limit):
+        for last in _ANCHOR.finditer(text, lo, limit):  # noqa: B007 (keeps the last match)
             pass
         if last is not None and last.end() < limit:
             return last.end()

@@ -8,9 +8,9 @@ resident documents and to install the result.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from index.discovery import Found, Skipped, discover
 from index.levels import Doc

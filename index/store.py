@@ -26,10 +26,10 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import EllipsisType
-from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -428,7 +428,7 @@ class WorkspaceIndex:
             texts = sum(len(d.text) for d in self._docs.values() if d.text is not None)
             return self._levels.nbytes() + texts + sum(b.tokens.nbytes for b in self._history.values())
 
-    def __enter__(self) -> "WorkspaceIndex":
+    def __enter__(self) -> WorkspaceIndex:
         return self
 
     def __exit__(self, *exc) -> None:

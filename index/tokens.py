@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 

@@ -116,7 +116,9 @@ async def _serve_ws(args, options) -> int:
     source = resolve_token(args.token, args.token_file)
     service = await asyncio.to_thread(start_service, options)
     if args.workspace:
-        _index_folders(service, args.workspace, options)
+        from lsp.indexing import index_folders
+
+        index_folders(service, args.workspace, options)
     limits = WsLimits(max_message_bytes=args.max_message_bytes, max_in_flight=args.max_in_flight,
                       allowed_origins=tuple(args.allow_origin))
     server = await start_ws_server(service, source.token, args.host, 8765 if args.port is None else args.port,
@@ -135,25 +137,6 @@ async def _serve_ws(args, options) -> int:
 
     close_service(service)
     return 0
-
-
-def _index_folders(service, folders: list[Path], options, quiet: bool = False):
-    """Open the index for ``folders`` and fill it (blocking); returns the index or None."""
-    from lsp import indexing
-
-    roots = [folder.resolve() for folder in folders]
-    db_path = Path(options.index_path) if options.index_path else indexing.default_index_path(roots)
-    index = indexing.open_index(service, db_path, options.index_max_tokens)
-    if index is None:
-        return None
-
-    def progress(done: int, total: int) -> None:
-        if not quiet and (done == total or done % 50 == 0):
-            print(f"\rcodespec: indexed {done}/{total} files", end="" if done < total else "\n",
-                  file=sys.stderr, flush=True)
-
-    indexing.index_workspace(service, roots, options.exclude, options.max_file_bytes, progress).result()
-    return index
 
 
 def add_complete_parser(subparsers) -> None:

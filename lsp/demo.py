@@ -8,6 +8,7 @@ identical (greedy speculative decoding is lossless).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -37,11 +38,12 @@ def cursor_offset(text: str, line: int, column: int) -> int:
 
 
 def complete_once(args) -> int:
-    from lsp.cli import _index_folders
-    from lsp.inline import completion_context, completion_prompt, trim_completion
+    from lsp.indexing import index_folders
+    from lsp.inline import trim_completion
+    from lsp.jobs import GenerationRequest
     from lsp.options import ServerOptions
+    from lsp.requests import completion_request
     from lsp.runtime import close_service, start_service
-    from lsp.service import GenerationRequest
 
     path, line, column = parse_location(args.location)
     try:
@@ -59,16 +61,14 @@ def complete_once(args) -> int:
     try:
         if args.workspace is not None:
             started = time.perf_counter()
-            index = _index_folders(service, [args.workspace], options, quiet=args.json)
+            index = index_folders(service, [args.workspace], options, quiet=args.json)
             report["index_s"] = round(time.perf_counter() - started, 3) if index is not None else None
-        context = completion_context(text, offset, options.line_tokens, options.block_tokens,
-                                     *service.windows(options.prefix_chars, options.suffix_chars, options.block_tokens), invoked=True, mode=options.mode)
         uri = path.resolve().as_uri()
+        base, context = completion_request(text, offset, options, service.windows_for(options), invoked=True,
+                                           uri=uri, max_tokens=args.max_tokens, deadline=False)
 
         def request(proposer: str | None, key: str) -> GenerationRequest:
-            return GenerationRequest(prompt=completion_prompt(context), fim=(context.prefix, context.suffix),
-                                     max_tokens=args.max_tokens or context.max_tokens, stop=context.stop,
-                                     cache_key=key, uri=uri, cursor=offset, proposer=proposer)
+            return dataclasses.replace(base, cache_key=key, proposer=proposer)
 
         def stream(delta: str) -> None:
             if not args.json:

@@ -9,8 +9,8 @@ index records as history (previous versions of edited text).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from lsp.positions import LineIndex, PositionError, changed_span
 

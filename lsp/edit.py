@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lsp.inline import END_MARKERS, edit_prompt
 from lsp.positions import PositionError, range_offsets
 
 
@@ -20,13 +19,12 @@ class EditParamsError(ValueError):
 
 @dataclass(frozen=True)
 class EditPlan:
-    prompt: str
-    reference: str
     original: str
+    instruction: str | None
+    reference: str  # the reference draft: the client's prediction, else the original
     start: int  # code point offsets of the rewritten range
     end: int
     max_tokens: int  # budget beyond the reference's own length (the service adds that)
-    stop: tuple[str, ...] = END_MARKERS
 
 
 def as_dict(params: Any) -> Any:
@@ -64,14 +62,13 @@ def plan_edit(text: str, raw: dict, encoding: str, budget: int) -> EditPlan:
     instruction = _optional_text(raw, "instruction")
     prediction = _optional_text(raw, "prediction")
     original = text[start:end]
-    return EditPlan(edit_prompt(original, instruction), prediction if prediction is not None else original,
-                    original, start, end, budget)
+    return EditPlan(original, instruction, prediction if prediction is not None else original, start, end, budget)
 
 
 def plan_text_edit(original: str, instruction: str | None, prediction: str | None, budget: int) -> EditPlan:
     """An edit of free text (the websocket ``edit`` message)."""
-    return EditPlan(edit_prompt(original, instruction), prediction if prediction is not None else original,
-                    original, 0, len(original), budget)
+    return EditPlan(original, instruction, prediction if prediction is not None else original, 0, len(original),
+                    budget)
 
 
 def _optional_text(raw: dict, key: str) -> str | None:

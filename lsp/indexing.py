@@ -24,7 +24,7 @@ Threading model (why a workspace scan never holds up a completion):
   as they were. :func:`stop_indexing` cancels and joins the indexing thread; ``close_service``
   calls it before closing the index on the engine thread.
 
-The index is optional at run time (``index.enabled: false``, or an install without it): every
+The index is optional at run time (``index.enabled: false``, or a database that cannot be opened): every
 call here degrades to "no index" with one log line instead of failing a request.
 """
 
@@ -33,9 +33,10 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import queue
+import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 from urllib.parse import unquote, urlparse
 
 log = logging.getLogger(__name__)
@@ -146,12 +147,8 @@ def open_index(service, db_path: Path, memory_budget_tokens: int | None = None):
     """A WorkspaceIndex made on the engine thread and attached to ``service`` (with its
     indexing thread), or None if unavailable. Past ``memory_budget_tokens`` resident tokens the
     index evicts least recently used documents (they stay in the database)."""
-    try:
-        from index import WorkspaceIndex
-        from index.ingest import thread_adapter
-    except ImportError as error:
-        log.warning("workspace index unavailable (%s); completions draft from their own context only", error)
-        return None
+    from index import WorkspaceIndex
+    from index.ingest import thread_adapter
 
     def create():
         db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -182,3 +179,20 @@ def stop_indexing(service, timeout: float | None = 60.0) -> None:
     indexer = getattr(service, "indexer", None)
     if indexer is not None and not indexer.stop(timeout):
         log.warning("the workspace scan did not stop within %.0f s; closing the index anyway", timeout)
+
+
+def index_folders(service, folders: list[Path], options, quiet: bool = False):
+    """Open the index for ``folders`` and fill it (blocking); returns the index or None."""
+    roots = [folder.resolve() for folder in folders]
+    db_path = Path(options.index_path) if options.index_path else default_index_path(roots)
+    index = open_index(service, db_path, options.index_max_tokens)
+    if index is None:
+        return None
+
+    def progress(done: int, total: int) -> None:
+        if not quiet and (done == total or done % 50 == 0):
+            print(f"\rcodespec: indexed {done}/{total} files", end="" if done < total else "\n",
+                  file=sys.stderr, flush=True)
+
+    index_workspace(service, roots, options.exclude, options.max_file_bytes, progress).result()
+    return index

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codespec.prompts import END_MARKERS, fim_prompt, rewrite_prompt  # the one place prompt formats live
-
+from codespec.prompts import Fim, PromptRenderer
 
 WINDOW_CHUNK = 1024  # characters the prompt window's start moves by
 CHARS_PER_TOKEN = 2.5  # a conservative estimate for code (byte-level BPEs give 3-4)
@@ -101,31 +100,28 @@ def completion_context(text: str, offset: int, line_tokens: int, block_tokens: i
     prefix = text[window_start(offset, text, prefix_chars):offset]
     suffix = text[offset:offset + suffix_chars]
     if multiline:
-        stop = ("\n\n", *END_MARKERS)  # a block ends at a blank line
+        stop = ("\n\n",)  # a block ends at a blank line (and, as every request, at the format's end markers)
         max_tokens = block_tokens
     else:
-        stop = ("\n", *END_MARKERS)
+        stop = ("\n",)
         max_tokens = line_tokens
     return CompletionContext(prefix, suffix, multiline, stop, max_tokens,
                              before_code=multiline and bool(after.strip()))
 
 
-def warm_prompt(text: str, prefix_chars: int) -> str | None:
+def warm_prompt(text: str, prefix_chars: int, prompts: PromptRenderer) -> str | None:
     """The start every completion prompt in the first window of ``text`` shares (the FIM prompt up
     to the cursor), for prefilling a document's KV cache when it is opened. None for an empty text."""
     head = text[:prefix_chars]
     if not head.strip():
         return None
-    full = fim_prompt(head, "")
+    full = prompts.render(Fim(head, "")).text
     return full[:full.find(head) + len(head)]
 
 
-def completion_prompt(context: CompletionContext) -> str:
-    return fim_prompt(context.prefix, context.suffix)
-
-
-def edit_prompt(original: str, instruction: str | None) -> str:
-    return rewrite_prompt(original, instruction)
+def completion_prompt(context: CompletionContext, prompts: PromptRenderer) -> str:
+    """The prompt text the service sends for ``context`` (plain decoding of it is the reference output)."""
+    return prompts.render(Fim(context.prefix, context.suffix)).text
 
 
 def trim_completion(text: str, context: CompletionContext) -> str:

@@ -11,34 +11,34 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from lsp.service import EngineService
+from codespec.prompts import Prompt
 
 DeltaCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One completion or rewrite, already turned into a prompt."""
+    """One completion or rewrite (built by ``lsp.requests``); the service renders its prompt."""
 
-    prompt: str
+    prompt: Prompt  # what is asked (codespec.prompts.Fim / Rewrite), or a plain string
     max_tokens: int
     # "complete" | "edit" | "warm" (a short generation, never history) | "prefill" (fill the KV cache
     # of ``cache_key`` with the prompt, in chunks; a real request on that key takes it over)
     kind: str = "complete"
     stop: tuple[str, ...] = ()
     temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
     reference: str | None = None  # reference draft: the text being rewritten, a prediction, a shown suggestion
     cache_key: str | None = None  # document whose KV cache to reuse
     uri: str | None = None  # for the index proposer's locality ranking
     cursor: int | None = None  # code point offset of the cursor in ``uri``
     deadline_s: float | None = None
     proposer: str | None = None  # None: the service default
-    fim: tuple[str, str] | None = None  # (prefix, suffix) the prompt was built from: lets the service
-    # shrink the window to the model's context (keeping the text nearest the cursor)
 
 
 @dataclass(frozen=True)
@@ -97,10 +97,16 @@ class Job:
         return self.future.result(timeout)
 
 
+class Submitter(Protocol):
+    """What runs jobs (``lsp.service.EngineService``)."""
+
+    def submit(self, request: GenerationRequest, on_delta: DeltaCallback | None = None) -> Job: ...
+
+
 class AsyncJob:
     """A Job seen from an event loop: deltas arrive as loop callbacks, the result is awaitable."""
 
-    def __init__(self, service: "EngineService", request: GenerationRequest,
+    def __init__(self, service: Submitter, request: GenerationRequest,
                  on_delta: DeltaCallback | None = None) -> None:
         loop = asyncio.get_running_loop()
 

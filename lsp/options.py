@@ -8,8 +8,9 @@ may be nested (``{"limits": {"maxTokens": 64}}``); each maps to one field here.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from index.discovery import DEFAULT_EXCLUDE
 

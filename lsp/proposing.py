@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 
 def _create(name: str, setup):
-    from codespec.registry import create_proposer  # looks plugins up once per process
+    from proposers.registry import create_proposer  # looks plugins up once per process
 
     return create_proposer(name, setup)
 
@@ -30,15 +30,11 @@ class ProposerFactory:
 
     def create(self, name: str, options: dict):
         """The proposer ``name`` for one request (``options``: reference, index, uri, cursor)."""
-        from codespec.registry import ProposerSetup
+        from proposers.registry import ProposerSetup
 
         merged = {**self.base_options, **options}
         if name == "auto":
-            try:
-                return self._auto(merged)
-            except ImportError as error:  # a partial install without the policy
-                self._warn("auto", error)
-                name = "context"
+            return self._auto(merged)
         if name in ("draft", "early-exit") and self._models_owner is None:
             shared = next((p for p in self._model_proposers() if p.name == name), None)
             if shared is not None:
@@ -52,8 +48,8 @@ class ProposerFactory:
             self._models_owner = None
 
     def _auto(self, options: dict):
-        from codespec.registry import ProposerSetup
         from proposers import auto as auto_module
+        from proposers.registry import ProposerSetup
 
         setup = ProposerSetup(self.target, options)
         lookups = [_create("context", setup)]
@@ -76,8 +72,8 @@ class ProposerFactory:
 
     def _model_proposers(self) -> list:
         if self._models is None:
-            from codespec.registry import ProposerSetup
             from proposers.auto import draft_for_auto, supports_early_exit
+            from proposers.registry import ProposerSetup
 
             self._models = []
             setup = ProposerSetup(self.target, self.base_options)

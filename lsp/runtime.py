@@ -38,14 +38,10 @@ def close_service(service: EngineService) -> None:
 
 def start_service(options: ServerOptions) -> EngineService:
     """Load the model (blocking: runs in a worker thread during initialize) and start the engine."""
-    from codespec.cli import default_model_path
-    from codespec.errors import CodespecError
+    from codespec.default_model import target_path
     from codespec.model import TargetModel
 
-    model = options.model or default_model_path()
-    if model is None:
-        raise CodespecError("no model: pass --model DIR or initializationOptions.model "
-                            "(this build ships no default model)")
+    model = options.model or str(target_path())
     _set_cpu_threads(options.threads)
     target = TargetModel.load(model, device=options.device, dtype=options.dtype)
     proposer_options = {"draft_model": options.draft} if options.draft else {}

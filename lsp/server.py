@@ -23,20 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
-from pygls.lsp.server import LanguageServer
-
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
 
 from codespec.errors import CodespecError
 from lsp import edit as edit_logic
 from lsp import indexing
 from lsp.documents import Debouncer, DocumentNotOpen, DocumentStore
-from lsp.inline import (Suggestion, completion_context, completion_prompt, trim_completion, typed_along,
-                        warm_prompt)
+from lsp.inline import Suggestion, trim_completion, typed_along, warm_prompt
+from lsp.jobs import AsyncJob, GenerationRequest
 from lsp.options import ServerOptions, parse_options
 from lsp.positions import LineIndex, PositionError
+from lsp.requests import completion_request, edit_request
 from lsp.runtime import _index_text, close_service, start_service
-from lsp.service import AsyncJob, EngineService, GenerationRequest
+from lsp.service import EngineService
 
 log = logging.getLogger(__name__)
 
@@ -232,9 +232,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         def on_delta(text: str) -> None:
             ls.protocol.notify(EDIT_DELTA, {"editId": edit_id, "uri": uri, "text": text})
 
-        request = GenerationRequest(prompt=plan.prompt, max_tokens=plan.max_tokens, kind="edit",
-                                    stop=plan.stop, reference=plan.reference, cache_key=f"edit:{uri}",
-                                    uri=uri, cursor=plan.start)
+        request = edit_request(plan, cache_key=f"edit:{uri}", uri=uri, cursor=plan.start)
         result = await AsyncJob(ls.service, request, on_delta).result()
         return edit_logic.edit_response(edit_id, raw["range"], result)
 
@@ -295,16 +293,13 @@ async def complete_at(ls: CodespecServer, uri: str, position: types.Position,
     text = document.text
     offset = ls.offset_of(text, position)
     options = ls.options
-    context = completion_context(text, offset, options.line_tokens, options.block_tokens,
-                                 *ls.service.windows(options.prefix_chars, options.suffix_chars, options.block_tokens), invoked, options.mode)
-    reference = typed_along(ls.suggestions.get(uri), text, offset)
+    request, context = completion_request(text, offset, options, ls.service.windows_for(options), invoked=invoked,
+                                          uri=uri, cache_key=uri,
+                                          reference=typed_along(ls.suggestions.get(uri), text, offset))
     cancel_warm(ls, uri)  # this request prefills what it needs itself
     previous = ls.inflight.pop(uri, None)
     if previous is not None:
         previous.cancel()  # a newer request for the same document supersedes the older one
-    request = GenerationRequest(prompt=completion_prompt(context), fim=(context.prefix, context.suffix), max_tokens=context.max_tokens,
-                                stop=context.stop, reference=reference, cache_key=uri, uri=uri,
-                                cursor=offset, deadline_s=options.deadline_ms / 1000)
     job = AsyncJob(ls.service, request)
     ls.inflight[uri] = job
     try:
@@ -351,8 +346,8 @@ def warm_document(ls: CodespecServer, document) -> None:
     per engine cycle; a completion arriving meanwhile takes over what is prefilled)."""
     if ls.service is None:
         return
-    prefix_chars, _ = ls.service.windows(ls.options.prefix_chars, ls.options.suffix_chars, ls.options.block_tokens)
-    prompt = warm_prompt(document.text, prefix_chars)
+    prefix_chars, _ = ls.service.windows_for(ls.options)
+    prompt = warm_prompt(document.text, prefix_chars, ls.service.prompts)
     if prompt is not None:
         ls.service.submit(GenerationRequest(prompt=prompt, max_tokens=1, kind="prefill", cache_key=document.uri,
                                             proposer="none"))

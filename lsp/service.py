@@ -27,12 +27,13 @@ import concurrent.futures
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from codespec.config import GenerationLimits, SamplingParams
-from codespec.prompts import stop_token_ids
 from codespec.errors import CodespecError
+from codespec.prompts import Fim, PromptRenderer, RenderedPrompt
 from codespec.stats import RequestStats, json_safe
 from lsp.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
 
@@ -103,7 +104,8 @@ class EngineService:
     def __init__(self, target, proposer: str = "auto", max_draft: int = 16, cached_documents: int = 8,
                  index=None, proposer_options: dict | None = None) -> None:
         self.target = target
-        self.stop_token_ids = stop_token_ids(target.tokenizer)  # both prompt formats end at these
+        self.prompts = PromptRenderer(target.tokenizer, target.prompt_format)
+        self.stop_token_ids = self.prompts.stop_token_ids()  # every prompt kind ends at these
         self.default_proposer = proposer
         self.max_draft = max_draft
         self.index = index
@@ -166,6 +168,10 @@ class EngineService:
 
         return resolve_windows(prefix_chars, suffix_chars, self.target.device.type, self.target.max_context,
                                max_tokens)
+
+    def windows_for(self, options) -> tuple[int, int]:
+        """The prompt windows of ``options`` (an ``lsp.options.ServerOptions``) on this model."""
+        return self.windows(options.prefix_chars, options.suffix_chars, options.block_tokens)
 
     def warm_up(self) -> None:
         """One short request through the default proposer: the first forward of a fresh process is
@@ -263,13 +269,14 @@ class EngineService:
             if request.kind == "prefill":
                 self._start_prefill(job)
                 return
-            prompt_ids = self._fit_prompt(request)
+            rendered, prompt_ids = self._fit_prompt(request)
             max_tokens = request.max_tokens
             if request.kind == "edit" and request.reference:  # a rewrite is about as long as its reference
                 max_tokens += len(self.target.encode(request.reference))
             max_tokens = max(1, min(max_tokens, self.target.max_context - len(prompt_ids)))
-            sampling = SamplingParams(temperature=request.temperature)
-            limits = GenerationLimits(max_tokens, tuple(request.stop), request.deadline_s, self.max_draft,
+            sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, seed=request.seed)
+            stop = (*request.stop, *rendered.stop, *self.prompts.end_markers)
+            limits = GenerationLimits(max_tokens, stop, request.deadline_s, self.max_draft,
                                       self.stop_token_ids,
                                       COMPLETION_STOP_REPEATS if request.kind == "complete" else 0)
             job.proposer = self._make_proposer(request)
@@ -285,7 +292,7 @@ class EngineService:
     def _start_prefill(self, job: Job) -> None:
         from codespec.kv import common_prefix_len
 
-        prompt_ids = self.target.encode(job.request.prompt)[:self.target.max_context - 1]
+        prompt_ids = self.target.encode(self.prompts.render(job.request.prompt).text)[:self.target.max_context - 1]
         job.cache = self._caches.take(job.request.cache_key)
         job.cached_len = common_prefix_len(job.cache.token_ids, prompt_ids)
         job.cache.rollback(job.cached_len)
@@ -307,25 +314,26 @@ class EngineService:
             self._caches.give_back(cache_key, other.cache)
             self._complete(other, "", "cancelled", RequestStats())
 
-    def _fit_prompt(self, request: GenerationRequest) -> list[int]:
-        """Prompt ids; a FIM prompt too long for the context is rebuilt from a narrower window."""
-        prompt_ids = self.target.encode(request.prompt)
+    def _fit_prompt(self, request: GenerationRequest) -> tuple[RenderedPrompt, list[int]]:
+        """The rendered prompt and its ids; a FIM prompt too long for the context is rebuilt from a
+        narrower window (keeping the text nearest the cursor)."""
+        rendered = self.prompts.render(request.prompt)
+        prompt_ids = self.target.encode(rendered.text)
         budget = self.target.max_context - min(request.max_tokens, self.target.max_context // 4) - 1
-        if request.fim is None or len(prompt_ids) <= budget:
-            return prompt_ids
-        from lsp.inline import fim_prompt
-
-        prefix, suffix = request.fim
+        if not isinstance(request.prompt, Fim) or len(prompt_ids) <= budget:
+            return rendered, prompt_ids
+        prefix, suffix = request.prompt.prefix, request.prompt.suffix
         for _ in range(8):
             scale = 0.9 * budget / len(prompt_ids)
             keep = int(len(prefix) * scale)
             cut = prefix.find("\n", len(prefix) - keep)  # start the window at a line start
             prefix = prefix[cut + 1:] if 0 <= cut < len(prefix) - 1 else prefix[len(prefix) - keep:]
             suffix = suffix[:int(len(suffix) * scale)]
-            prompt_ids = self.target.encode(fim_prompt(prefix, suffix))
+            rendered = self.prompts.render(Fim(prefix, suffix))
+            prompt_ids = self.target.encode(rendered.text)
             if len(prompt_ids) <= budget:
                 break
-        return prompt_ids
+        return rendered, prompt_ids
 
     def _step(self, job: Job) -> None:
         from codespec.decode import Finished, StepEvent, TextDelta

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import re
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 

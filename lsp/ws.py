@@ -17,11 +17,20 @@ from typing import Any
 from codespec.errors import CodespecError
 from lsp.auth import refusal
 from lsp.edit import plan_text_edit
-from lsp.inline import END_MARKERS, completion_context, completion_prompt, trim_completion
+from lsp.inline import trim_completion
+from lsp.jobs import AsyncJob
 from lsp.options import ServerOptions, WsLimits
-from lsp.service import AsyncJob, EngineService, GenerationRequest
-from lsp.wsproto import (CancelMessage, CompleteMessage, EditMessage, ProtocolError, StatsMessage,
-                         error_message, parse_message)
+from lsp.requests import completion_request, edit_request
+from lsp.service import EngineService
+from lsp.wsproto import (
+    CancelMessage,
+    CompleteMessage,
+    EditMessage,
+    ProtocolError,
+    StatsMessage,
+    error_message,
+    parse_message,
+)
 
 log = logging.getLogger(__name__)
 
@@ -140,18 +149,12 @@ class Session:
         if isinstance(message, EditMessage):
             plan = plan_text_edit(message.text, message.instruction, message.prediction,
                                   message.max_tokens or options.edit_tokens)
-            return GenerationRequest(prompt=plan.prompt, max_tokens=plan.max_tokens, kind="edit", stop=plan.stop,
-                                     reference=plan.reference, temperature=message.temperature,
-                                     cache_key=f"edit:{key}" if key else None, uri=message.path), None
-        text = message.prefix + message.suffix
-        context = completion_context(text, len(message.prefix), options.line_tokens, options.block_tokens,
-                                     *self.service.windows(options.prefix_chars, options.suffix_chars, options.block_tokens), invoked=True, mode=options.mode)
-        stop = context.stop if message.stop is None else (*message.stop, *END_MARKERS)
-        return GenerationRequest(prompt=completion_prompt(context), fim=(context.prefix, context.suffix),
-                                 max_tokens=message.max_tokens or context.max_tokens, stop=stop,
-                                 temperature=message.temperature, reference=message.prediction,
-                                 cache_key=key, uri=message.path, cursor=len(message.prefix),
-                                 deadline_s=options.deadline_ms / 1000), context
+            return edit_request(plan, temperature=message.temperature, cache_key=f"edit:{key}" if key else None,
+                                uri=message.path), None
+        return completion_request(message.prefix + message.suffix, len(message.prefix), options,
+                                  self.service.windows_for(options), invoked=True, uri=message.path, cache_key=key,
+                                  reference=message.prediction, max_tokens=message.max_tokens,
+                                  stop=message.stop, temperature=message.temperature)
 
 
 async def start_ws_server(service: EngineService, token: str, host: str = "127.0.0.1", port: int = 0,

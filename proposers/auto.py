@@ -26,14 +26,22 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
 from codespec.errors import CodespecError
 from codespec.kv import common_prefix_len
-from proposers.policy import (AcceptanceTable, Candidate, Choice, ForwardCosts, LinearCost, ProbeSchedule,
-                              best_length, choose)
+from proposers.policy import (
+    AcceptanceTable,
+    Candidate,
+    Choice,
+    ForwardCosts,
+    LinearCost,
+    ProbeSchedule,
+    best_length,
+    choose,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +80,7 @@ class PolicyState:
     proposal_costs: dict[str, LinearCost] = field(default_factory=dict)
 
     @classmethod
-    def fresh(cls, config: "PolicyConfig") -> "PolicyState":
+    def fresh(cls, config: PolicyConfig) -> PolicyState:
         return cls(AcceptanceTable(config.acceptance_decay, config.prior_acceptance, config.prior_strength),
                    ForwardCosts(config.cost_decay))
 
@@ -80,7 +88,7 @@ class PolicyState:
 _SHARED_STATES: dict[tuple, PolicyState] = {}
 
 
-def shared_state(target, candidates: Sequence, config: "PolicyConfig") -> PolicyState:
+def shared_state(target, candidates: Sequence, config: PolicyConfig) -> PolicyState:
     """The process-wide policy state for this target and these candidate proposers."""
     key = (getattr(target, "name", ""), tuple(p.name for p in candidates), repr(config))
     return _SHARED_STATES.setdefault(key, PolicyState.fresh(config))
@@ -121,12 +129,12 @@ class AutoProposer:
         self._steps = 0
 
     @classmethod
-    def from_setup(cls, setup) -> "AutoProposer":
+    def from_setup(cls, setup) -> AutoProposer:
         """Context lookup always; reference / index when their option is set; the draft model when
         one is configured or shipped; early exit when the target has a Llama-style layer stack.
         ``auto_candidates`` (list or comma-separated names) restricts the set; ``policy`` (a dict of
         PolicyConfig fields) tunes it; ``auto_state="fresh"`` starts without the shared statistics."""
-        from codespec.registry import create_proposer
+        from proposers.registry import create_proposer
 
         options = setup.options
         wanted = options.get("auto_candidates")
@@ -142,10 +150,7 @@ class AutoProposer:
             lookups.append(create_proposer("context", setup))
         for name, option in (("reference", "reference"), ("index", "index")):
             if allowed(name) and options.get(option) is not None:
-                try:
-                    lookups.append(create_proposer(name, setup))
-                except ImportError as error:  # written separately; absent in a partial build
-                    log.warning("auto: %s lookup unavailable (%s)", name, error)
+                lookups.append(create_proposer(name, setup))
         if _is_model_target(setup.target):  # not a tokenizer-only target (model-free simulate)
             if allowed("draft"):
                 draft = draft_for_auto(setup)
@@ -298,8 +303,8 @@ def _is_model_target(target) -> bool:
 def draft_for_auto(setup) -> Proposer | None:
     """A draft model named in the options (errors are the user's to see), else the shipped one if it
     shares the target's tokenizer (a different target simply runs without it)."""
-    from codespec.registry import create_proposer
     from proposers.draft_model import default_draft_path
+    from proposers.registry import create_proposer
 
     if setup.options.get("draft_model"):
         return create_proposer("draft", setup)

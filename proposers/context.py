@@ -14,7 +14,7 @@ continues the loop rather than stopping short.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
 
@@ -49,7 +49,7 @@ class ContextLookup:
         self.begin(())
 
     @classmethod
-    def from_setup(cls, setup) -> "ContextLookup":
+    def from_setup(cls, setup) -> ContextLookup:
         options = setup.options
         return cls(
             max_ngram=int(options.get("max_ngram", 8)),

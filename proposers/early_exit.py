@@ -17,7 +17,7 @@ sequential per model).
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -70,7 +70,7 @@ class EarlyExitProposer(ModelDrafter):
         self.exit_layer = exit_layer
 
     @classmethod
-    def from_setup(cls, setup) -> "EarlyExitProposer":
+    def from_setup(cls, setup) -> EarlyExitProposer:
         if setup.target is None:
             raise CodespecError("the early-exit proposer drafts with the target's own layers: it needs the target")
         options = setup.options

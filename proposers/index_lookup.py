@@ -15,7 +15,7 @@ reported to the index per source (``record_outcome``) for its acceptance statist
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
 from proposers.context import ContextLookup
@@ -39,7 +39,7 @@ class IndexLookup:
         self.begin(())
 
     @classmethod
-    def from_setup(cls, setup) -> "IndexLookup":
+    def from_setup(cls, setup) -> IndexLookup:
         options = setup.options
         if options.get("index") is None:
             raise ValueError("the index proposer needs options['index']: a WorkspaceIndex")

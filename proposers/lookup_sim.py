@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 import math
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Outcome, ProposeContext, Proposer
 from codespec.stats import RequestStats, StepRecord

@@ -30,8 +30,8 @@ Estimators:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 
 # -- acceptance ---------------------------------------------------------------------------------

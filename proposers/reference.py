@@ -30,7 +30,8 @@ Counts of accepted and rejected reference tokens are kept as OpenAI reports them
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
 from proposers.context import ContextLookup
@@ -85,7 +86,7 @@ class ReferenceLookup:
         self.begin(())
 
     @classmethod
-    def from_setup(cls, setup) -> "ReferenceLookup":
+    def from_setup(cls, setup) -> ReferenceLookup:
         options = setup.options
         if "reference" not in options:
             raise ValueError("the reference proposer needs options['reference']: the text being rewritten")

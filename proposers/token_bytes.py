@@ -12,7 +12,8 @@ with ``▁`` read as a space.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from index.tokens import unicode_to_byte
 

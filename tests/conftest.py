@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from engine_harness import stdlib_corpus
 
 # Tiny models gain nothing from threads, and on a shared 2-core machine spin-waiting threads cost
@@ -21,7 +20,7 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from codespec.shapes import save_random_model
+    from bench.shapes import save_random_model
 
     directory = tmp_path_factory.mktemp("tiny-llama")
     return save_random_model(directory, stdlib_corpus(), shape=(64, 2, 4, 2, 128), vocab_size=384,

@@ -9,8 +9,8 @@ under 1e-5 is float rounding between batched and single-token forwards, anything
 from __future__ import annotations
 
 import sysconfig
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 

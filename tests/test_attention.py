@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from bench.shapes import random_llama
 from codespec.attention import NAME, STOCK, stock_attention, use_native_gqa
 from codespec.kv import KVCache
-from codespec.shapes import random_llama
 
 
 def logits_of(model, prompt: list[int], drafts: list[list[int]]) -> list[torch.Tensor]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_harness import ScriptedProposer, always_wrong, oracle, plain_greedy
 
 from codespec.config import GenerationLimits, SamplingParams
 from codespec.decode import Finished, StepEvent, TextDelta, generate, generate_all
 from codespec.draft import NoDraft
-from engine_harness import ScriptedProposer, always_wrong, oracle, plain_greedy
 
 PROMPT_TEXT = "def parse(value):\n    return value.strip()\n\n"
 

@@ -1,6 +1,6 @@
 """The shipped default models: offline loading, tokenizer round trips, and the capability bars.
 
-The bars run the same checks as the model card (codespec/training/evaluate.py) on held-out
+The bars run the same checks as the model card (training/evaluate.py) on held-out
 standard-library functions, with the context-lookup proposer for speed (greedy output is identical
 to plain greedy decoding, so the proposer does not change what is measured).
 """
@@ -31,7 +31,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def heldout_functions():
-    from codespec.training.corpus import heldout_functions
+    from training.corpus import heldout_functions
 
     return heldout_functions(max(COPY_FUNCTIONS, FIM_FUNCTIONS))
 
@@ -85,8 +85,8 @@ def test_cli_default_model_is_the_shipped_target():
 
 def test_rewrite_prompt_copies_heldout_functions(target, heldout_functions):
     """Bar: greedy rewrite output reproduces >= 80% of 30 held-out functions exactly, then EOS."""
-    from codespec.training.evaluate import copy_check
     from proposers.context import ContextLookup
+    from training.evaluate import copy_check
 
     functions = heldout_functions[:COPY_FUNCTIONS]
     assert len(functions) == COPY_FUNCTIONS
@@ -98,8 +98,8 @@ def test_rewrite_prompt_copies_heldout_functions(target, heldout_functions):
 
 def test_fim_completes_a_removed_line_with_valid_python(target, heldout_functions):
     """Bar: with one body line removed, >= 50% of completions make the function parse again."""
-    from codespec.training.evaluate import fim_check, fim_split
     from proposers.context import ContextLookup
+    from training.evaluate import fim_check, fim_split
 
     splits = [s for s in (fim_split(fn) for fn in heldout_functions[:FIM_FUNCTIONS]) if s is not None]
     assert len(splits) >= 25
@@ -112,7 +112,7 @@ def test_fim_completes_a_removed_line_with_valid_python(target, heldout_function
 
 
 def test_rewrite_output_ends_with_eos_not_the_budget(target):
-    from codespec.training.evaluate import copy_check
+    from training.evaluate import copy_check
 
     result = copy_check(target, "def add(a, b):\n    return a + b\n")
     assert result.reason == "eos", result
@@ -125,7 +125,7 @@ def test_copy_rescue_identity_rows_put_the_loss_on_the_copy_only():
     from transformers import AutoTokenizer
 
     from codespec import prompts
-    from codespec.training.examples import IGNORE, ExampleMaker
+    from training.examples import IGNORE, ExampleMaker
 
     tokenizer = AutoTokenizer.from_pretrained(str(target_path()))
     function = "def area(width, height):\n    return width * height\n"
@@ -141,7 +141,7 @@ def test_copy_rescue_identity_rows_put_the_loss_on_the_copy_only():
 
 
 def test_copy_rescue_lr_is_constant_then_decays():
-    from codespec.training.rescue import RescueConfig, rescue_lr
+    from training.rescue import RescueConfig, rescue_lr
 
     config = RescueConfig(steps=100, lr=1e-3, decay_fraction=0.2)
     assert rescue_lr(0, config) == rescue_lr(79, config) == 1e-3
@@ -157,7 +157,7 @@ def test_fim_middle_rows_put_the_loss_on_the_middle_only():
     from transformers import AutoTokenizer
 
     from codespec import prompts
-    from codespec.training.examples import IGNORE, ExampleMaker
+    from training.examples import IGNORE, ExampleMaker
 
     tokenizer = AutoTokenizer.from_pretrained(str(target_path()))
     function = ("def area(width, height):\n    if width < 0:\n        raise ValueError(width)\n\n"
@@ -180,7 +180,7 @@ def test_fim_middle_rows_put_the_loss_on_the_middle_only():
 
 
 def test_finishing_lr_warms_up_then_decays_to_the_floor():
-    from codespec.training.finish import FinishConfig, finish_lr
+    from training.finish import FinishConfig, finish_lr
 
     config = FinishConfig(steps=100, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
     assert finish_lr(0, config) == pytest.approx(1e-4)

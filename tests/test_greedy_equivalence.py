@@ -6,10 +6,18 @@ import random
 
 import pytest
 import torch
+from engine_harness import (
+    ScriptedProposer,
+    always_wrong,
+    assert_greedy_equivalent,
+    oracle,
+    plain_greedy,
+    random_tokens,
+    right_then_wrong,
+    stdlib_corpus,
+)
 
-from codespec.registry import ProposerSetup, create_proposer
-from engine_harness import (ScriptedProposer, always_wrong, assert_greedy_equivalent, oracle,
-                            plain_greedy, random_tokens, right_then_wrong, stdlib_corpus)
+from proposers.registry import ProposerSetup, create_proposer
 
 MAX_NEW = 24
 DRAFT_LENS = (1, 2, 4, 8, 16)

@@ -47,7 +47,7 @@ def word_tokenizer():
 
 @pytest.fixture(scope="module")
 def small_vocab_target():
-    from codespec.shapes import random_llama
+    from bench.shapes import random_llama
 
     model = random_llama((32, 2, 4, 2, 64), vocab_size=VOCAB, seed=3, init_std=0.1, max_context=64)
     return TargetModel(model, word_tokenizer())

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from codespec.default_model import target_path
-from codespec.training.trainer import Shape, TrainConfig, build_llama, lr_at, train
+from training.trainer import Shape, TrainConfig, build_llama, lr_at, train
 
 
 def test_mixture_lr_schedules():
@@ -33,7 +33,7 @@ def tokenizer():
 
 
 def tiny_maker(tokenizer):
-    from codespec.training.examples import ExampleMaker
+    from training.examples import ExampleMaker
 
     functions = ["def area(width, height):\n    return width * height\n",
                  "def greet(name):\n    print('hello', name)\n    return name\n"]
@@ -73,9 +73,9 @@ def test_batched_probes_agree_with_the_one_at_a_time_evaluation(tokenizer):
     """probe.py ranks checkpoints during training; it must measure what evaluate.py (the card, the
     tests' bars) measures, function by function, despite left padding."""
     from codespec.model import TargetModel
-    from codespec.training import probe
-    from codespec.training.corpus import heldout_functions
-    from codespec.training.evaluate import copy_check, fim_check, fim_split
+    from training import probe
+    from training.corpus import heldout_functions
+    from training.evaluate import copy_check, fim_check, fim_split
 
     target = TargetModel.load(str(target_path()), device="cpu", dtype="float32")
     functions = heldout_functions(8)
@@ -92,7 +92,7 @@ def test_batched_probes_agree_with_the_one_at_a_time_evaluation(tokenizer):
 def test_finishing_phase_is_deterministic_and_can_keep_the_starting_weights(tokenizer):
     """The FIM finishing phase probes its starting weights too: if nothing beats them, they ship.
     Two runs from the same weights give the same weights (what --resume relies on)."""
-    from codespec.training.finish import FinishConfig, finish
+    from training.finish import FinishConfig, finish
 
     shape = Shape(hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64)
     config = FinishConfig(steps=4, batch=(2, 64), probe_every=2, warmup_steps=1, log_every=1000)

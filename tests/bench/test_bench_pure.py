@@ -4,13 +4,13 @@ import math
 
 import pytest
 
+from bench.load import max_within_slo
+from bench.measure import RunResult
+from bench.peers import StepLog, TimingStreamer, steps_from
+from bench.replay import Recording, Recordings, apply_bias, forced_token
+from bench.run import METRIC_KEYS, interleaved_order, median_ratio, speedup, summarize, unigram_tv
+from bench.workload import window_edit
 from codespec.stats import RequestStats, StepRecord
-from lsp.bench.load import max_within_slo
-from lsp.bench.measure import RunResult
-from lsp.bench.peers import StepLog, TimingStreamer, steps_from
-from lsp.bench.replay import Recording, Recordings, apply_bias, forced_token
-from lsp.bench.run import METRIC_KEYS, interleaved_order, median_ratio, speedup, summarize, unigram_tv
-from lsp.bench.workload import window_edit
 
 
 def test_interleaving_runs_each_pair_once_request_by_request_with_rotation():
@@ -133,7 +133,7 @@ def test_max_within_slo():
 def test_plots_are_skipped_with_a_note_without_matplotlib(tmp_path, monkeypatch):
     import sys
 
-    from lsp.bench.report import write_plots
+    from bench.report import write_plots
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as when it is not installed
     note = write_plots({"mode": "replay", "workloads": {}, "configs": {}}, tmp_path / "plots")
@@ -142,7 +142,7 @@ def test_plots_are_skipped_with_a_note_without_matplotlib(tmp_path, monkeypatch)
 
 def test_plots_are_written_with_matplotlib(tmp_path):
     pytest.importorskip("matplotlib")
-    from lsp.bench.report import write_plots
+    from bench.report import write_plots
 
     row = {"acceptance_by_depth": [0.9, 0.8], "speedup": 2.0, "itl_ms": [1.0, 2.0, 3.0]}
     report = {"mode": "replay", "configs": {"auto": row}, "workloads": {"w": {"configs": {"auto": row}}}}
@@ -153,7 +153,7 @@ def test_plots_are_written_with_matplotlib(tmp_path):
 
 
 def test_targets_read_same_run_ratios():
-    from lsp.bench.targets import TARGETS, check, targets_table
+    from bench.targets import TARGETS, check, targets_table
 
     configs = {"greedy": {"tokens_per_s": 10.0, "speedup_median": 1.0, "equivalence": 1.0},
                "auto": {"tokens_per_s": 45.0, "speedup_median": 4.0, "equivalence": 1.0},
@@ -170,7 +170,7 @@ def test_targets_read_same_run_ratios():
 
 
 def test_targets_table_shows_the_range_over_repeated_runs():
-    from lsp.bench.targets import targets_table
+    from bench.targets import targets_table
 
     def run(auto_rate: float) -> dict:
         configs = {"greedy": {"tokens_per_s": 10.0, "speedup_median": 1.0, "equivalence": 1.0},

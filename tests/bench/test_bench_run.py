@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from bench.shapes import build_tokenizer, random_llama
 from codespec.config import GenerationLimits, SamplingParams
-from codespec.shapes import build_tokenizer, random_llama
 
 EDITS = [
     {"id": "e1", "instruction": "", "before": "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n",
@@ -26,8 +26,8 @@ def tiny_target():
 
 
 def test_bench_command_writes_every_metric_key(tmp_path, capsys):
+    from bench.run import METRIC_KEYS
     from codespec.cli import main
-    from lsp.bench.run import METRIC_KEYS
 
     workload = tmp_path / "edits.jsonl"
     workload.write_text("".join(json.dumps(record) + "\n" for record in EDITS))
@@ -59,18 +59,18 @@ def test_bench_command_writes_every_metric_key(tmp_path, capsys):
 
 
 def _case(record):
-    from lsp.bench.workload import case_from_record
+    from bench.workload import case_from_record
 
     return case_from_record(record, "edits", "test")
 
 
 @pytest.mark.parametrize("record", EDITS, ids=[r["id"] for r in EDITS])
 def test_replay_forces_the_recorded_output_in_codespec_and_transformers(tiny_target, record):
-    from lsp.bench.engine import CodespecConfig
-    from lsp.bench.measure import MemoryProbe
-    from lsp.bench.peers import HFConfig
-    from lsp.bench.replay import ReplayTarget
-    from lsp.bench.run import RunSettings, prepare
+    from bench.engine import CodespecConfig
+    from bench.measure import MemoryProbe
+    from bench.peers import HFConfig
+    from bench.replay import ReplayTarget
+    from bench.run import RunSettings, prepare
 
     target = ReplayTarget(tiny_target)
     case = _case(record)
@@ -102,7 +102,7 @@ def test_without_a_recording_the_model_chooses(tiny_target):
     """Real mode is the same wrapper with nothing registered: it must not touch the logits."""
     import torch
 
-    from lsp.bench.replay import ReplayTarget
+    from bench.replay import ReplayTarget
 
     target = ReplayTarget(tiny_target)
     prompt = tiny_target.encode(EDITS[0]["before"])
@@ -114,7 +114,7 @@ def test_without_a_recording_the_model_chooses(tiny_target):
 
 def test_early_exit_drafts_are_not_biased(tiny_target):
     """A truncated layer stack is a draft: telling it the answer would fake its acceptance."""
-    from lsp.bench.replay import Recording, ReplayTarget
+    from bench.replay import Recording, ReplayTarget
     from proposers.early_exit import truncated_layers
 
     target = ReplayTarget(tiny_target)

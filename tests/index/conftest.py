@@ -13,7 +13,7 @@ TRAINING_FILES = ["json/encoder.py", "json/decoder.py", "textwrap.py", "shlex.py
 
 @pytest.fixture(scope="session")
 def index_tokenizer():
-    from codespec.shapes import build_tokenizer
+    from bench.shapes import build_tokenizer
 
     corpus = [(STDLIB / name).read_text(encoding="utf-8") for name in TRAINING_FILES]
     return build_tokenizer(corpus, vocab_size=512)

@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from index import ngram as ngram_module
 from index import WorkspaceIndex
+from index import ngram as ngram_module
 
 
 def _workspace(root, files=6):

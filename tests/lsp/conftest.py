@@ -17,7 +17,7 @@ LSP_CORPUS = ["json/encoder.py", "textwrap.py", "shlex.py"]
 
 @pytest.fixture(scope="session")
 def lsp_model_dir(tmp_path_factory) -> Path:
-    from codespec.shapes import save_random_model
+    from bench.shapes import save_random_model
 
     corpus = [(STDLIB / name).read_text(encoding="utf-8") for name in LSP_CORPUS]
     directory = tmp_path_factory.mktemp("lsp-tiny-llama")

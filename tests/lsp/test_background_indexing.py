@@ -14,8 +14,9 @@ import pytest
 from index import WorkspaceIndex
 from index.ingest import ScanCancelled
 from lsp import indexing
+from lsp.jobs import GenerationRequest
 from lsp.runtime import close_service
-from lsp.service import EngineService, GenerationRequest
+from lsp.service import EngineService
 
 WAIT_S = 60  # a hang guard only
 FILES = 300  # three tokenizer batches (index.scan.BATCH_FILES = 128)
@@ -171,7 +172,7 @@ def test_shutdown_during_a_scan_stops_it_and_the_database_stays_consistent(lsp_t
 
 
 def test_a_scan_refuses_a_tokenizer_that_tokenizes_differently(lsp_target, workspace):
-    from codespec.shapes import build_tokenizer
+    from bench.shapes import build_tokenizer
     from index import TokenizerAdapter
 
     other = TokenizerAdapter(build_tokenizer(["def other(x):\n    return x\n" * 20], vocab_size=300))

@@ -8,8 +8,10 @@ import threading
 import pytest
 
 from codespec.errors import CodespecError
+from codespec.prompts import Fim
 from lsp import indexing
-from lsp.service import EngineService, GenerationRequest
+from lsp.jobs import GenerationRequest
+from lsp.service import EngineService
 
 WAIT_S = 120
 LONG_TEXT = "".join(f"def function_{i}(value):\n    return value + {i}\n\n" for i in range(10))
@@ -62,15 +64,15 @@ def test_warming_a_document_prefills_what_its_completions_share(service):
     from lsp.inline import completion_context, completion_prompt, warm_prompt
 
     text = LONG_TEXT
-    warm = service.submit(GenerationRequest(prompt=warm_prompt(text, 4000), max_tokens=1, kind="prefill",
+    warm = service.submit(GenerationRequest(prompt=warm_prompt(text, 4000, service.prompts), max_tokens=1, kind="prefill",
                                             cache_key="warm-doc", proposer="none")).wait(WAIT_S)
     assert warm.usage.cached_prompt_tokens == 0 and warm.reason == "length" and warm.text == ""
     offset = text.index("return value + 5")
     context = completion_context(text, offset, 4, 8, 4000, 200)
-    request = GenerationRequest(prompt=completion_prompt(context), max_tokens=4, stop=context.stop,
+    request = GenerationRequest(prompt=completion_prompt(context, service.prompts), max_tokens=4, stop=context.stop,
                                 cache_key="warm-doc")
     result = service.submit(request).wait(WAIT_S)
-    prefix_tokens = len(service.target.encode(completion_prompt(context).split("<|fim_suffix|>")[0]))
+    prefix_tokens = len(service.target.encode(warm_prompt(context.prefix, len(context.prefix), service.prompts)))
     assert result.usage.cached_prompt_tokens >= prefix_tokens - 2  # only the suffix was prefilled
 
 
@@ -81,11 +83,11 @@ def test_a_request_takes_over_a_documents_background_prefill(service):
     from lsp.service import PREFILL_CHUNK
 
     text = LONG_TEXT * 6
-    prompt = warm_prompt(text, len(text))
+    prompt = warm_prompt(text, len(text), service.prompts)
     prompt_tokens = len(service.target.encode(prompt))
     assert PREFILL_CHUNK * 4 < prompt_tokens < service.target.max_context
     context = completion_context(text, text.rindex("return value + 5"), 4, 8, len(text), 200)
-    request = GenerationRequest(prompt=completion_prompt(context), max_tokens=4, stop=context.stop,
+    request = GenerationRequest(prompt=completion_prompt(context, service.prompts), max_tokens=4, stop=context.stop,
                                 cache_key="big-doc")
     gate = threading.Event()
     blocked = service.call(gate.wait)  # hold the engine thread while the prefill is queued
@@ -100,7 +102,7 @@ def test_a_request_takes_over_a_documents_background_prefill(service):
     superseded = prefill.wait(WAIT_S)
     assert superseded.reason == "cancelled"  # stopped early: the completion took its cache over
     assert PREFILL_CHUNK <= result.usage.cached_prompt_tokens < superseded.usage.prompt_tokens
-    fresh = service.submit(GenerationRequest(prompt=completion_prompt(context), max_tokens=4, stop=context.stop,
+    fresh = service.submit(GenerationRequest(prompt=completion_prompt(context, service.prompts), max_tokens=4, stop=context.stop,
                                              cache_key="other-doc")).wait(WAIT_S)
     assert result.text == fresh.text  # a partial prefill changes nothing in the output
 
@@ -126,8 +128,7 @@ def test_a_caller_cancelling_the_future_itself_does_not_hurt_the_service(service
 
 def test_fim_prompt_is_narrowed_to_the_context(service, lsp_target):
     prefix = "value = compute(value)\n" * 800
-    request = GenerationRequest(prompt=f"<|fim_prefix|>{prefix}<|fim_suffix|><|fim_middle|>", max_tokens=3,
-                                fim=(prefix, ""))
+    request = GenerationRequest(prompt=Fim(prefix, ""), max_tokens=3)
     result = service.submit(request).wait(WAIT_S)
     assert result.usage.prompt_tokens < lsp_target.max_context
     assert result.usage.completion_tokens == 3

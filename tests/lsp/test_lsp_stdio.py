@@ -12,6 +12,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig
 
+from codespec.prompts import PromptRenderer
 from lsp.inline import completion_context, completion_prompt, trim_completion
 from lsp.options import ServerOptions
 
@@ -68,7 +69,6 @@ def engine_completion(target, text: str, offset: int) -> str:
     """What the engine returns for the same context, decoded plainly (greedy is lossless)."""
     from codespec.config import GenerationLimits
     from codespec.decode import generate_all
-
     from lsp.inline import resolve_windows
 
     options = ServerOptions()
@@ -77,7 +77,7 @@ def engine_completion(target, text: str, offset: int) -> str:
     context = completion_context(text, offset, LIMITS["lineTokens"], LIMITS["blockTokens"], *windows, invoked=True)
     from lsp.service import COMPLETION_STOP_REPEATS
 
-    finished = generate_all(target, target.encode(completion_prompt(context)), None,
+    finished = generate_all(target, target.encode(completion_prompt(context, PromptRenderer(target.tokenizer, target.prompt_format))), None,
                             limits=GenerationLimits(context.max_tokens, context.stop,
                                                     stop_repeats=COMPLETION_STOP_REPEATS))
     return trim_completion(finished.text, context)

@@ -7,7 +7,8 @@ import os
 import stat
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lsp.auth import presented_token, refusal, resolve_token
 from lsp.documents import Debouncer, Document

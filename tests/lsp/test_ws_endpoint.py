@@ -11,6 +11,7 @@ import pytest_asyncio
 import websockets
 from websockets.asyncio.client import connect
 
+from codespec.prompts import PromptRenderer
 from lsp.inline import completion_context, completion_prompt
 from lsp.options import ServerOptions, WsLimits
 from lsp.service import EngineService
@@ -72,7 +73,7 @@ async def test_complete_streams_what_the_engine_returns(endpoint, lsp_target):
                               lsp_target.max_context, OPTIONS.block_tokens)
     context = completion_context(prefix + suffix, len(prefix), OPTIONS.line_tokens, OPTIONS.block_tokens,
                                  *windows, invoked=True)
-    plain = generate_all(lsp_target, lsp_target.encode(completion_prompt(context)), None,
+    plain = generate_all(lsp_target, lsp_target.encode(completion_prompt(context, PromptRenderer(lsp_target.tokenizer, lsp_target.prompt_format))), None,
                          limits=GenerationLimits(context.max_tokens, context.stop,
                                                  stop_repeats=COMPLETION_STOP_REPEATS))
     assert done["text"] == plain.text  # lossless: speculative output == plain greedy output

@@ -4,19 +4,28 @@ through the real decode loop (a tiny random Llama as the target)."""
 from __future__ import annotations
 
 import pytest
+from engine_harness import ScriptedProposer, always_wrong, oracle, plain_greedy
+from test_draft_model import SAMPLING, SMALL_VOCAB, exact_joint, run_samples, small_vocab_pair, views_failing  # noqa: F401
 
 from codespec.config import GenerationLimits, SamplingParams
 from codespec.decode import generate_all
 from codespec.draft import Draft, MatchInfo
 from codespec.errors import CodespecError
-from codespec.registry import ProposerSetup, create_proposer
-from engine_harness import ScriptedProposer, always_wrong, oracle, plain_greedy
 from proposers.auto import AutoProposer, PolicyConfig
 from proposers.draft_model import DraftModelProposer
-from proposers.policy import (AcceptanceTable, Candidate, DepthAcceptance, ForwardCosts, LinearCost, ProbeSchedule, best_length,
-                              bucket, choose, expected_tokens)
-
-from test_draft_model import SAMPLING, SMALL_VOCAB, exact_joint, run_samples, small_vocab_pair, views_failing  # noqa: F401
+from proposers.policy import (
+    AcceptanceTable,
+    Candidate,
+    DepthAcceptance,
+    ForwardCosts,
+    LinearCost,
+    ProbeSchedule,
+    best_length,
+    bucket,
+    choose,
+    expected_tokens,
+)
+from proposers.registry import ProposerSetup, create_proposer
 
 VERIFY = (1.0, 0.01)  # a forward costs 1 s plus 0.01 s per scored draft token
 

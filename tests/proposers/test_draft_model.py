@@ -8,15 +8,15 @@ import math
 import pytest
 import torch
 
+from bench.shapes import build_tokenizer, random_llama
 from codespec.config import GenerationLimits, SamplingParams
 from codespec.decode import generate_all
 from codespec.draft import Draft, NoDraft
 from codespec.errors import CodespecError
 from codespec.model import TargetModel
-from codespec.registry import ProposerSetup, create_proposer
 from codespec.sampling import process_logits
-from codespec.shapes import build_tokenizer, random_llama
 from proposers.draft_model import DraftModelProposer
+from proposers.registry import ProposerSetup, create_proposer
 
 
 def perturbed(target: TargetModel, scale: float, seed: int) -> TargetModel:

@@ -7,15 +7,15 @@ import copy
 import pytest
 import torch
 
+from bench.shapes import random_llama
 from codespec.config import GenerationLimits, SamplingParams
 from codespec.decode import generate_all
 from codespec.draft import NoDraft, ProposeContext
 from codespec.errors import CodespecError
 from codespec.model import TargetModel
-from codespec.registry import ProposerSetup, create_proposer
 from codespec.sampling import make_generator, process_logits
-from codespec.shapes import random_llama
 from proposers.early_exit import EarlyExitProposer, truncated_layers
+from proposers.registry import ProposerSetup, create_proposer
 
 LAYERS = 4
 

@@ -7,13 +7,13 @@ import os
 import sysconfig
 
 import pytest
+from lookup_steps import cut_after, step_to
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
-from codespec.registry import ProposerSetup, create_proposer
 from index import WorkspaceIndex
-from lookup_steps import cut_after, step_to
 from proposers.index_lookup import IndexLookup
 from proposers.lookup_sim import replay
+from proposers.registry import ProposerSetup, create_proposer
 from proposers.token_bytes import TokenBytes
 
 STDLIB = sysconfig.get_paths()["stdlib"]
@@ -32,7 +32,7 @@ def _corpus() -> list[str]:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from codespec.shapes import build_tokenizer
+    from bench.shapes import build_tokenizer
 
     return build_tokenizer(_corpus(), 1024)
 
@@ -102,10 +102,10 @@ def test_replay_of_a_copied_file_uses_long_drafts(index, tokenizer):
 
 
 def test_greedy_output_is_identical_with_index_lookup(tmp_path):
+    from bench.shapes import save_random_model
     from codespec.config import GenerationLimits
     from codespec.decode import generate_all
     from codespec.model import TargetModel
-    from codespec.shapes import save_random_model
 
     target = TargetModel.load(str(save_random_model(tmp_path / "tiny", _corpus(), "tiny", vocab_size=512, seed=5,
                                                     init_std=0.2)), device="cpu", dtype="float32")

@@ -7,20 +7,20 @@ from __future__ import annotations
 import copy
 import random
 
+import engine_harness
 import pytest
 import torch
-
-import engine_harness
-from codespec.model import TargetModel
-from codespec.registry import ProposerSetup, create_proposer
-from codespec.shapes import random_llama
 from engine_harness import assert_greedy_equivalent, plain_greedy
+
+from bench.shapes import random_llama
+from codespec.model import TargetModel
 from index import WorkspaceIndex
 from proposers.auto import AutoProposer
 from proposers.draft_model import DraftModelProposer
 from proposers.early_exit import EarlyExitProposer
 from proposers.index_lookup import IndexLookup
 from proposers.reference import ReferenceLookup
+from proposers.registry import ProposerSetup, create_proposer
 
 MAX_NEW = 24
 DRAFT_LENS = (1, 3, 8, 16)

@@ -6,12 +6,12 @@ import os
 import sysconfig
 
 import pytest
+from lookup_steps import cut_after, step_to
 
 from codespec.draft import Draft, Outcome, ProposeContext
-from lookup_steps import cut_after, step_to
-from codespec.registry import ProposerSetup, create_proposer
 from proposers.lookup_sim import replay
 from proposers.reference import ReferenceLookup, best_anchor
+from proposers.registry import ProposerSetup, create_proposer
 from proposers.token_bytes import TokenBytes
 
 STDLIB = sysconfig.get_paths()["stdlib"]
@@ -24,7 +24,7 @@ def _corpus() -> list[str]:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from codespec.shapes import build_tokenizer
+    from bench.shapes import build_tokenizer
 
     return build_tokenizer(_corpus(), 1024)
 
@@ -103,7 +103,7 @@ def test_output_tokens_split_differently_from_the_reference_stay_aligned(codec):
 @pytest.fixture(scope="module")
 def multibyte_codec():
     """A vocabulary with multi-byte characters inside its tokens ("中文", "é")."""
-    from codespec.shapes import build_tokenizer
+    from bench.shapes import build_tokenizer
 
     return TokenBytes(build_tokenizer(_corpus()[:1] + ["中文 注释 中文\n" * 200 + "café ééé\n" * 200], 1024))
 
@@ -175,8 +175,8 @@ def test_from_setup_needs_the_reference_text(tokenizer):
 
 @pytest.fixture(scope="module")
 def tiny_target(tmp_path_factory):
+    from bench.shapes import save_random_model
     from codespec.model import TargetModel
-    from codespec.shapes import save_random_model
 
     directory = save_random_model(tmp_path_factory.mktemp("tiny"), _corpus(), "tiny", vocab_size=512,
                                   seed=3, init_std=0.2)
@@ -230,7 +230,8 @@ def test_inserted_text_is_drafted_from_the_request_itself_and_not_counted_as_pre
     assert counted.accepted_prediction_tokens < sum(s.accepted for s in from_reference)
 
 
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 TEXT = st.lists(st.sampled_from(list("ab (),:=\n    é中") + ["def ", "return ", "self."]), min_size=1,
                 max_size=60).map("".join)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.hf_rule import PromptLookupRule
 from codespec.cli import main
 from codespec.draft import EMPTY_DRAFT, Draft, NoDraft, ProposeContext
-from proposers.hf_rule import PromptLookupRule
 from proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
 
 WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
@@ -122,7 +122,7 @@ def test_hindsight_bound_is_the_optimum_of_every_lookup_drafting():
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
-    from codespec.shapes import build_tokenizer
+    from bench.shapes import build_tokenizer
 
     stdlib = sysconfig.get_paths()["stdlib"]
     corpus = [open(os.path.join(stdlib, name), encoding="utf-8").read() for name in ("textwrap.py", "difflib.py")]
@@ -248,8 +248,8 @@ def test_hindsight_bound_holds_where_the_prompt_tokenizes_the_reference_otherwis
     the reference's own tokens (what the copy pointer drafts) are not all among the prompt's."""
     from transformers import AutoTokenizer
 
-    from proposers.sim_run import simulate_workload
-    from proposers.sim_workload import SimCase, edit_prompt
+    from bench.sim_run import simulate_workload
+    from bench.sim_workload import SimCase, edit_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     reference = "    value = compute(alpha, beta)\n    return value\n"

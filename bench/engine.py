@@ -1,0 +1,100 @@
+"""codespec configurations: ``greedy`` (plain decoding) and each proposer, as a server runs them.
+
+Lookups (context, reference, index) are built per request from the registry, with the request's
+reference text, index document and cursor. Model proposers (draft model, early exit) are built once
+per configuration and live across requests, as in ``codespec serve``; so does the ``auto`` policy's
+state (acceptance by depth, cost fits): each request's ``AutoProposer`` gets fresh lookups, the
+long-lived model proposers and the configuration's one ``PolicyState``. One configuration never
+learns from another's requests. Session history is not fed: in replay every configuration emits
+the same text, and history from one would hand the next the answer.
+
+Model proposers get the raw target (``setup.target``), never the replay wrapper: early exit runs
+the target's own first layers, and a draft told the recorded answer would fake its acceptance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bench.measure import MemoryProbe, RunResult
+from codespec.config import GenerationLimits, SamplingParams
+
+CODESPEC_CONFIGS = ("greedy", "context", "reference", "index", "draft", "early-exit", "auto")
+LOOKUPS = ("context", "reference", "index")
+MODELS = ("draft", "early-exit")
+
+
+class CodespecConfig:
+    def __init__(self, name: str, raw_target, draft_path: str | None, index=None) -> None:
+        if name not in CODESPEC_CONFIGS:
+            raise ValueError(f"unknown codespec configuration {name!r}")
+        self.name = name
+        self.raw_target = raw_target
+        self.index = index
+        self.base_options: dict = {"draft_model": draft_path} if draft_path else {}
+        self._models: list | None = None
+        self._state = None  # auto's PolicyState, shared by this configuration's requests
+
+    def models(self) -> list:
+        """Long-lived model proposers: the draft model when one is configured, early exit when the
+        target has a Llama-style layer stack (auto falls back on these; never on a shipped draft
+        the run did not ask for)."""
+        if self._models is None:
+            from proposers.auto import supports_early_exit
+            from proposers.registry import ProposerSetup, create_proposer
+
+            setup = ProposerSetup(self.raw_target, self.base_options)
+            wanted = [n for n in MODELS if self.name in (n, "auto")]
+            self._models = [create_proposer(n, setup) for n in wanted
+                            if (n != "draft" or "draft_model" in self.base_options)
+                            and (n != "early-exit" or supports_early_exit(self.raw_target))]
+        return self._models
+
+    def proposer(self, options: dict):
+        from codespec.draft import NoDraft
+        from proposers.registry import ProposerSetup, create_proposer
+
+        if self.name == "greedy":
+            return NoDraft()
+        setup = ProposerSetup(self.raw_target, {**self.base_options, **options})
+        if self.name in LOOKUPS:
+            return create_proposer(self.name, setup)
+        if self.name in MODELS:
+            found = [p for p in self.models() if p.name == self.name]
+            if not found:
+                raise ValueError(f"configuration {self.name!r} is unavailable for this target "
+                                 f"(draft needs --draft; early exit a Llama-style layer stack)")
+            return found[0]
+        from proposers.auto import AutoProposer, PolicyConfig, PolicyState
+
+        lookups = [create_proposer(n, setup) for n in LOOKUPS
+                   if n == "context" or setup.options.get(n) is not None]
+        config = PolicyConfig()
+        if self._state is None:
+            self._state = PolicyState.fresh(config)
+        return AutoProposer(lookups, self.models(), config, self._state)
+
+    def policy_summary(self) -> dict | None:
+        """auto's learned verification cost fit (ms = a + b k) and acceptance, for the report."""
+        if self._state is None:
+            return None
+        fit = self._state.verify_cost.fit()
+        plain = self._state.verify_cost.plain_measured
+        return {"verify_fit_ms": None if fit is None else [round(fit[0] * 1e3, 3), round(fit[1] * 1e3, 4)],
+                "plain_step_ms": None if plain is None else round(plain * 1e3, 3)}
+
+    def run(self, target, case, prompt_ids: Sequence[int], limits: GenerationLimits,
+            sampling: SamplingParams, probe: MemoryProbe) -> RunResult:
+        from bench.sim_run import case_document
+        from codespec.decode import generate_all
+
+        options = {"reference": case.reference, "reference_start": case.reference_start,
+                   "uri": case.uri, "cursor": case.cursor}
+        if self.index is not None:
+            options["index"] = self.index
+        with case_document(self.index, case):
+            proposer = self.proposer(options)
+            probe.start()
+            finished = generate_all(target, prompt_ids, proposer, sampling, limits)
+            rss, cuda = probe.stop()
+        return RunResult(tuple(finished.token_ids), finished.stats, rss, cuda, {"reason": finished.reason})

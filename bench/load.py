@@ -1,0 +1,145 @@
+"""Offered load: N concurrent websocket clients against the real websocket server, in process.
+
+The server is what `codespec serve --ws` runs (``EngineService`` + ``lsp.ws.start_ws_server``), bound
+to 127.0.0.1 with a fresh token, serving the bench's target (in replay mode the recordings of
+the requests are registered on it, keyed by the prompt the server will build, so the load has the
+workload's real output lengths and acceptance). Each client is closed-loop: it sends its next
+request when the previous one ends. Per concurrency level: request throughput, latency and
+time-to-first-token percentiles as the client sees them, and errors; the report names the largest
+level whose p95 TTFT stays within the stated objective.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+
+from bench.replay import Recording
+from codespec.stats import percentile
+
+
+def max_within_slo(levels: list[dict], slo_ttft_ms: float) -> int | None:
+    """Largest concurrency whose p95 TTFT is within the objective (None if no level is)."""
+    good = [level["concurrency"] for level in levels
+            if level["ttft_ms_p95"] is not None and level["ttft_ms_p95"] <= slo_ttft_ms and not level["errors"]]
+    return max(good) if good else None
+
+
+def run_load(target, raw, models, cases, plan, settings, say) -> dict:
+    return asyncio.run(_run_load(target, raw, models, cases, plan, settings, say))
+
+
+def _messages_and_recordings(target, cases, options, settings, end_id):
+    from codespec.prompts import PromptRenderer, Rewrite
+    from lsp.inline import resolve_windows
+    from lsp.requests import completion_request
+
+    # The windows the websocket server will use for these prompts (EngineService.windows).
+    windows = resolve_windows(options.prefix_chars, options.suffix_chars, target.device.type, target.max_context,
+                              options.block_tokens)
+    prompts = PromptRenderer(target.tokenizer, target.prompt_format)  # as the server renders them
+    messages, recordings = [], []
+    for case in cases:
+        if case.kind == "edit":
+            message = {"type": "edit", "text": case.reference, "max_tokens": settings.max_new_tokens}
+            if case.instruction:
+                message["instruction"] = case.instruction
+            prompt = prompts.render(Rewrite(case.reference, case.instruction)).text
+        else:
+            message = {"type": "complete", "prefix": case.prefix, "suffix": case.suffix, "path": case.uri}
+            request, _ = completion_request(case.prefix + case.suffix, len(case.prefix), options, windows,
+                                            invoked=True)
+            prompt = prompts.render(request.prompt).text
+        messages.append(message)
+        if settings.mode == "replay":
+            recordings.append(Recording(tuple(target.encode(prompt)), tuple(target.encode(case.output)), end_id))
+    return messages, recordings
+
+
+async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
+    from lsp.options import ServerOptions, WsLimits
+    from lsp.server import close_service
+    from lsp.service import EngineService
+    from lsp.ws import bound_port, start_ws_server
+
+    options = ServerOptions(max_draft=settings.draft_len, deadline_ms=600_000)
+    proposer_options = {"draft_model": models.draft_path} if models.draft_path else {}
+    service = await asyncio.to_thread(EngineService, target, "auto", settings.draft_len,
+                                      options.cached_documents, None, proposer_options)
+    eos = raw.tokenizer.eos_token_id
+    messages, recordings = _messages_and_recordings(raw, cases, options, settings, eos)
+    for recording in recordings:
+        target.recordings.add(recording)
+    token = secrets.token_urlsafe(24)
+    server = await start_ws_server(service, token, "127.0.0.1", 0, options,
+                                   WsLimits(max_in_flight=1))
+    url = f"ws://127.0.0.1:{bound_port(server)}/"
+    levels = []
+    try:
+        await asyncio.to_thread(service.warm_up)
+        for concurrency in plan.concurrency:
+            count = max(plan.load_requests, concurrency)
+            level = await _level(url, token, messages, concurrency, count)
+            say(f"bench: load {concurrency} clients: {level['requests_per_s']:.2f} req/s, "
+                f"TTFT p95 {level['ttft_ms_p95']} ms, latency p95 {level['latency_ms_p95']} ms")
+            levels.append(level)
+    finally:
+        server.close()
+        await server.wait_closed()
+        await asyncio.to_thread(close_service, service)
+        for recording in recordings:
+            target.recordings.remove(recording)
+    return {"mode": settings.mode, "proposer": "auto", "slo_ttft_ms": plan.slo_ttft_ms, "levels": levels,
+            "max_concurrency_within_slo": max_within_slo(levels, plan.slo_ttft_ms)}
+
+
+async def _level(url: str, token: str, messages: list[dict], concurrency: int, count: int) -> dict:
+    from websockets.asyncio.client import connect
+
+    queue: asyncio.Queue = asyncio.Queue()
+    for number in range(count):
+        queue.put_nowait((number, messages[number % len(messages)]))
+    latencies, ttfts, tokens, errors = [], [], [], []
+    proposers: dict[str, int] = {}  # what the server actually ran (it falls back when one is unavailable)
+
+    async def client() -> None:
+        async with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, max_size=None) as socket:
+            while True:
+                try:
+                    number, message = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                start = time.perf_counter()
+                first = None
+                await socket.send(json.dumps({**message, "id": number}))
+                while True:
+                    reply = json.loads(await socket.recv())
+                    if first is None and reply.get("type") in ("delta", "done"):
+                        first = time.perf_counter()
+                    if reply.get("type") in ("done", "cancelled", "error"):
+                        break
+                end = time.perf_counter()
+                if reply["type"] != "done":
+                    errors.append(reply.get("message") or reply["type"])
+                    continue
+                latencies.append((end - start) * 1e3)
+                ttfts.append(((first or end) - start) * 1e3)
+                tokens.append(reply.get("usage", {}).get("completion_tokens", 0))
+                name = str(reply.get("proposer"))
+                proposers[name] = proposers.get(name, 0) + 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    wall = time.perf_counter() - started
+
+    def p(values, q):
+        return round(percentile(values, q), 1) if values else None
+
+    return {"concurrency": concurrency, "requests": len(latencies), "errors": len(errors),
+            "wall_s": round(wall, 2), "requests_per_s": len(latencies) / wall if wall else 0.0,
+            "tokens_per_s": sum(tokens) / wall if wall else 0.0,
+            "latency_ms_p50": p(latencies, 50), "latency_ms_p95": p(latencies, 95),
+            "ttft_ms_p50": p(ttfts, 50), "ttft_ms_p95": p(ttfts, 95), "error_messages": errors[:3],
+            "proposers": proposers}

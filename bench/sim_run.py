@@ -1,0 +1,133 @@
+"""One simulation run: every case through every named proposer and the hf-rule baseline.
+
+Each proposer is built fresh per case through the registry, exactly as the engine would build
+it for that request (the reference text, the index, the document uri and cursor in its options),
+so what is measured is the installed proposer, not a copy of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from bench.hf_rule import PromptLookupRule
+from bench.sim_names import BASELINE, LOOKUP_PROPOSERS
+from bench.sim_workload import SimCase
+from codespec.errors import CodespecError
+from codespec.stats import RequestStats, json_safe, percentile
+from proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
+from proposers.registry import ProposerSetup, create_proposer
+from proposers.token_bytes import TokenBytes
+
+
+@dataclass
+class TokenizerTarget:
+    """What a lookup proposer's ``from_setup`` reads from a target, without the model."""
+
+    tokenizer: object
+    name: str = "tokenizer-only"
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, token_ids) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return frozenset() if eos is None else frozenset([eos])
+
+
+INDEX_USERS = ("index", "auto")
+
+
+def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer, max_draft: int,
+                      workspace: Sequence[tuple[str, str]] = (), workload: str = "workload",
+                      verify_cost: tuple[float, float] = (0.0, 0.0), extras: dict | None = None,
+                      bounds: dict | None = None) -> dict:
+    """The report of `codespec simulate --json` (keys fixed by issue 4). What the JSON leaves out
+    goes to the dicts given: ``extras`` per proposer (rejected draft tokens per output token),
+    ``bounds`` the hindsight bound of edit records (``hindsight_tokens_per_forward``)."""
+    codec = TokenBytes(tokenizer)
+    streams = [(case, codec.encode(case.prompt), codec.encode(case.output)) for case in cases]
+    target = TokenizerTarget(codec.tokenizer)
+    index = build_index(codec.tokenizer, workspace) if any(name in INDEX_USERS for name in names) else None
+    rows = {}
+    for name in [*[n for n in names if n != BASELINE], BASELINE]:
+        stats = RequestStats()
+        for case, prompt_ids, output_ids in streams:
+            with case_document(index, case):
+                proposer = make_proposer(name, target, case, index)
+                stats.steps.extend(replay(proposer, prompt_ids, output_ids, max_draft, verify_cost).steps)
+        rows[name] = summary_row(stats)
+        if extras is not None:
+            extras[name] = {"rejected_per_token": (stats.drafted_tokens - stats.accepted_tokens) / max(stats.tokens, 1)}
+    edits = [(codec.encode(case.reference), prompt_ids, output_ids) for case, prompt_ids, output_ids in streams
+             if case.kind == "edit"]
+    ceiling = None
+    if edits:
+        tokens = sum(len(output_ids) for _, _, output_ids in edits)
+        ceiling = tokens / sum(ceiling_forwards(ref, out, max_draft) for ref, _, out in edits)
+        if bounds is not None:
+            bounds["hindsight_tokens_per_forward"] = tokens / sum(
+                hindsight_forwards(prompt, out, max_draft, [ref]) for ref, prompt, out in edits)
+    return {"workload": workload, "records": len(cases), "max_draft": max_draft,
+            "ceiling": {"tokens_per_forward": ceiling}, "proposers": rows}
+
+
+def make_proposer(name: str, target: TokenizerTarget, case: SimCase, index):
+    if name == BASELINE:
+        return PromptLookupRule()
+    options = {"reference": case.reference, "reference_start": case.reference_start,
+               "uri": case.uri, "cursor": case.cursor,
+               "auto_candidates": [n for n in LOOKUP_PROPOSERS if n != "index" or index is not None]}
+    if index is not None:
+        options["index"] = index
+    try:
+        return create_proposer(name, ProposerSetup(target, options))
+    except CodespecError:
+        raise
+    except Exception as error:  # a proposer that needs a model, or a missing option
+        raise CodespecError(f"proposer {name!r} cannot run model-free: {error}") from error
+
+
+def summary_row(stats: RequestStats) -> dict:
+    summary = stats.summary()
+    proposal_ms = [step.proposal_s * 1e3 for step in stats.steps]
+    return {
+        "coverage": summary["coverage"],
+        "mean_accepted_length": summary["mean_accepted_length"],
+        "tokens_per_forward": summary["tokens_per_forward"],
+        "acceptance_by_depth": summary["acceptance_by_depth"],
+        "proposal_ms_p50": json_safe(percentile(proposal_ms, 50)),
+        "proposal_ms_p99": json_safe(percentile(proposal_ms, 99)),
+    }
+
+
+def build_index(tokenizer, workspace: Sequence[tuple[str, str]]):
+    from index import WorkspaceIndex
+
+    index = WorkspaceIndex(tokenizer, db_path=None)
+    for uri, text in workspace:
+        index.add_document(uri, text, 1)
+    return index
+
+
+@contextmanager
+def case_document(index, case: SimCase) -> Iterator[None]:
+    """The case's own document is indexed for this case only (another case's document may hold
+    this case's answer: completion cases are cut from the same held-out files)."""
+    if index is None:
+        yield
+        return
+    index.add_document(case.uri, case.document, 1)
+    try:
+        yield
+    finally:
+        remove = getattr(index, "remove_document", None)
+        if remove is not None:
+            remove(case.uri)
+        else:
+            index.update_document(case.uri, 0, len(case.document), "", 2)

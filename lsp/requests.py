@@ -1,0 +1,47 @@
+"""The one way to build what the engine is asked: a completion request and an edit request.
+
+Every door (LSP, websocket, HTTP, `codespec complete`, the benchmarks) builds its requests here,
+so the window around the cursor, the stop rules and the proposer inputs (reference text, document
+and cursor for the index) are the same whichever client asks. The request carries the prompt as
+*what* is asked (``Fim`` / ``Rewrite``); the engine service renders it in the target's format.
+"""
+
+from __future__ import annotations
+
+from codespec.prompts import Fim, Rewrite
+from lsp.edit import EditPlan
+from lsp.inline import CompletionContext, completion_context
+from lsp.jobs import GenerationRequest
+from lsp.options import ServerOptions
+
+
+def completion_request(text: str, offset: int, options: ServerOptions, windows: tuple[int, int], *,
+                       invoked: bool, uri: str | None = None, cache_key: str | None = None,
+                       reference: str | None = None, max_tokens: int | None = None,
+                       stop: tuple[str, ...] | None = None, temperature: float = 0.0, top_p: float = 1.0,
+                       seed: int | None = None, proposer: str | None = None,
+                       deadline: bool = True) -> tuple[GenerationRequest, CompletionContext]:
+    """A completion at code point ``offset`` of ``text``; ``windows`` from ``EngineService.windows``.
+
+    ``stop`` replaces the cursor's stop rule (a newline for a line, a blank line for a block);
+    ``reference`` is a reference draft (the rest of a shown suggestion, a client's prediction).
+    ``deadline``: stop at ``options.deadline_ms`` (an editor no longer waits for a late completion).
+    """
+    context = completion_context(text, offset, options.line_tokens, options.block_tokens, *windows,
+                                 invoked=invoked, mode=options.mode)
+    request = GenerationRequest(
+        prompt=Fim(context.prefix, context.suffix), max_tokens=max_tokens or context.max_tokens,
+        stop=context.stop if stop is None else tuple(stop), temperature=temperature, top_p=top_p, seed=seed,
+        reference=reference, cache_key=cache_key, uri=uri, cursor=offset, proposer=proposer,
+        deadline_s=options.deadline_ms / 1000 if deadline else None)
+    return request, context
+
+
+def edit_request(plan: EditPlan, *, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
+                 stop: tuple[str, ...] = (), cache_key: str | None = None, uri: str | None = None,
+                 cursor: int | None = None, proposer: str | None = None) -> GenerationRequest:
+    """A rewrite of ``plan``'s region: its text (or the client's prediction) is the reference draft."""
+    return GenerationRequest(prompt=Rewrite(plan.original, plan.instruction), max_tokens=plan.max_tokens,
+                             kind="edit", stop=tuple(stop), temperature=temperature, top_p=top_p, seed=seed,
+                             reference=plan.reference, cache_key=cache_key, uri=uri, cursor=cursor,
+                             proposer=proposer)

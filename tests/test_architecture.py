@@ -1,0 +1,92 @@
+"""The layout of docs/architecture.md, checked: imports run one way between packages
+(``index``, ``codespec`` <- ``proposers`` <- ``lsp``; ``bench`` and ``training`` may import the
+product, never the reverse), and no two modules import each other, directly or around a loop."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("codespec", "index", "proposers", "lsp", "bench", "training")
+# package -> the packages its modules may import
+ALLOWED = {
+    "codespec": {"codespec"},
+    "index": {"index"},
+    "proposers": {"proposers", "codespec", "index"},
+    "lsp": {"lsp", "proposers", "codespec", "index"},
+    "bench": {"bench", "lsp", "proposers", "codespec", "index"},
+    "training": {"training", "bench", "codespec"},
+}
+WIRING = "codespec.cli"  # the entry point: dispatches to every package (lazily for the heavy ones)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def product_modules() -> dict[str, Path]:
+    return {module_name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")}
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Project modules ``path`` imports anywhere in it (lazy imports inside functions included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        for name in names:
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name:
+                found.add(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = product_modules()
+    return {name: imports_of(path, modules) - {name} for name, path in modules.items()}
+
+
+def test_imports_run_one_way_between_packages():
+    wrong = []
+    for module, imported in import_graph().items():
+        if module == WIRING:
+            continue
+        package = module.split(".")[0]
+        wrong += [f"{module} -> {other}" for other in sorted(imported)
+                  if other.split(".")[0] not in ALLOWED[package]]
+    assert not wrong, "imports against docs/architecture.md:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    graph = {module: {other for other in imported if not module.startswith(other + ".")}  # a package's own __init__
+             for module, imported in graph.items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = 1
+        for other in sorted(graph.get(module, ())):
+            if state.get(other) == 1:
+                cycles.append(" -> ".join([*trail[trail.index(other):], other]))
+            elif other not in state:
+                visit(other, [*trail, other])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_proposer_table_names_real_classes():
+    from proposers.registry import PROPOSERS, proposer_class
+
+    for name in PROPOSERS:
+        assert isinstance(proposer_class(name), type), name
