@@ -10,6 +10,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from codespec.prompts import FORMAT_NAMES
+
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
@@ -17,9 +19,12 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft", default=None, help="draft model sharing the target's tokenizer")
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), or a torch device")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--prompt-format", default="auto", choices=("auto", *FORMAT_NAMES),
+                        help="how the model spells fill-in-the-middle and rewrites (default: detected from "
+                             "its tokenizer's special tokens; plain = no FIM tokens)")
     parser.add_argument("--proposer", default="auto",
                         help="auto (policy), context, index, reference, draft, early-exit, or none")
-    parser.add_argument("--max-draft", type=int, default=16, help="K: most draft tokens verified per forward")
+    parser.add_argument("--max-draft", type=int, default=32, help="K: most draft tokens verified per forward (default 32)")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for torch (default: half the cores, at most 8)")
 
@@ -83,7 +88,8 @@ def run_serve(args) -> int:
     if args.index_max_tokens is not None and args.index_max_tokens < 1:
         raise CodespecError(f"--index-max-tokens must be >= 1, got {args.index_max_tokens}")
     options = ServerOptions(model=args.model, draft=args.draft, device=args.device, dtype=args.dtype,
-                            proposer=args.proposer, max_draft=args.max_draft, threads=args.threads)
+                            prompt_format=args.prompt_format, proposer=args.proposer, max_draft=args.max_draft,
+                            threads=args.threads)
     if args.index_max_tokens is not None:
         options = dataclasses.replace(options, index_max_tokens=args.index_max_tokens)
     if args.ws:

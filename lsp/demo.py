@@ -52,12 +52,13 @@ def complete_once(args) -> int:
         raise CodespecError(f"cannot read {path}: {error}") from None
     offset = cursor_offset(text, line, column)
     options = ServerOptions(model=args.model, draft=args.draft, device=args.device, dtype=args.dtype,
-                            proposer=args.proposer, max_draft=args.max_draft, mode=args.mode,
-                            threads=args.threads)
+                            prompt_format=args.prompt_format, proposer=args.proposer, max_draft=args.max_draft,
+                            mode=args.mode, threads=args.threads)
     started = time.perf_counter()
     service = start_service(options)
     loaded_s = time.perf_counter() - started
-    report: dict = {"model": service.target.name, "model_load_s": round(loaded_s, 3)}
+    report: dict = {"model": service.target.name, "prompt_format": service.prompts.format.name,
+                    "model_load_s": round(loaded_s, 3)}
     try:
         if args.workspace is not None:
             started = time.perf_counter()

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from codespec.prompts import FORMAT_NAMES
 from index.discovery import DEFAULT_EXCLUDE
 
 
@@ -21,6 +22,7 @@ class ServerOptions:
     draft: str | None = None  # a draft model sharing the target's tokenizer (proposer "draft")
     device: str = "auto"
     dtype: str = "auto"
+    prompt_format: str = "auto"  # auto (from the tokenizer's special tokens) or a codespec.prompts.FORMATS name
     threads: int | None = None  # CPU threads for torch; None: half the cores (at most 8), see start_service
     proposer: str = "auto"  # falls back to "context" when not installed
     line_tokens: int = 48  # single-line completion budget
@@ -93,6 +95,7 @@ _FIELDS: dict[tuple[str, ...], tuple[str, Callable[[Any], Any]]] = {
     ("draft",): ("draft", _optional_text),
     ("device",): ("device", _text),
     ("dtype",): ("dtype", _text),
+    ("promptFormat",): ("prompt_format", _choice("auto", *FORMAT_NAMES)),
     ("threads",): ("threads", _bounded_int(1, 256)),
     ("proposer",): ("proposer", _text),
     ("limits", "lineTokens"): ("line_tokens", _bounded_int(1, 4096)),

@@ -6,6 +6,7 @@ Shared by `codespec serve` (LSP and websocket) and `codespec complete`.
 from __future__ import annotations
 
 import logging
+import sys
 
 from lsp.options import ServerOptions
 from lsp.service import EngineService
@@ -43,7 +44,9 @@ def start_service(options: ServerOptions) -> EngineService:
 
     model = options.model or str(target_path())
     _set_cpu_threads(options.threads)
-    target = TargetModel.load(model, device=options.device, dtype=options.dtype)
+    target = TargetModel.load(model, device=options.device, dtype=options.dtype, prompt_format=options.prompt_format)
+    how = "detected from its tokenizer" if options.prompt_format == "auto" else "as configured"
+    print(f"codespec: model {model}, prompt format {target.prompt_format.name} ({how})", file=sys.stderr, flush=True)
     proposer_options = {"draft_model": options.draft} if options.draft else {}
     service = EngineService(target, options.proposer, options.max_draft, options.cached_documents,
                             proposer_options=proposer_options)

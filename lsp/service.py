@@ -426,6 +426,7 @@ class EngineService:
         snapshot = self.stats.as_dict()
         snapshot["active_requests"] = len(self._active)
         snapshot["model"] = getattr(self.target, "name", "")
+        snapshot["prompt_format"] = self.prompts.format.name
         snapshot["proposer"] = self.default_proposer
         snapshot["index"] = self.index is not None
         return snapshot
