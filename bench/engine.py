@@ -40,14 +40,12 @@ class CodespecConfig:
         target has a Llama-style layer stack (auto falls back on these; never on a shipped draft
         the run did not ask for)."""
         if self._models is None:
-            from proposers.auto import supports_early_exit
-            from proposers.registry import ProposerSetup, create_proposer
+            from proposers.auto import model_proposers
+            from proposers.registry import ProposerSetup
 
-            setup = ProposerSetup(self.raw_target, self.base_options)
             wanted = [n for n in MODELS if self.name in (n, "auto")]
-            self._models = [create_proposer(n, setup) for n in wanted
-                            if (n != "draft" or "draft_model" in self.base_options)
-                            and (n != "early-exit" or supports_early_exit(self.raw_target))]
+            setup = ProposerSetup.from_options(self.raw_target, {**self.base_options, "auto_candidates": wanted})
+            self._models = model_proposers(setup, shipped_draft=False)
         return self._models
 
     def proposer(self, options: dict):
@@ -56,7 +54,7 @@ class CodespecConfig:
 
         if self.name == "greedy":
             return NoDraft()
-        setup = ProposerSetup(self.raw_target, {**self.base_options, **options})
+        setup = ProposerSetup.from_options(self.raw_target, {**self.base_options, **options})
         if self.name in LOOKUPS:
             return create_proposer(self.name, setup)
         if self.name in MODELS:
@@ -65,14 +63,11 @@ class CodespecConfig:
                 raise ValueError(f"configuration {self.name!r} is unavailable for this target "
                                  f"(draft needs --draft; early exit a Llama-style layer stack)")
             return found[0]
-        from proposers.auto import AutoProposer, PolicyConfig, PolicyState
+        from proposers.auto import PolicyState, build_auto
 
-        lookups = [create_proposer(n, setup) for n in LOOKUPS
-                   if n == "context" or setup.options.get(n) is not None]
-        config = PolicyConfig()
         if self._state is None:
-            self._state = PolicyState.fresh(config)
-        return AutoProposer(lookups, self.models(), config, self._state)
+            self._state = PolicyState.fresh(setup.config.auto.policy)
+        return build_auto(setup, self.models(), self._state)
 
     def policy_summary(self) -> dict | None:
         """auto's learned verification cost fit (ms = a + b k) and acceptance, for the report."""

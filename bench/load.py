@@ -65,9 +65,11 @@ async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
     from lsp.ws import bound_port, start_ws_server
 
     options = ServerOptions(max_draft=settings.draft_len, deadline_ms=600_000)
-    proposer_options = {"draft_model": models.draft_path} if models.draft_path else {}
+    from proposers.setup import DraftConfig, ProposerConfig
+
+    config = ProposerConfig(draft=DraftConfig(path=models.draft_path))
     service = await asyncio.to_thread(EngineService, target, "auto", settings.draft_len,
-                                      options.cached_documents, None, proposer_options)
+                                      options.cached_documents, None, config)
     eos = raw.tokenizer.eos_token_id
     messages, recordings = _messages_and_recordings(raw, cases, options, settings, eos)
     for recording in recordings:

@@ -86,7 +86,7 @@ def make_proposer(name: str, target: TokenizerTarget, case: SimCase, index):
     if index is not None:
         options["index"] = index
     try:
-        return create_proposer(name, ProposerSetup(target, options))
+        return create_proposer(name, ProposerSetup.from_options(target, options))
     except CodespecError:
         raise
     except Exception as error:  # a proposer that needs a model, or a missing option

@@ -111,7 +111,7 @@ class Outcome:
 
 @runtime_checkable
 class Proposer(Protocol):
-    """A drafter. Implementations live in ``proposers/`` and are found by name (entry points)."""
+    """A drafter. Implementations live in ``proposers/``, listed by name in ``proposers/registry.py``."""
 
     name: str
 
@@ -126,6 +126,15 @@ class Proposer(Protocol):
 
     def end(self) -> None:
         """The request is over (finished, cancelled or failed); release per-request resources."""
+
+
+@runtime_checkable
+class CountsPrediction(Protocol):
+    """A proposer drafting a client's predicted output (the copy pointer) counts its tokens the way
+    OpenAI's ``usage.completion_tokens_details`` does."""
+
+    accepted_prediction_tokens: int
+    rejected_prediction_tokens: int
 
 
 class NoDraft:

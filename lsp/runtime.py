@@ -47,9 +47,11 @@ def start_service(options: ServerOptions) -> EngineService:
     target = TargetModel.load(model, device=options.device, dtype=options.dtype, prompt_format=options.prompt_format)
     how = "detected from its tokenizer" if options.prompt_format == "auto" else "as configured"
     print(f"codespec: model {model}, prompt format {target.prompt_format.name} ({how})", file=sys.stderr, flush=True)
-    proposer_options = {"draft_model": options.draft} if options.draft else {}
+    from proposers.setup import DraftConfig, ProposerConfig
+
+    proposer_config = ProposerConfig(draft=DraftConfig(path=options.draft))
     service = EngineService(target, options.proposer, options.max_draft, options.cached_documents,
-                            proposer_options=proposer_options)
+                            proposer_config=proposer_config)
     service.warm_up()
     return service
 

@@ -102,7 +102,7 @@ class EngineService:
     """Owns the target, the caches, the optional index and the scheduler thread."""
 
     def __init__(self, target, proposer: str = "auto", max_draft: int = 16, cached_documents: int = 8,
-                 index=None, proposer_options: dict | None = None) -> None:
+                 index=None, proposer_config=None) -> None:
         self.target = target
         self.prompts = PromptRenderer(target.tokenizer, target.prompt_format)
         self.stop_token_ids = self.prompts.stop_token_ids()  # every prompt kind ends at these
@@ -122,7 +122,7 @@ class EngineService:
         self._proposer_warnings: set[str] = set()
         from lsp.proposing import ProposerFactory
 
-        self._proposers = ProposerFactory(target, proposer_options)
+        self._proposers = ProposerFactory(target, proposer_config)  # a proposers.setup.ProposerConfig
         self._thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
         self._thread.start()
 
@@ -432,16 +432,15 @@ class EngineService:
         return snapshot
 
     def _make_proposer(self, request: GenerationRequest):
-        options: dict = {}
-        if request.reference:
-            options["reference"] = request.reference
-        if self.index is not None:
-            options.update(index=self.index, uri=request.uri, cursor=request.cursor)  # characters
+        from proposers.registry import RequestContext
+
+        context = RequestContext(reference=request.reference or None, index=self.index, uri=request.uri,
+                                 cursor=request.cursor)  # the cursor in characters
         wanted = request.proposer or self.default_proposer
         chain = [wanted] + (["reference"] if request.reference else []) + ["context", "none"]
         for name in dict.fromkeys(chain):
             try:
-                return self._proposers.create(name, options)
+                return self._proposers.create(name, context)
             except Exception as error:  # not installed yet, or missing an option: degrade, say so once
                 if name not in self._proposer_warnings:
                     self._proposer_warnings.add(name)
@@ -452,10 +451,10 @@ class EngineService:
 def _prediction_tokens(proposer, stats: RequestStats) -> tuple[int, int]:
     """Accepted/rejected reference tokens: from the proposer when it counts them, else from the
     steps whose draft came from the reference."""
-    accepted = getattr(proposer, "accepted_prediction_tokens", None)
-    rejected = getattr(proposer, "rejected_prediction_tokens", None)
-    if isinstance(accepted, int) and isinstance(rejected, int):
-        return accepted, rejected
+    from codespec.draft import CountsPrediction
+
+    if isinstance(proposer, CountsPrediction):
+        return proposer.accepted_prediction_tokens, proposer.rejected_prediction_tokens
     steps = [step for step in stats.steps if step.proposer.startswith("reference")]
     accepted = sum(step.accepted for step in steps)
     return accepted, sum(step.draft_len for step in steps) - accepted

@@ -32,40 +32,23 @@ from dataclasses import dataclass, field, replace
 from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
 from codespec.errors import CodespecError
 from codespec.kv import common_prefix_len
+from proposers.draft_model import ModelDrafter
 from proposers.policy import (
     AcceptanceTable,
     Candidate,
     Choice,
     ForwardCosts,
     LinearCost,
+    PolicyConfig,
     ProbeSchedule,
     best_length,
     choose,
 )
+from proposers.setup import ProposerSetup
 
 log = logging.getLogger(__name__)
 
 LOOKUP, MODEL = "lookup", "model"
-
-
-@dataclass(frozen=True)
-class PolicyConfig:
-    margin: float = 0.05  # speculate only when the expected rate beats plain decoding by this much
-    waste: float = 0.05  # extra cost of an expected rejected draft token, as a fraction of a forward
-    acceptance_decay: float = 0.97
-    cost_decay: float = 0.98
-    prior_acceptance: float = 0.5  # optimistic enough that an untried proposer gets tried
-    prior_strength: float = 2.0
-    lookup_continuation: float = 0.9  # prior for a lookup's deeper tokens once the first is right
-    probe_interval: int = 16
-    probe_max_interval: int = 256
-    probe_max_len: int = 4
-    model_max_len: int = 64  # longest autoregressive draft considered (bounds the per-step arithmetic)
-    # Fixed costs instead of measured ones, (a, b) seconds for k tokens = a + b k (a plain step: a):
-    # for replays that model time, and for deterministic tests. None = measure.
-    verify_cost: tuple[float, float] | None = None
-    proposal_costs: dict | None = None  # proposer name -> (a, b)
-    catch_up_limit: int = 2  # model timings with a longer catch-up prefill are not per-token costs
 
 
 @dataclass
@@ -129,45 +112,8 @@ class AutoProposer:
         self._steps = 0
 
     @classmethod
-    def from_setup(cls, setup) -> AutoProposer:
-        """Context lookup always; reference / index when their option is set; the draft model when
-        one is configured or shipped; early exit when the target has a Llama-style layer stack.
-        ``auto_candidates`` (list or comma-separated names) restricts the set; ``policy`` (a dict of
-        PolicyConfig fields) tunes it; ``auto_state="fresh"`` starts without the shared statistics."""
-        from proposers.registry import create_proposer
-
-        options = setup.options
-        wanted = options.get("auto_candidates")
-        if isinstance(wanted, str):
-            wanted = [name.strip() for name in wanted.split(",") if name.strip()]
-        lookups: list[Proposer] = []
-        models: list[Proposer] = []
-
-        def allowed(name: str) -> bool:
-            return wanted is None or name in wanted
-
-        if allowed("context"):
-            lookups.append(create_proposer("context", setup))
-        for name, option in (("reference", "reference"), ("index", "index")):
-            if allowed(name) and options.get(option) is not None:
-                lookups.append(create_proposer(name, setup))
-        if _is_model_target(setup.target):  # not a tokenizer-only target (model-free simulate)
-            if allowed("draft"):
-                draft = draft_for_auto(setup)
-                if draft is not None:
-                    models.append(draft)
-            if allowed("early-exit") and supports_early_exit(setup.target):
-                models.append(create_proposer("early-exit", setup))
-        policy = options.get("policy", {})
-        try:
-            config = PolicyConfig(**policy)
-        except TypeError as error:
-            raise CodespecError(f"bad auto policy options {policy!r}: {error}; known options: "
-                                f"{', '.join(PolicyConfig.__dataclass_fields__)}") from error
-        state = None
-        if options.get("auto_state", "shared") == "shared":
-            state = shared_state(setup.target, [*lookups, *models], config)
-        return cls(lookups, models, config, state)
+    def from_setup(cls, setup: ProposerSetup) -> AutoProposer:
+        return build_auto(setup)
 
     # -- protocol ------------------------------------------------------------------------------
     def begin(self, prompt_ids: Sequence[int]) -> None:
@@ -213,7 +159,8 @@ class AutoProposer:
             start = time.perf_counter()
             sub.draft = sub.proposer.propose(replace_max_len(context, decision.draft_len))
             sub.proposal_s = time.perf_counter() - start
-            if getattr(sub.proposer, "last_fed", 0) <= self.config.catch_up_limit and len(sub.draft):
+            caught_up = not isinstance(sub.proposer, ModelDrafter) or sub.proposer.last_fed <= self.config.catch_up_limit
+            if caught_up and len(sub.draft):
                 sub.proposal_cost.add(len(sub.draft), sub.proposal_s)
         self._chosen = sub if len(sub.draft) else None
         return sub.draft.truncated(decision.draft_len) if len(sub.draft) else EMPTY_DRAFT
@@ -296,6 +243,53 @@ def replace_max_len(context: ProposeContext, max_len: int) -> ProposeContext:
     return ProposeContext(context.token_ids, context.prompt_len, max_len, context.sampling, context.generator)
 
 
+def build_auto(setup: ProposerSetup, models: Sequence[Proposer] | None = None,
+               state: PolicyState | None = None) -> AutoProposer:
+    """``auto`` for one request, as the server, the CLI and the bench all build it.
+
+    Lookups: context always, reference / index when the request has them. ``models``: long-lived
+    model proposers the caller shares between requests (one request at a time uses them); None
+    builds them here (``model_proposers``). ``state``: the policy statistics to continue from; None
+    takes the process-wide table for this target and candidate set (``AutoConfig.shared_state``) or
+    starts fresh. ``AutoConfig.candidates`` restricts every set.
+    """
+    from proposers.registry import create_proposer
+
+    wanted = setup.config.auto.candidates
+
+    def allowed(name: str) -> bool:
+        return wanted is None or name in wanted
+
+    lookups: list[Proposer] = [create_proposer("context", setup)] if allowed("context") else []
+    for name, given in (("reference", setup.request.reference), ("index", setup.request.index)):
+        if allowed(name) and given is not None:
+            lookups.append(create_proposer(name, setup))
+    chosen = model_proposers(setup) if models is None else list(models)
+    chosen = [model for model in chosen if allowed(model.name)]
+    config = setup.config.auto.policy
+    if state is None and setup.config.auto.shared_state:
+        state = shared_state(setup.target, [*lookups, *chosen], config)
+    return AutoProposer(lookups, chosen, config, state)
+
+
+def model_proposers(setup: ProposerSetup, shipped_draft: bool = True) -> list[Proposer]:
+    """The draft model (the configured one; else, with ``shipped_draft``, the shipped one when it fits
+    the target) and early exit (a Llama-style layer stack); none for a tokenizer-only target."""
+    from proposers.registry import create_proposer
+
+    if not _is_model_target(setup.target):  # model-free simulate
+        return []
+    wanted = setup.config.auto.candidates
+    models: list[Proposer] = []
+    if wanted is None or "draft" in wanted:
+        draft = draft_for_auto(setup) if shipped_draft or setup.config.draft.path else None
+        if draft is not None:
+            models.append(draft)
+    if (wanted is None or "early-exit" in wanted) and supports_early_exit(setup.target):
+        models.append(create_proposer("early-exit", setup))
+    return models
+
+
 def _is_model_target(target) -> bool:
     return target is not None and hasattr(target, "new_cache") and hasattr(target, "forward")
 
@@ -306,7 +300,7 @@ def draft_for_auto(setup) -> Proposer | None:
     from proposers.draft_model import default_draft_path
     from proposers.registry import create_proposer
 
-    if setup.options.get("draft_model"):
+    if setup.config.draft.path:
         return create_proposer("draft", setup)
     if default_draft_path() is None:
         return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
+from proposers.setup import ProposerSetup
 
 
 def periodic_continuation(tokens: Sequence[int], end: int, max_len: int) -> tuple[int, ...]:
@@ -49,13 +50,9 @@ class ContextLookup:
         self.begin(())
 
     @classmethod
-    def from_setup(cls, setup) -> ContextLookup:
-        options = setup.options
-        return cls(
-            max_ngram=int(options.get("max_ngram", 8)),
-            min_ngram=int(options.get("min_ngram", 2)),
-            draft_len=options.get("draft_len"),
-        )
+    def from_setup(cls, setup: ProposerSetup) -> ContextLookup:
+        config = setup.config.context
+        return cls(max_ngram=config.max_ngram, min_ngram=config.min_ngram, draft_len=config.draft_len)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._latest_end: list[dict[int, int]] = [{} for _ in range(self.max_ngram + 1)]

@@ -30,17 +30,9 @@ from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext
 from codespec.errors import CodespecError
 from codespec.kv import KVCache, common_prefix_len
 from codespec.sampling import process_logits, sample
+from proposers.setup import ProposerSetup
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-# Built from options (the CLI, servers, bench), a model drafter stops once its top probability falls
-# below this (option ``draft_min_confidence``; 0 = draft the full length). The same default as
-# transformers' ``assistant_confidence_threshold``: a confident-looking draft model is usually right,
-# an unconfident one usually wrong, and each of its tokens costs a forward.
-DEFAULT_MIN_CONFIDENCE = 0.4
-
-
-def min_confidence_option(options: dict) -> float:
-    return float(options.get("draft_min_confidence", DEFAULT_MIN_CONFIDENCE))
 
 
 class ModelDrafter:
@@ -170,14 +162,14 @@ class DraftModelProposer(ModelDrafter):
         self.input_vocab_size = int(draft.model.get_input_embeddings().num_embeddings)
 
     @classmethod
-    def from_setup(cls, setup) -> DraftModelProposer:
+    def from_setup(cls, setup: ProposerSetup) -> DraftModelProposer:
         from codespec.model import TargetModel
 
         target = setup.target
         if target is None:
             raise CodespecError("the draft proposer needs the target model (to check the vocabulary and device)")
-        options = setup.options
-        path = options.get("draft_model") or default_draft_path()
+        config = setup.config.draft
+        path = config.path or default_draft_path()
         if path is None:
             raise CodespecError(
                 "no draft model: pass the option draft_model=PATH (a local causal LM directory that shares "
@@ -186,7 +178,7 @@ class DraftModelProposer(ModelDrafter):
         dtype = DTYPE_NAMES.get(target.dtype, "auto")
         draft = TargetModel.load(str(path), device=str(target.device), dtype=dtype)
         check_vocab_compatible(target, draft)
-        return cls(draft, target.vocab_size, min_confidence_option(options))
+        return cls(draft, target.vocab_size, config.min_confidence)
 
     def _new_cache(self) -> KVCache:
         return self.draft.new_cache()

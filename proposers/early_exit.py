@@ -23,7 +23,8 @@ import torch
 
 from codespec.errors import CodespecError
 from codespec.kv import KVCache
-from proposers.draft_model import ModelDrafter, min_confidence_option
+from proposers.draft_model import ModelDrafter
+from proposers.setup import ProposerSetup
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:
@@ -70,11 +71,11 @@ class EarlyExitProposer(ModelDrafter):
         self.exit_layer = exit_layer
 
     @classmethod
-    def from_setup(cls, setup) -> EarlyExitProposer:
+    def from_setup(cls, setup: ProposerSetup) -> EarlyExitProposer:
         if setup.target is None:
             raise CodespecError("the early-exit proposer drafts with the target's own layers: it needs the target")
-        options = setup.options
-        return cls(setup.target, options.get("exit_layer"), min_confidence_option(options))
+        config = setup.config.early_exit
+        return cls(setup.target, config.exit_layer, config.min_confidence)
 
     def _new_cache(self) -> KVCache:
         return self.target.new_cache()  # only layers [0, E) are written

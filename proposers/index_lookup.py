@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
 from proposers.context import ContextLookup
+from proposers.setup import ProposerSetup
 
 CONTEXT_SOURCE = "context"
 
@@ -39,12 +40,12 @@ class IndexLookup:
         self.begin(())
 
     @classmethod
-    def from_setup(cls, setup) -> IndexLookup:
-        options = setup.options
-        if options.get("index") is None:
-            raise ValueError("the index proposer needs options['index']: a WorkspaceIndex")
-        return cls(options["index"], uri=options.get("uri"), cursor=options.get("cursor"),
-                   max_candidates=int(options.get("max_candidates", 4)))
+    def from_setup(cls, setup: ProposerSetup) -> IndexLookup:
+        request = setup.request
+        if request.index is None:
+            raise ValueError("the index proposer needs an index (RequestContext.index: a WorkspaceIndex)")
+        return cls(request.index, uri=request.uri, cursor=request.cursor,
+                   max_candidates=setup.config.index.max_candidates)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._cursor = self._start_cursor

@@ -34,6 +34,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
+@dataclass(frozen=True)
+class PolicyConfig:
+    margin: float = 0.05  # speculate only when the expected rate beats plain decoding by this much
+    waste: float = 0.05  # extra cost of an expected rejected draft token, as a fraction of a forward
+    acceptance_decay: float = 0.97
+    cost_decay: float = 0.98
+    prior_acceptance: float = 0.5  # optimistic enough that an untried proposer gets tried
+    prior_strength: float = 2.0
+    lookup_continuation: float = 0.9  # prior for a lookup's deeper tokens once the first is right
+    probe_interval: int = 16
+    probe_max_interval: int = 256
+    probe_max_len: int = 4
+    model_max_len: int = 64  # longest autoregressive draft considered (bounds the per-step arithmetic)
+    # Fixed costs instead of measured ones, (a, b) seconds for k tokens = a + b k (a plain step: a):
+    # for replays that model time, and for deterministic tests. None = measure.
+    verify_cost: tuple[float, float] | None = None
+    proposal_costs: dict | None = None  # proposer name -> (a, b)
+    catch_up_limit: int = 2  # model timings with a longer catch-up prefill are not per-token costs
+
+
 # -- acceptance ---------------------------------------------------------------------------------
 class DepthAcceptance:
     """Discounted counts of drafts reaching and passing each depth (index 0 = first draft token)."""

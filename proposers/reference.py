@@ -35,6 +35,7 @@ from typing import Any
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
 from proposers.context import ContextLookup
+from proposers.setup import ProposerSetup
 from proposers.token_bytes import TokenBytes
 
 TAIL_TOKENS = 32  # output tokens whose bytes are matched against the reference when re-anchoring
@@ -86,13 +87,14 @@ class ReferenceLookup:
         self.begin(())
 
     @classmethod
-    def from_setup(cls, setup) -> ReferenceLookup:
-        options = setup.options
-        if "reference" not in options:
-            raise ValueError("the reference proposer needs options['reference']: the text being rewritten")
+    def from_setup(cls, setup: ProposerSetup) -> ReferenceLookup:
+        request = setup.request
+        if request.reference is None:
+            raise ValueError("the reference proposer needs a reference (RequestContext.reference): the text being "
+                             "rewritten")
         if setup.target is None:
             raise ValueError("the reference proposer needs the target (for its tokenizer)")
-        return cls(options["reference"], setup.target.tokenizer, start=int(options.get("reference_start", 0)))
+        return cls(request.reference, setup.target.tokenizer, start=request.reference_start)
 
     # -- protocol ---------------------------------------------------------------------------
 

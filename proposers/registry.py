@@ -2,18 +2,20 @@
 
 Classes are imported when a proposer is built, not when the table is read, so listing the names
 (``codespec --help``) stays free of torch. ``none`` (plain decoding) is the engine's ``NoDraft``.
-A class with ``from_setup(setup)`` builds itself from the setup; any other is called with no
-arguments.
+Every class builds itself with ``from_setup(setup)`` (``ProposerFactory``): the target, the
+request's inputs and its own settings (``proposers.setup``).
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from codespec.draft import NoDraft, Proposer
 from codespec.errors import CodespecError
+from proposers.setup import ProposerSetup, RequestContext
+
+__all__ = ["PROPOSERS", "ProposerSetup", "RequestContext", "available_proposers", "create_proposer"]
 
 # name -> (module, class)
 PROPOSERS: dict[str, tuple[str, str]] = {
@@ -26,19 +28,16 @@ PROPOSERS: dict[str, tuple[str, str]] = {
 }
 
 
-@dataclass
-class ProposerSetup:
-    """What a proposer may need to build itself: the target, and proposer-specific options."""
-
-    target: Any = None  # codespec.model.TargetModel
-    options: dict = field(default_factory=dict)  # e.g. {"max_ngram": 8, "draft_model": "..."}
+class ProposerFactory(Protocol):
+    @classmethod
+    def from_setup(cls, setup: ProposerSetup) -> Proposer: ...
 
 
 def available_proposers() -> list[str]:
     return sorted({"none", *PROPOSERS})
 
 
-def proposer_class(name: str) -> type:
+def proposer_class(name: str) -> ProposerFactory:
     if name not in PROPOSERS:
         raise CodespecError(f"unknown proposer {name!r}; available: {', '.join(available_proposers())}")
     module, attribute = PROPOSERS[name]
@@ -48,6 +47,4 @@ def proposer_class(name: str) -> type:
 def create_proposer(name: str, setup: ProposerSetup | None = None) -> Proposer:
     if name == "none":
         return NoDraft()
-    factory = proposer_class(name)
-    setup = setup or ProposerSetup()
-    return factory.from_setup(setup) if hasattr(factory, "from_setup") else factory()
+    return proposer_class(name).from_setup(setup or ProposerSetup())

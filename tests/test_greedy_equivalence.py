@@ -66,7 +66,7 @@ def test_speculative_greedy_equals_plain(tiny_target, cases, kind):
         full = [*prompt, *reference]
         for draft_len in DRAFT_LENS:
             if kind == "context":
-                proposer = create_proposer("context", ProposerSetup(tiny_target, {"min_ngram": 1}))
+                proposer = create_proposer("context", ProposerSetup.from_options(tiny_target, {"min_ngram": 1}))
             else:
                 script = {
                     "oracle": lambda: oracle(full),

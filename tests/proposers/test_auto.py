@@ -338,14 +338,14 @@ def test_auto_from_setup_with_a_draft_model(tiny_target, tiny_model_dir, stream)
     """The registry builds auto with context, the draft model and early exit; greedy output is
     unchanged and the draft model's cache stays a prefix of the sequence whoever drafted."""
     prompt, reference, full = stream
-    auto = create_proposer("auto", ProposerSetup(tiny_target, {"draft_model": str(tiny_model_dir)}))
+    auto = create_proposer("auto", ProposerSetup.from_options(tiny_target, {"draft_model": str(tiny_model_dir)}))
     assert [sub.name for sub in auto.subs] == ["context", "draft", "early-exit"]
     finished = run(tiny_target, prompt, auto, max_new=80, max_draft=8)
     assert finished.token_ids == reference[:80]
     draft = auto._sub("draft").proposer
     sequence = [*prompt, *finished.token_ids]
     assert draft.cache.token_ids == sequence[: len(draft.cache)]
-    restricted = create_proposer("auto", ProposerSetup(tiny_target, {"auto_candidates": "context"}))
+    restricted = create_proposer("auto", ProposerSetup.from_options(tiny_target, {"auto_candidates": "context"}))
     assert [sub.name for sub in restricted.subs] == ["context"]
 
 
@@ -356,7 +356,7 @@ def test_auto_sampling_is_exact(small_vocab_pair):
     target, draft = small_vocab_pair
     prompt = [3, 7, 1, 3, 7]
     expected = exact_joint(target, prompt, SamplingParams(**SAMPLING))
-    context = create_proposer("context", ProposerSetup(target, {"min_ngram": 1}))
+    context = create_proposer("context", ProposerSetup.from_options(target, {"min_ngram": 1}))
     # A negative margin makes auto speculate even where plain decoding would be faster here (the
     # draft is as big as the target), so both sources and the switching between them get verified.
     auto = AutoProposer(lookups=[context], models=[DraftModelProposer(draft, SMALL_VOCAB)],
@@ -369,7 +369,7 @@ def test_auto_sampling_is_exact(small_vocab_pair):
 
 
 def test_autos_built_for_the_same_target_share_what_they_learned(tiny_target):
-    setup = lambda **extra: ProposerSetup(tiny_target, {"auto_candidates": "context", **extra})
+    setup = lambda **extra: ProposerSetup.from_options(tiny_target, {"auto_candidates": "context", **extra})
     first, second = create_proposer("auto", setup()), create_proposer("auto", setup())
     assert first.state is second.state  # a per-request proposer starts from earlier requests' statistics
     assert create_proposer("auto", setup(auto_state="fresh")).state is not first.state

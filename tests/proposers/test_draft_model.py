@@ -48,11 +48,11 @@ def prompts(tiny_target):
 # -- loading and vocabulary ---------------------------------------------------------------------
 def test_from_setup_loads_a_draft_sharing_the_tokenizer(tiny_target, tiny_model_dir, tmp_path):
     directory = save_model_with_tokenizer(tmp_path / "draft", tiny_target.tokenizer, tiny_target.vocab_size, seed=9)
-    proposer = create_proposer("draft", ProposerSetup(tiny_target, {"draft_model": str(directory)}))
+    proposer = create_proposer("draft", ProposerSetup.from_options(tiny_target, {"draft_model": str(directory)}))
     assert isinstance(proposer, DraftModelProposer)
     assert proposer.draft.device == tiny_target.device and proposer.draft.dtype == tiny_target.dtype
     assert proposer.min_confidence == 0.4  # transformers' assistant_confidence_threshold default
-    full_length = create_proposer("draft", ProposerSetup(tiny_target, {"draft_model": str(directory),
+    full_length = create_proposer("draft", ProposerSetup.from_options(tiny_target, {"draft_model": str(directory),
                                                                        "draft_min_confidence": 0}))
     assert full_length.min_confidence == 0.0
 
@@ -61,13 +61,13 @@ def test_a_draft_with_another_tokenizer_is_refused_clearly(tiny_target, tmp_path
     other = build_tokenizer(["completely different text " * 50, "zzz yyy xxx " * 40], vocab_size=300)
     directory = save_model_with_tokenizer(tmp_path / "other", other, len(other), seed=3)
     with pytest.raises(CodespecError, match="does not share the target's tokenizer"):
-        create_proposer("draft", ProposerSetup(tiny_target, {"draft_model": str(directory)}))
+        create_proposer("draft", ProposerSetup.from_options(tiny_target, {"draft_model": str(directory)}))
 
 
 def test_no_draft_model_is_a_clear_error(tiny_target, monkeypatch):
     monkeypatch.setattr("proposers.draft_model.default_draft_path", lambda: None)
     with pytest.raises(CodespecError, match="no draft model"):
-        create_proposer("draft", ProposerSetup(tiny_target, {}))
+        create_proposer("draft", ProposerSetup.from_options(tiny_target, {}))
 
 
 @pytest.mark.parametrize("extra", [-5, 7])
@@ -92,7 +92,7 @@ def test_draft_logit_width_is_fitted_to_the_target(tiny_target, prompts, extra):
 def test_a_draft_that_cannot_embed_every_token_is_refused(tiny_target, tmp_path):
     directory = save_model_with_tokenizer(tmp_path / "narrow", tiny_target.tokenizer, tiny_target.vocab_size - 5, 2)
     with pytest.raises(CodespecError, match="embeds only"):
-        create_proposer("draft", ProposerSetup(tiny_target, {"draft_model": str(directory)}))
+        create_proposer("draft", ProposerSetup.from_options(tiny_target, {"draft_model": str(directory)}))
 
 
 # -- greedy: the target as its own draft, and rollback ---------------------------------------

@@ -100,8 +100,8 @@ def test_sampled_drafts_carry_the_early_exit_q(deep_target, prompt):
 def test_exit_layer_must_leave_layers_to_skip(deep_target):
     for bad in (0, LAYERS):
         with pytest.raises(CodespecError, match="exit layer"):
-            create_proposer("early-exit", ProposerSetup(deep_target, {"exit_layer": bad}))
-    default = create_proposer("early-exit", ProposerSetup(deep_target, {}))
+            create_proposer("early-exit", ProposerSetup.from_options(deep_target, {"exit_layer": bad}))
+    default = create_proposer("early-exit", ProposerSetup.from_options(deep_target, {}))
     assert default.exit_layer == 1 and default.min_confidence == 0.4  # a quarter of 4; stop when unsure
 
 

@@ -78,7 +78,7 @@ def test_a_completion_does_not_draft_itself_from_its_own_document(tokenizer):
     suffix = "2)\n\n\ndef c():\n    return compute(1)\n"
     workspace = WorkspaceIndex(tokenizer)
     workspace.add_document("doc.py", prefix + suffix, 1)
-    proposer = create_proposer("index", ProposerSetup(None, {"index": workspace, "uri": "doc.py",
+    proposer = create_proposer("index", ProposerSetup.from_options(None, {"index": workspace, "uri": "doc.py",
                                                              "cursor": len(prefix)}))
     context_ids = codec.encode(prefix)
     proposer.begin(context_ids)
@@ -89,7 +89,7 @@ def test_a_completion_does_not_draft_itself_from_its_own_document(tokenizer):
 
 def test_needs_an_index():
     with pytest.raises(ValueError, match="index"):
-        create_proposer("index", ProposerSetup(None, {}))
+        create_proposer("index", ProposerSetup.from_options(None, {}))
 
 
 def test_replay_of_a_copied_file_uses_long_drafts(index, tokenizer):

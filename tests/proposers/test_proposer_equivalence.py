@@ -59,9 +59,9 @@ def builders(target, model_dir):
         "draft-nearby": lambda: DraftModelProposer(nearby(target, 0.3), target.vocab_size),
         "draft-unrelated": lambda: DraftModelProposer(TargetModel(unrelated, target.tokenizer), target.vocab_size),
         "early-exit": lambda: EarlyExitProposer(target, exit_layer=1),
-        "auto": lambda: create_proposer("auto", ProposerSetup(target, {"draft_model": str(model_dir)})),
+        "auto": lambda: create_proposer("auto", ProposerSetup.from_options(target, {"draft_model": str(model_dir)})),
         "auto-nearby": lambda: AutoProposer(
-            lookups=[create_proposer("context", ProposerSetup(target, {"min_ngram": 1}))],
+            lookups=[create_proposer("context", ProposerSetup.from_options(target, {"min_ngram": 1}))],
             models=[DraftModelProposer(nearby(target, 0.3), target.vocab_size), EarlyExitProposer(target, 1)],
         ),
     }
@@ -160,13 +160,13 @@ def edit_builders(target, edited):
                                tokenizer=target.tokenizer)
 
     def auto(number):
-        return create_proposer("auto", ProposerSetup(target, {
+        return create_proposer("auto", ProposerSetup.from_options(target, {
             "reference": edited[number][0], "index": workspace, "auto_state": "fresh",
             # no draft model: the shipped one does not fit this target, and it would win anyway
             "auto_candidates": "context,reference,index,early-exit"}))
 
     return {
-        "reference": lambda number: create_proposer("reference", ProposerSetup(target, {
+        "reference": lambda number: create_proposer("reference", ProposerSetup.from_options(target, {
             "reference": edited[number][0]})),
         "reference-ids": with_ids,
         "index": lambda number: index,

@@ -168,8 +168,8 @@ def test_from_setup_needs_the_reference_text(tokenizer):
     target = Target()
     target.tokenizer = tokenizer
     with pytest.raises(ValueError, match="reference"):
-        create_proposer("reference", ProposerSetup(target, {}))
-    pointer = create_proposer("reference", ProposerSetup(target, {"reference": "pass\n"}))
+        create_proposer("reference", ProposerSetup.from_options(target, {}))
+    pointer = create_proposer("reference", ProposerSetup.from_options(target, {"reference": "pass\n"}))
     assert isinstance(pointer, ReferenceLookup)
 
 
