@@ -109,6 +109,7 @@ def run_generate(args) -> int:
             sys.stdout.flush()
         elif isinstance(event, Finished):
             finished = event
+    assert finished is not None, "generate always ends with Finished"
     stats = finished.stats.summary()
     if args.json:
         print(json.dumps({"text": finished.text, "token_ids": list(finished.token_ids),

@@ -79,7 +79,8 @@ def generate(
     stats = RequestStats()
     text = TextStream(target.decode, limits.stop, context_ids=prompt_ids)
     end_ids = target.eos_token_ids | limits.stop_token_ids
-    first_token_s = last_emit_s = None
+    first_token_s: float | None = None
+    last_emit_s = 0.0
     reason = None
     proposer.begin(prompt_ids)
     try:
@@ -186,10 +187,11 @@ def repeating_tail(tokens: list[int], repeats: int, max_period: int = REPEAT_MAX
 
 def generate_all(*args, **kwargs) -> Finished:
     """Run ``generate`` to the end and return its ``Finished`` event."""
-    finished = None
+    finished: Finished | None = None
     for event in generate(*args, **kwargs):
         if isinstance(event, Finished):
             finished = event
+    assert finished is not None, "generate always ends with Finished"
     return finished
 
 

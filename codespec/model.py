@@ -103,7 +103,8 @@ class TargetModel:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
             path, local_files_only=True, trust_remote_code=trust_remote_code, dtype=torch_dtype
-        ).to(torch_device)
+        )
+        model = model.to(torch_device)  # type: ignore[arg-type]  # transformers' stubs type .to() oddly
         return cls(model, tokenizer, name=str(name_or_path), prompt_format=prompt_format)
 
     def encode(self, text: str) -> list[int]:

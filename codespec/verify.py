@@ -96,7 +96,7 @@ def verify_model_sampling(
     residual = (target_probs[accepted] - draft_probs[accepted]).clamp_min(0.0)  # [V]
     mass = residual.sum()
     if float(mass) <= 0.0:  # p == q here: a rejection has probability 0, fall back to p
-        residual, mass = target_probs[accepted], 1.0
+        residual, mass = target_probs[accepted], residual.new_tensor(1.0)
     return Verdict(accepted, sample(residual / mass, generator), num_draft)
 
 

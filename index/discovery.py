@@ -206,6 +206,7 @@ def _read_found(path: Path, max_file_bytes: int) -> Found | Skipped:
     if reason is not None:
         log.info("index: skip %s: %s", path, reason)
         return Skipped(path, reason)
+    assert text is not None  # no reason to skip: the text was read
     return Found(path, path.absolute().as_uri(), text)
 
 

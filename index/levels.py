@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import numpy as np
@@ -162,7 +163,7 @@ class LevelSet:
         return table, False
 
     def install(self, docs: Sequence[Doc], built: tuple[NgramTable, bool], fingerprint: str,
-                dead: set[int] = frozenset(), position: int | None = None) -> None:
+                dead: AbstractSet[int] = frozenset(), position: int | None = None) -> None:
         """Bind documents to a built table; slots in ``dead`` start dead (changed meanwhile).
         ``position`` keeps the levels ordered oldest (largest) first after a merge."""
         table, was_stored = built

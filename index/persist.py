@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import sqlite_utils
+from numpy.typing import DTypeLike
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0  # how long a connection waits for another process's write before failing
@@ -157,19 +158,19 @@ class IndexDB:
     def _create(self) -> None:
         db = self.db
         if "schema_version" not in db.table_names():
-            db["schema_version"].create({"version": int}, pk="version")
+            db.table("schema_version").create({"version": int}, pk="version")
             self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
         found = [r[0] for r in self.conn.execute("SELECT version FROM schema_version")]
         if found != [SCHEMA_VERSION]:
             raise SchemaError(f"{self.path}: index schema {found}, this codespec reads {SCHEMA_VERSION}; "
                               "delete the file to rebuild it")
-        db["documents"].create({"uri": str, "hash": str, "version": int, "text": str, "tokens": bytes,
+        db.table("documents").create({"uri": str, "hash": str, "version": int, "text": str, "tokens": bytes,
                                 "tokenizer": str, "updated": float}, pk="uri", if_not_exists=True)
-        db["history"].create({"id": int, "kind": str, "uri": str, "text": str, "time": float,
+        db.table("history").create({"id": int, "kind": str, "uri": str, "text": str, "time": float,
                               "tokens": bytes, "tokenizer": str}, pk="id", if_not_exists=True)
-        db["stats"].create({"source": str, "drafted": int, "accepted": int, "updated": float},
+        db.table("stats").create({"source": str, "drafted": int, "accepted": int, "updated": float},
                            pk="source", if_not_exists=True)
-        db["tables"].create({"fingerprint": str, "positions": bytes, "groups": bytes, "created": float},
+        db.table("tables").create({"fingerprint": str, "positions": bytes, "groups": bytes, "created": float},
                             pk="fingerprint", if_not_exists=True)
 
     # -- documents ------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ class IndexDB:
         rows = self.conn.execute("SELECT uri, hash FROM documents WHERE tokenizer = ?", [self.fingerprint])
         return dict(rows)
 
-    def save_documents(self, documents: Iterable[tuple[str, str, int, str, np.ndarray]]) -> None:
+    def save_documents(self, documents: Iterable[tuple[str, str | None, int, str, np.ndarray]]) -> None:
         """(uri, hash or None, version, text, tokens) rows, all in one transaction."""
         now = time.time()
         rows = [(uri, digest or content_hash(text), version, text,
@@ -292,7 +293,7 @@ class IndexDB:
                 if old not in keep:
                     self.conn.execute("DELETE FROM tables WHERE fingerprint = ?", [old])
 
-    def load_table(self, fingerprint: str, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray] | None:
+    def load_table(self, fingerprint: str, dtype: DTypeLike) -> tuple[np.ndarray, np.ndarray] | None:
         row = self.conn.execute("SELECT positions, groups FROM tables WHERE fingerprint = ?",
                                 [fingerprint]).fetchone()
         if row is None:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import EllipsisType
+from typing import Any
 
 import numpy as np
 
@@ -251,8 +252,8 @@ class WorkspaceIndex:
             same = self._docs.get(uri) if uri is not None else None
             if same is not None:
                 self._touch(same)
-            found = self._levels.match(reversed_context, same, cursor, PER_SOURCE_CAP,
-                                       cursor if skip is ... else skip)
+            found: list[tuple[int, Any, np.ndarray]] = self._levels.match(
+                reversed_context, same, cursor, PER_SOURCE_CAP, cursor if skip is ... else skip)
             for buffer in self._history.values():
                 match = buffer.match(reversed_context, self.max_ngram, self.min_ngram)
                 if match.length:
@@ -316,6 +317,7 @@ class WorkspaceIndex:
                 rows = []
                 wanted = list(to_load)
                 for batch_start in range(0, len(wanted), scan.BATCH_FILES):
+                    assert self.db is not None  # documents to load come from the database
                     with self._lock:  # the reader connection is used under the lock: one batch per hold
                         batch = list(self.db.load_documents(wanted[batch_start:batch_start + scan.BATCH_FILES]))
                     rows += batch

@@ -18,6 +18,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -52,8 +53,8 @@ class TokenizerAdapter:
     def __init__(self, tokenizer) -> None:
         if isinstance(tokenizer, TokenizerAdapter):
             tokenizer = tokenizer.tokenizer
-        self.tokenizer = tokenizer
-        self._backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
+        self.tokenizer: Any = tokenizer
+        self._backend: Any = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
         if self._backend is None and hasattr(tokenizer, "encode_batch"):
             self._backend = tokenizer  # a raw tokenizers.Tokenizer
         if self._backend is not None:

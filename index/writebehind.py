@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from index.persist import IndexDB, StoredDocument, StoredHistory, is_corrupt, set_aside
 
@@ -36,7 +37,7 @@ class WriteBehindDB:
     applied when the damage was met are applied to the new file.
     """
 
-    def __init__(self, path: str | Path, tokenizer_fingerprint: str, dtype: np.dtype) -> None:
+    def __init__(self, path: str | Path, tokenizer_fingerprint: str, dtype: DTypeLike) -> None:
         self._args = (Path(path), tokenizer_fingerprint, np.dtype(dtype))
         self.reader = IndexDB(*self._args)
         self.moved_aside: list[Path] = [self.reader.moved_aside] if self.reader.moved_aside else []
@@ -131,7 +132,7 @@ class WriteBehindDB:
         self._raise()
 
     # writes (queued)
-    def save_documents(self, documents: Iterable[tuple[str, str, int, str, np.ndarray]]) -> None:
+    def save_documents(self, documents: Iterable[tuple[str, str | None, int, str, np.ndarray]]) -> None:
         self._submit("save_documents", list(documents))
 
     def set_version(self, uri: str, version: int) -> None:
@@ -173,7 +174,7 @@ class WriteBehindDB:
     def load_stats(self) -> dict[str, tuple[int, int]]:
         return self._read("load_stats")
 
-    def load_table(self, fingerprint: str, dtype: np.dtype):
+    def load_table(self, fingerprint: str, dtype: DTypeLike):
         # no wait: a table not yet written is simply rebuilt
         return self._read("load_table", fingerprint, dtype, wait=False)
 

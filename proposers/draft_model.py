@@ -102,6 +102,7 @@ class ModelDrafter:
                             break
                     token = int(logits.argmax())
                 else:
+                    assert sampling is not None  # not greedy
                     draft_probs = process_logits(logits, sampling)  # [V] q
                     if depth and float(draft_probs.max()) < self.min_confidence:
                         break
@@ -135,6 +136,7 @@ class ModelDrafter:
     # -- helpers -----------------------------------------------------------------------------
     def _sync(self, tokens: Sequence[int]) -> None:
         """Make the cache a strict prefix of ``tokens`` (at least one token is left to feed)."""
+        assert self.cache is not None, "propose() makes the cache first"
         cached = self.cache.token_ids
         if len(cached) < len(tokens) and cached == list(tokens[: len(cached)]):
             return  # the usual case after observe(): a prefix, nothing to drop

@@ -58,9 +58,10 @@ class IndexLookup:
                                        self.max_candidates, skip=self._start_cursor)
         own = self.context.propose(context) if self.context is not None else EMPTY_DRAFT
         best = next((c for c in candidates if c.token_ids), None)
-        if own.token_ids and (best is None or own.match.match_len > best.match_len):
-            self._last = Draft(own.token_ids, self.name, match=MatchInfo(own.match.match_len, CONTEXT_SOURCE,
-                                                                         own.match.position))
+        own_match = own.match if own.token_ids else None  # a context draft always says where it matched
+        if own_match is not None and (best is None or own_match.match_len > best.match_len):
+            self._last = Draft(own.token_ids, self.name, match=MatchInfo(own_match.match_len, CONTEXT_SOURCE,
+                                                                         own_match.position))
         elif best is None:
             self._last = EMPTY_DRAFT
         else:

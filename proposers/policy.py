@@ -91,9 +91,9 @@ class DepthAcceptance:
         with a float, deeper depths use the previous depth's estimate as their prior mean, raised
         to at least ``continuation`` (a lookup that was right so far tends to stay right)."""
         out: list[float] = []
-        previous = float(prior) if not isinstance(prior, (list, tuple)) else 0.5
+        previous = 0.5 if isinstance(prior, Sequence) else float(prior)
         for depth in range(length):
-            if isinstance(prior, (list, tuple)):
+            if isinstance(prior, Sequence):
                 base = prior[depth] if depth < len(prior) else (prior[-1] if prior else previous)
             else:
                 base = previous if depth == 0 else max(previous, continuation)
@@ -126,8 +126,9 @@ class AcceptanceTable:
         self.by_bucket: dict[tuple[str, str], DepthAcceptance] = {}
 
     def record(self, proposer: str, match_len: int | None, passed: int, rejected_next: bool) -> None:
-        for table, key in ((self.by_proposer, proposer), (self.by_bucket, (proposer, bucket(match_len)))):
-            table.setdefault(key, DepthAcceptance(self.decay)).record(passed, rejected_next)
+        self.by_proposer.setdefault(proposer, DepthAcceptance(self.decay)).record(passed, rejected_next)
+        key = (proposer, bucket(match_len))
+        self.by_bucket.setdefault(key, DepthAcceptance(self.decay)).record(passed, rejected_next)
 
     def estimates(self, proposer: str, match_len: int | None, length: int, continuation: float = 0.0) -> list[float]:
         overall = self.by_proposer.get(proposer) or DepthAcceptance(self.decay)
@@ -299,6 +300,8 @@ def best_length(candidate: Candidate, verify_s: tuple[float, float], waste: floa
             best = choice
         if survive < 1e-4:
             break  # deeper positions add nothing but cost
+    if best is None:  # max_len 0: nothing to draft; the empty draft costs a plain step
+        return Choice(candidate.name, 0, 1.0, verify_a)
     return best
 
 

@@ -146,6 +146,7 @@ class ReferenceLookup:
 
     def _own_text_draft(self, context: ProposeContext) -> Draft:
         output = OutputView(context.token_ids, context.prompt_len)
+        assert self.own_text is not None  # called only when the pointer drafts its own output
         return self.own_text.propose(ProposeContext(output, 0, context.max_len))
 
     def observe(self, outcome: Outcome) -> None:
@@ -216,6 +217,7 @@ class ReferenceLookup:
             if not self._patch and self._next is None:
                 self._set_pointer(self._pos)
         else:
+            assert self._next is not None  # no patch: the pointer is on a reference token
             self._next += 1
             self._pos = self._starts[self._next] if self._next < len(self._ids) else len(self._ref)
 
@@ -250,7 +252,7 @@ class ReferenceLookup:
         without a convincing match, guess the edit's shape (one token replaced, or an insertion
         that ends now). False (no draft) when even that has nothing to offer."""
         tail = self.codec.join(tail_ids)
-        lengths = []
+        lengths: list[int] = []
         covered = 0
         for token_id in reversed(tail_ids):
             covered += len(self.codec.token(token_id))
