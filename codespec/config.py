@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from codespec.errors import InvalidRequestError
 
@@ -62,14 +62,3 @@ class GenerationLimits:
             raise InvalidRequestError(f"stop_repeats must be 0 (off) or an integer >= 2, got {self.stop_repeats!r}")
         if not isinstance(self.max_draft_len, int) or not 0 <= self.max_draft_len <= 256:
             raise InvalidRequestError(f"draft length must be an integer in [0, 256], got {self.max_draft_len!r}")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Which model to load and where. ``device``/``dtype`` "auto" resolve at load time."""
-
-    name_or_path: str
-    device: str = "auto"
-    dtype: str = "auto"
-    trust_remote_code: bool = False
-    extra: dict = field(default_factory=dict)

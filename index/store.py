@@ -191,6 +191,11 @@ class WorkspaceIndex:
         with self._lock:
             return list(self._docs)
 
+    def has_document(self, uri: str) -> bool:
+        """Whether ``uri`` is resident (without listing every document, as ``documents`` does)."""
+        with self._lock:
+            return uri in self._docs
+
     # -- history and stats ----------------------------------------------------------------------
     def add_history(self, kind: str, text: str, uri: str | None = None) -> None:
         with self._lock:

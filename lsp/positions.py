@@ -29,11 +29,6 @@ class Position:
     character: int  # UTF-16 code units from the start of the line
 
 
-def utf16_len(text: str) -> int:
-    """UTF-16 code units in ``text`` (code points above U+FFFF take two)."""
-    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
-
-
 def _units(ch: str, encoding: str) -> int:
     """Code units of one code point in the negotiated position encoding."""
     code = ord(ch)
@@ -109,10 +104,6 @@ class LineIndex:
             raise PositionError(f"offset {offset} is outside the text (length {len(self.text)})")
         line = bisect.bisect_right(self.starts, offset) - 1
         return Position(line, sum(_units(ch, self.encoding) for ch in self.text[self.starts[line]:offset]))
-
-
-def offset_at(text: str, line: int, character: int, clamp: bool = False, encoding: str = "utf-16") -> int:
-    return LineIndex(text, encoding).offset(line, character, clamp)
 
 
 def position_at(text: str, offset: int, encoding: str = "utf-16") -> Position:

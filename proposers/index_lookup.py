@@ -31,7 +31,7 @@ class IndexLookup:
                  use_context: bool = True) -> None:
         """``cursor``: character offset in document ``uri`` (as editors send it)."""
         self.index = index
-        self.uri = uri if uri is not None and uri in index.documents() else None
+        self.uri = uri if uri is not None and index.has_document(uri) else None
         self.max_candidates = max_candidates
         self.context = ContextLookup(index.max_ngram, index.min_ngram) if use_context else None
         # The index's own char -> token conversion (its token starts are cached per document).
