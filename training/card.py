@@ -13,6 +13,18 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
+def machine_description(threads: int) -> str:
+    """The machine this run trained on, as measured now (not a fixed string)."""
+    import os
+    import platform
+
+    import torch
+
+    where = (f"a {torch.cuda.get_device_name(0)} GPU" if torch.cuda.is_available() else
+             f"a CPU machine with {os.cpu_count()} cores ({platform.machine()}), {threads} torch thread(s)")
+    return where
+
+
 def _block(text: str) -> str:
     return "```python\n" + text.rstrip("\n") + "\n```"
 
@@ -121,7 +133,7 @@ text that literally contains one of these strings is tokenized as the special to
 - Tokens seen: {result.tokens_seen:,} (target). Steps: {result.steps:,}.
 - **Wall time: {total_s / 60:.1f} minutes** of training ({total_s:.0f} s: main run {result.wall_s / 60:.1f}{
   f", finishing {result.finish_wall_s / 60:.1f}" if result.finish_steps else ""}{
-  f", rescue {result.rescue_wall_s / 60:.1f}" if result.rescue_steps else ""}) on a shared 2-core CPU machine, plus about a
+  f", rescue {result.rescue_wall_s / 60:.1f}" if result.rescue_steps else ""}) on {machine_description(threads)}, plus about a
   minute of preparation (tokenizer, corpus) and a few minutes of evaluation.{
   " The main run and the phases after it ran as two invocations: `codespec train-default`, then"
   " `codespec train-default --resume` on its checkpoint; each part's time is its own measured wall time."
@@ -147,11 +159,8 @@ Measured over {metrics['positions']:,} held-out token positions (512-token windo
 Capability bars checked by `tests/test_default_model.py` on these weights, over the first 30 of
 the functions above: copy rate >= 80% (here {_pct(metrics.get('copy_rate_tested', metrics['copy_rate']))}:
 {'met' if metrics.get('copy_rate_tested', metrics['copy_rate']) >= 0.8 else 'NOT met'}; {_pct(metrics['copy_rate'])} over all 40), FIM validity >= 50%
-(here {_pct(metrics.get('fim_valid_rate_tested', metrics['fim_valid_rate']))}: {'met' if metrics.get('fim_valid_rate_tested', metrics['fim_valid_rate']) >= 0.5 else 'NOT met'}). The previous recipe (natural-heavy
-mixture, then a 2,100-step copy-rescue fine-tune; 76 minutes) reached 57.5% / 37.5% over the 40 on
-CPU. Runs of one recipe differ a lot: the same recipe on a GPU (at the CPU run's step counts,
-[training-sweep.md](training-sweep.md)) scored 72.5% / 60%, and another data seed moved a
-neighbouring recipe's copy rate by 35 points.
+(here {_pct(metrics.get('fim_valid_rate_tested', metrics['fim_valid_rate']))}: {'met' if metrics.get('fim_valid_rate_tested', metrics['fim_valid_rate']) >= 0.5 else 'NOT met'}). How the recipe was chosen, and how much runs of one
+recipe differ, is in [training-sweep.md](training-sweep.md).
 
 ## Samples (greedy)
 
