@@ -25,7 +25,7 @@ local defaults = {
   init_options = { mode = 'auto', completionFallback = false },
   capabilities = nil, -- merged over Neovim's own client capabilities
   accept_key = '<Tab>', -- accepts the shown suggestion; falls through to a normal <Tab> otherwise (false: no mapping)
-  next_key = '<M-]>', -- 0.12: next suggestion
+  next_key = '<M-]>', -- 0.12: next suggestion (false: no mapping)
   debounce_ms = 75, -- 0.10 / 0.11 ghost text: quiet time after a keystroke before asking
 }
 
@@ -220,7 +220,7 @@ local function draw(bufnr, st, rest)
   local tail = line:sub(replaced_to + 1)
   local lines = vim.split(rest, '\n', { plain = true })
   local hl = 'CodespecSuggestion'
-  local opts = { id = st.ghost_mark, hl_mode = 'combine', priority = 1000 }
+  local opts = { id = st.ghost_mark, priority = 1000 }
   local moves = replaced_to > ccol or (#lines > 1 and tail ~= '')
   if moves then
     local first = display(bufnr, lines[1])
@@ -271,7 +271,7 @@ local function on_reply(bufnr, st, request, err, result)
     return
   end
   st.request = nil
-  if err or not result or not vim.api.nvim_buf_is_valid(bufnr) then
+  if err or type(result) ~= 'table' or not vim.api.nvim_buf_is_valid(bufnr) then
     return
   end
   local cursor = vim.api.nvim_win_get_cursor(0)
@@ -546,11 +546,11 @@ function M.setup(opts)
       return opts.accept_key
     end, { expr = true, replace_keycodes = true, desc = 'codespec: accept suggestion' })
   end
-  vim.keymap.set('i', opts.next_key, function()
-    if vim.lsp.inline_completion then
+  if opts.next_key and vim.lsp.inline_completion then
+    vim.keymap.set('i', opts.next_key, function()
       vim.lsp.inline_completion.select({ count = 1 })
-    end
-  end, { desc = 'codespec: next suggestion' })
+    end, { desc = 'codespec: next suggestion' })
+  end
 
   vim.api.nvim_create_user_command('CodespecAccept', function()
     M.accept()
