@@ -67,6 +67,7 @@ class CompletionContext:
     stop: tuple[str, ...]
     max_tokens: int
     before_code: bool = False  # a block inserted in front of code on the cursor's line: ends with a newline
+    indent: str = ""  # the whitespace before the cursor on its line (a block's code after it keeps it)
 
 
 def window_start(cursor: int, text: str, max_chars: int, chunk: int = WINDOW_CHUNK) -> int:
@@ -106,7 +107,7 @@ def completion_context(text: str, offset: int, line_tokens: int, block_tokens: i
         stop = ("\n",)
         max_tokens = line_tokens
     return CompletionContext(prefix, suffix, multiline, stop, max_tokens,
-                             before_code=multiline and bool(after.strip()))
+                             before_code=multiline and bool(after.strip()), indent=before if multiline else "")
 
 
 def warm_prompt(text: str, prefix_chars: int, prompts: PromptRenderer) -> str | None:
@@ -126,11 +127,12 @@ def completion_prompt(context: CompletionContext, prompts: PromptRenderer) -> st
 
 def trim_completion(text: str, context: CompletionContext) -> str:
     """A block loses trailing whitespace (noise in ghost text); one inserted in front of code on the
-    cursor's line ends with a newline, so that code stays on a line of its own."""
+    cursor's line ends with a newline and the cursor's indentation, so that code stays on a line of
+    its own, indented as it was."""
     if not context.multiline:
         return text
     text = text.rstrip()
-    return text + "\n" if text and context.before_code else text
+    return text + "\n" + context.indent if text and context.before_code else text
 
 
 @dataclass

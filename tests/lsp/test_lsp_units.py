@@ -95,6 +95,9 @@ def test_single_and_multi_line():
     assert trim_completion("    x = 1\n\n", before_code) == "    x = 1\n"
     assert trim_completion("  \n", before_code) == ""
     assert completion_context(text, text.index("    return"), 5, 9, 1000, 100, mode="line").stop[0] == "\n"
+    # after the indentation of such a line: the code after the block keeps its indentation
+    indented = completion_context(text, text.index("return"), 5, 9, 1000, 100)
+    assert indented.before_code and trim_completion("y = 2\n    z = 3\n\n", indented) == "y = 2\n    z = 3\n    "
 
 
 def test_prompt_window_start_stays_put_while_typing():
