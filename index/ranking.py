@@ -1,6 +1,6 @@
 """Candidate ranking: pure functions from matched occurrences to a short, ordered list of drafts.
 
-Order (issue 4), strictly lexicographic: the same document near the cursor first (nearer
+Order, strictly lexicographic (docs/index.md): the same document near the cursor first (nearer
 first), then recency (the newer source first), then frequency, then fixed tie-breaks (longer
 continuation, source, position) so equal inputs always rank alike. Lexicographic, not a
 weighted sum: a weighted sum lets enough of one criterion outweigh the one above it (after

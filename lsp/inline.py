@@ -28,12 +28,9 @@ def default_windows(device_type: str) -> tuple[int, int]:
     """Prompt windows (characters before / after the cursor) when the user set none.
 
     The first request at a place in a file prefills its whole prompt (the server cannot know the
-    cursor before it): on a CPU that is ~0.08 ms per token for the default model on one core, so
-    windows stay near 300 tokens (measured through LSP on completions-httpx, 1,200 / 300 -> 800 /
-    200 characters: first request in a file 56 -> 44 ms p50, keystrokes 25 -> 23 ms; the default
-    model, trained on rows of 512 tokens and FIM regions of at most 800 characters, lands as close
-    to the recorded line: first-line similarity 0.33 -> 0.35). A GPU prefills thousands of tokens
-    in milliseconds and keeps more context.
+    cursor before it), so on a CPU windows stay near 300 tokens, inside what the default model was
+    trained on; a GPU prefills thousands of tokens in milliseconds and keeps more context. The
+    measurements behind the sizes are in docs/lsp-bench.md.
     """
     return CPU_WINDOWS if device_type == "cpu" else GPU_WINDOWS
 
