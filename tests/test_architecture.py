@@ -16,7 +16,7 @@ ALLOWED = {
     "proposers": {"proposers", "codespec", "index"},
     "lsp": {"lsp", "proposers", "codespec", "index"},
     "bench": {"bench", "lsp", "proposers", "codespec", "index"},
-    "training": {"training", "bench", "codespec"},
+    "training": {"training", "bench", "lsp", "proposers", "codespec", "index"},
 }
 WIRING = "codespec.cli"  # the entry point: dispatches to every package (lazily for the heavy ones)
 

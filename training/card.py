@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from training.evaluate import PLAIN_COPY_CHARS
 from training.finish import FinishConfig
 from training.rescue import RescueConfig
 from training.trainer import DRAFT_SHAPE, TARGET_SHAPE, TrainConfig, TrainResult
@@ -70,6 +71,9 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
             f"{finish.probe_every} steps on {finish.probe_functions} other held-out functions (copy rate + FIM "
             f"validity) picks the weights, the starting ones included; {kept_finish} "
             f"(probe: {', '.join(f'{score:.2f} at {step}' for step, score in result.finish_probes)}).")
+    first_line = (f"**{_pct(metrics['first_line_exact'])}** of {metrics['first_line_cases']} cases "
+                  f"(`completions-httpx`)" if "first_line_exact" in metrics else
+                  "not measured in this run (no completion records were found)")
     output = samples['completion']['output']
     completion_sample = (f"gives\n\n{_block(output)}" if output.strip() else
                          "gives nothing: the model ends the text at once (end-of-text token).")
@@ -152,6 +156,11 @@ Measured over {metrics['positions']:,} held-out token positions (512-token windo
   **{_pct(metrics['copy_rate'])}** of {metrics['copy_functions']} held-out functions.
 - **FIM** (one body line of a held-out function removed): completion is valid Python
   **{_pct(metrics['fim_valid_rate'])}**, exact **{_pct(metrics['fim_exact_rate'])}** of {metrics['fim_functions']}.
+- **Plain-context copy rate** (no template: the function, two blank lines and its header again;
+  the first {PLAIN_COPY_CHARS} characters of the body written exactly): **{_pct(metrics['plain_copy_rate'])}** of
+  {metrics['copy_functions']} held-out functions.
+- **First-line exact match on completion records** (cursor at the recorded position, 800 / 200
+  character windows as the server uses on a CPU): {first_line}.
 - **Next-line exact match** (greedy, from up to 1,500 characters of preceding text ending before the
   previous line's newline; the line after the first generated newline, stripped):
   **{_pct(metrics['next_line_exact'])}** of 100 held-out lines.

@@ -6,6 +6,8 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
+    from training.evaluate import DEFAULT_COMPLETIONS
+
     parser = subparsers.add_parser(
         "train-default", help="train the shipped default target + draft models (CPU, deterministic)")
     parser.add_argument("--out", type=Path, default=None,
@@ -34,10 +36,14 @@ def add_parser(subparsers) -> None:
                         help="export + evaluate the last checkpoint in --work (the finished one if there is one)")
     parser.add_argument("--no-eval", action="store_true", help="skip evaluation and the model card")
     parser.add_argument("--card", type=Path, default=Path("docs/default-model.md"))
+    parser.add_argument("--completions", type=Path, default=DEFAULT_COMPLETIONS,
+                        help="completion records (JSONL: prefix, suffix, target) for the card's first-line exact "
+                             "match (default: shared/workloads/completions-httpx.jsonl beside the checkout, if there)")
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
+    from training.evaluate import read_records
     from training.finish import FinishConfig
     from training.pipeline import Pipeline
 
@@ -60,5 +66,5 @@ def run(args) -> int:
             pipeline.finish(result, finish_steps)
     pipeline.export()
     if not args.no_eval:
-        pipeline.evaluate_and_write_card(result, args.card)
+        pipeline.evaluate_and_write_card(result, args.card, read_records(args.completions))
     return 0

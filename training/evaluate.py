@@ -7,10 +7,12 @@ same checks on the shipped weights (with a lookup proposer for speed: greedy out
 from __future__ import annotations
 
 import ast
+import json
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +65,58 @@ def copy_check(target: TargetModel, function: str, proposer=None) -> CopyResult:
     budget = len(target.encode(function)) + 8
     finished = generate_all(target, prompt_ids, proposer, limits=GenerationLimits(budget, max_draft_len=16))
     return CopyResult(function, finished.text, finished.reason)
+
+
+PLAIN_COPY_CHARS = 60
+DEFAULT_COMPLETIONS = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "completions-httpx.jsonl"
+
+
+def read_records(path: Path | None) -> list[dict] | None:
+    """The completion records for the card, or None (and the card says it was not measured)."""
+    if path is None or not path.is_file():
+        return None
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+
+
+
+def plain_copy_check(target: TargetModel, function: str, proposer=None) -> bool:
+    """Copying from plain context, no template: the prompt is ``function``, two blank lines and its
+    header again; the model should write the same body (its first 60 characters, exactly).
+
+    The header is given without its newline (byte-level BPE merges a newline with the next line's
+    indentation), so the expected text starts with that newline.
+    """
+    header, _, _ = function.partition("\n")
+    expected = function[len(header):][:PLAIN_COPY_CHARS]
+    prompt_ids = target.encode(function + "\n\n" + header)
+    budget = len(target.encode(expected)) + 8
+    finished = generate_all(target, prompt_ids, proposer, limits=GenerationLimits(budget, max_draft_len=16))
+    return finished.text.startswith(expected)
+
+
+def first_line_exact(target: TargetModel, records: list[dict], windows: tuple[int, int] = (800, 200),
+                     proposer=None) -> float:
+    """Completion records (``prefix``, ``suffix``, ``target``): the completion's first line, as the
+    server asks for it (the cursor's mode, these prompt windows, FIM in the target's format), equals
+    the recorded first line (both stripped)."""
+    from codespec.prompts import Fim, PromptRenderer
+    from lsp.inline import completion_context, trim_completion
+
+    renderer = PromptRenderer(target.tokenizer, target.prompt_format)
+    hits = 0
+    for record in records:
+        text = record["prefix"] + record["suffix"]
+        context = completion_context(text, len(record["prefix"]), 48, 160, *windows, invoked=True)
+        prompt = renderer.render(Fim(context.prefix, context.suffix))
+        stops = (*context.stop, *prompt.stop, *renderer.end_markers)
+        finished = generate_all(target, target.encode(prompt.text), proposer,
+                                limits=GenerationLimits(context.max_tokens, stops, max_draft_len=16,
+                                                        stop_token_ids=renderer.stop_token_ids()))
+        produced = trim_completion(finished.text, context).split("\n", 1)[0].strip()
+        hits += bool(produced) and produced == record["target"].split("\n", 1)[0].strip()
+    return hits / max(1, len(records))
 
 
 def fim_split(function: str) -> tuple[str, str, str] | None:
@@ -160,7 +214,8 @@ def step_latency_ms(model: TargetModel, tokens: int = 64) -> float:
 
 
 def evaluate(target_dir, draft_dir, heldout_files: list[corpus.SourceFile],
-             say: Callable[[str], None] = print, functions_count: int = 40) -> dict:
+             say: Callable[[str], None] = print, functions_count: int = 40,
+             completion_records: list[dict] | None = None) -> dict:
     torch.manual_seed(0)
     target = TargetModel.load(str(target_dir), device="cpu", dtype="float32")
     draft = TargetModel.load(str(draft_dir), device="cpu", dtype="float32")
@@ -186,6 +241,14 @@ def evaluate(target_dir, draft_dir, heldout_files: list[corpus.SourceFile],
     metrics["fim_valid_rate_tested"] = sum(f.valid for f in tested_fims) / max(1, len(tested_fims))
     say(f"FIM valid {metrics['fim_valid_rate']:.3f}, exact {metrics['fim_exact_rate']:.3f}")
 
+    plain = [plain_copy_check(target, fn) for fn in functions]
+    metrics["plain_copy_rate"] = sum(plain) / len(plain)
+    say(f"plain-context copy rate {metrics['plain_copy_rate']:.3f} on {len(plain)} functions")
+    if completion_records:
+        metrics["first_line_exact"] = first_line_exact(target, completion_records)
+        metrics["first_line_cases"] = len(completion_records)
+        say(f"first-line exact match {metrics['first_line_exact']:.3f} on {len(completion_records)} completions")
+
     metrics["next_line_exact"] = next_line_exact(target, heldout_files)
     say(f"next-line exact match {metrics['next_line_exact']:.3f}")
     metrics["step_ms"] = {"target": step_latency_ms(target), "draft": step_latency_ms(draft)}
@@ -205,3 +268,34 @@ def evaluate(target_dir, draft_dir, heldout_files: list[corpus.SourceFile],
 
 def mean_or_nan(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m training.evaluate --model DIR``: the card's context-copy figures for any model."""
+    import argparse
+
+    from codespec.default_model import target_path
+    from proposers.context import ContextLookup
+
+    parser = argparse.ArgumentParser(prog="python -m training.evaluate")
+    parser.add_argument("--model", default=str(target_path()))
+    parser.add_argument("--completions", type=Path, default=DEFAULT_COMPLETIONS)
+    parser.add_argument("--functions", type=int, default=40)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    target = TargetModel.load(args.model, device="cpu", dtype="float32")
+    functions = corpus.heldout_functions(args.functions)
+    lookup = ContextLookup()  # greedy output is identical with or without it; it is faster
+    report: dict = {"model": args.model}
+    report["plain_copy_rate"] = sum(plain_copy_check(target, fn, lookup) for fn in functions) / len(functions)
+    report["rewrite_copy_rate"] = sum(copy_check(target, fn, lookup).exact for fn in functions) / len(functions)
+    records = read_records(args.completions)
+    if records:
+        report["first_line_exact"] = first_line_exact(target, records, proposer=lookup)
+        report["first_line_cases"] = len(records)
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

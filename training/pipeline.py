@@ -145,11 +145,13 @@ class Pipeline:
         export(self.draft, self.tokenizer, self.out / "draft")
         self.say(f"exported to {self.out}")
 
-    def evaluate_and_write_card(self, result: TrainResult, card_path: Path) -> None:
+    def evaluate_and_write_card(self, result: TrainResult, card_path: Path,
+                                completion_records: list[dict] | None = None) -> None:
         from training.card import write_card
         from training.evaluate import evaluate
 
-        metrics = evaluate(self.out / "target", self.out / "draft", self.heldout_files, self.say)
+        metrics = evaluate(self.out / "target", self.out / "draft", self.heldout_files, self.say,
+                           completion_records=completion_records)
         write_card(card_path, result, metrics, self.corpus_info,
                    {"target": count(self.target), "draft": count(self.draft)}, self.threads,
                    getattr(self, "rescue_config", None), getattr(self, "finish_config", None))
