@@ -14,6 +14,7 @@ function initializationOptions(config) {
     model: config.get('model') || null,
     draft: config.get('draft') || null,
     device: config.get('device'),
+    promptFormat: config.get('promptFormat'),
     proposer: config.get('proposer'),
     mode: config.get('mode'),
     completionFallback: false, // VS Code shows inline items; a duplicate completion item is noise
