@@ -23,6 +23,7 @@ from proposers.registry import available_proposers
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("lsp.cli", "add_serve_parser"),
     "complete": ("lsp.cli", "add_complete_parser"),
+    "demo": ("lsp.tour", "add_parser"),
     "simulate": ("bench.simulate", "add_parser"),
     "bench": ("bench.cli", "add_parser"),
     "train-default": ("training.cli", "add_parser"),

@@ -1,0 +1,202 @@
+"""`codespec demo`: what codespec is for, on the shipped model, measured in one run.
+
+Two things a user asks an editor for, each through the same engine service and request builders
+the servers use, each decoded twice (speculative, then plain, alternating, from cold caches) so the
+speedup, the tokens per forward and the identical-output check come from the same process:
+
+1. completions drawn from an indexed workspace: every line of the workspace's files, the cursor
+   after the line's first word (the line's text is what the model should write); the report is
+   over all of them, median and spread, plus the best and a typical one, so it cannot show a lucky
+   case alone;
+2. a rewrite of a region with an instruction: the region is the copy pointer's reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import statistics
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from codespec.errors import CodespecError
+
+DEFAULT_WORKSPACE = Path("examples/workspace")
+REWRITE_FILE, REWRITE_START, REWRITE_END = "shapes.py", "@dataclass(frozen=True)\nclass Rectangle:", "\n\n\n@dataclass"
+REWRITE_INSTRUCTION = "rename width to w"
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="completions from an indexed workspace and a rewrite, each against plain decoding",
+        description="Index a workspace, complete at every line of its files and rewrite a region with an "
+                    "instruction, each decoded speculatively and plainly in the same run: speedups, tokens per "
+                    "forward, acceptance, and whether the outputs are identical.")
+    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE,
+                        help=f"folder to index and complete in (default: {DEFAULT_WORKSPACE})")
+    parser.add_argument("--model", default=None, help="local model directory (default: the shipped model)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each configuration; medians are reported")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=run)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One request decoded speculatively and plainly (medians of the repeats)."""
+
+    where: str
+    text: str
+    speculative_s: float
+    plain_s: float
+    tokens: int
+    tokens_per_forward: float
+    coverage: float
+    acceptance_by_depth: list
+    accepted_prediction_tokens: int
+    rejected_prediction_tokens: int
+    identical: bool
+
+    @property
+    def speedup(self) -> float:
+        return self.plain_s / self.speculative_s if self.speculative_s > 0 else float("nan")
+
+    def as_dict(self) -> dict:
+        return {**self.__dict__, "speedup": round(self.speedup, 3)}
+
+
+def measure(service, request, where: str, repeats: int, finish=lambda text: text) -> Pair:
+    """``request`` speculatively (the service's default proposer) and plainly, alternating."""
+    speculative, plain = [], []
+    for repeat in range(repeats):
+        speculative.append(service.submit(replace(request, cache_key=f"demo-s-{where}-{repeat}")).wait())
+        plain.append(service.submit(replace(request, cache_key=f"demo-p-{where}-{repeat}", proposer="none")).wait())
+    fast = sorted(speculative, key=lambda r: r.elapsed_s)[len(speculative) // 2]
+    slow = sorted(plain, key=lambda r: r.elapsed_s)[len(plain) // 2]
+    return Pair(where, finish(fast.text), fast.elapsed_s, slow.elapsed_s, fast.stats["tokens"],
+                fast.stats["tokens_per_forward"], fast.stats["coverage"], fast.stats["acceptance_by_depth"],
+                fast.usage.accepted_prediction_tokens, fast.usage.rejected_prediction_tokens,
+                all(r.text == fast.text for r in (*speculative, *plain)))
+
+
+def completion_spots(workspace: Path) -> list[tuple[Path, str, int]]:
+    """(file, text, offset): every line with code, the cursor after its first word."""
+    spots = []
+    for path in sorted(workspace.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        offset = 0
+        for line in text.split("\n"):
+            stripped = line.lstrip()
+            first = stripped.split(" ", 1)[0]
+            cursor = len(line) - len(stripped) + len(first) + 1
+            if stripped and cursor < len(line):
+                spots.append((path, text, offset + cursor))
+            offset += len(line) + 1
+    return spots
+
+
+def run(args) -> int:
+    from lsp.edit import plan_text_edit
+    from lsp.indexing import index_folders
+    from lsp.inline import trim_completion
+    from lsp.options import ServerOptions
+    from lsp.requests import completion_request, edit_request
+    from lsp.runtime import close_service, start_service
+
+    if not args.workspace.is_dir():
+        raise CodespecError(f"--workspace {args.workspace}: not a directory")
+    if args.repeats < 1:
+        raise CodespecError(f"--repeats must be >= 1, got {args.repeats}")
+    started = time.perf_counter()
+    options = ServerOptions(model=args.model, device=args.device, threads=args.threads)
+    service = start_service(options)
+    report: dict = {"model": service.target.name, "prompt_format": service.prompts.format.name,
+                    "shipped_model": args.model is None}
+    try:
+        index_folders(service, [args.workspace], options, quiet=True)
+        windows = service.windows_for(options)
+        completions = []
+        for path, text, offset in completion_spots(args.workspace):
+            request, context = completion_request(text, offset, options, windows, invoked=True,
+                                                  uri=path.resolve().as_uri(), deadline=False)
+            line = text.count("\n", 0, offset) + 1
+            column = offset - text.rfind("\n", 0, offset)
+            completions.append(measure(service, request, f"{path.name}:{line}:{column}", args.repeats,
+                                       lambda out, context=context: trim_completion(out, context)))
+        source = (args.workspace / REWRITE_FILE).read_text(encoding="utf-8")
+        start = source.index(REWRITE_START)
+        region = source[start:source.index(REWRITE_END, start) + 1]
+        plan = plan_text_edit(region, REWRITE_INSTRUCTION, None, options.edit_tokens)
+        rewrite = measure(service, edit_request(plan, uri=(args.workspace / REWRITE_FILE).resolve().as_uri()),
+                          f"{REWRITE_FILE}: the Rectangle class, {REWRITE_INSTRUCTION!r}", args.repeats)
+    finally:
+        close_service(service)
+    report["completions"] = summarize(completions)
+    report["rewrite"] = {**rewrite.as_dict(), "original": region}
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    if args.json:
+        import json
+
+        print(json.dumps(report))
+    else:
+        print(describe(report, completions, rewrite))
+    return 0
+
+
+def summarize(pairs: list[Pair]) -> dict:
+    speedups = sorted(pair.speedup for pair in pairs)
+    ordered = sorted(pairs, key=lambda pair: pair.speedup)
+    return {
+        "positions": len(pairs),
+        "speedup_median": round(statistics.median(speedups), 3),
+        "speedup_p10": round(speedups[len(speedups) // 10], 3),
+        "speedup_p90": round(speedups[(9 * len(speedups)) // 10], 3),
+        "faster": sum(s > 1.0 for s in speedups),
+        "tokens_per_forward_median": round(statistics.median(pair.tokens_per_forward for pair in pairs), 3),
+        "identical": all(pair.identical for pair in pairs),
+        "typical": ordered[len(ordered) // 2].as_dict(),
+        "best": ordered[-1].as_dict(),
+    }
+
+
+def describe(report: dict, completions: list[Pair], rewrite: Pair) -> str:
+    summary = report["completions"]
+    typical, best = summary["typical"], summary["best"]
+    lines = [
+        f"codespec demo: model {report['model']} ({report['prompt_format']} prompts), {report['seconds']} s in all",
+        "",
+        f"1. Completions from the indexed workspace, at {summary['positions']} positions (each line's text after "
+        f"its first word), speculative vs plain decoding in the same run:",
+        f"   speedup median {summary['speedup_median']:.2f}x (10th-90th percentile {summary['speedup_p10']:.2f}-"
+        f"{summary['speedup_p90']:.2f}x; faster at {summary['faster']} of {summary['positions']}), "
+        f"tokens per forward median {summary['tokens_per_forward_median']:.2f}",
+        f"   typical: {typical['where']} -> {typical['text']!r}: {typical['speedup']:.2f}x, "
+        f"{typical['tokens_per_forward']:.2f} tokens/forward",
+        f"   best:    {best['where']} -> {best['text']!r}: {best['speedup']:.2f}x, "
+        f"{best['tokens_per_forward']:.2f} tokens/forward",
+        f"   outputs identical to plain greedy decoding: {'yes' if summary['identical'] else 'NO'}",
+        "",
+        f"2. Rewrite of {rewrite.where} (the region is the copy pointer's reference); the model's output, as a diff:",
+    ]
+    diff = difflib.unified_diff(report["rewrite"]["original"].split("\n"), rewrite.text.split("\n"), lineterm="", n=0)
+    lines += ["   " + line for line in list(diff)[2:]] or ["   (unchanged)"]
+    lines += [
+        f"   speedup {rewrite.speedup:.2f}x ({rewrite.plain_s * 1e3:.0f} -> {rewrite.speculative_s * 1e3:.0f} ms), "
+        f"{rewrite.tokens} tokens at {rewrite.tokens_per_forward:.2f} tokens/forward, prediction tokens "
+        f"{rewrite.accepted_prediction_tokens} accepted / {rewrite.rejected_prediction_tokens} rejected",
+        f"   output identical to plain greedy decoding: {'yes' if rewrite.identical else 'NO'}",
+    ]
+    if report["shipped_model"]:
+        lines += ["", "The shipped model is a 5M-parameter toy trained on the standard library: its text is its own "
+                      "(speculation never changes it), not a useful assistant. Point --model at a real code model."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m lsp.tour
+    parser = argparse.ArgumentParser(prog="codespec")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    arguments = parser.parse_args(["demo", *sys.argv[1:]])
+    sys.exit(arguments.run(arguments))
