@@ -1,12 +1,22 @@
 """Starting and stopping the engine service: model loading, CPU threads, the index's close.
 
-Shared by `codespec serve` (LSP and websocket) and `codespec complete`.
+Shared by `codespec serve` (LSP, websocket and HTTP) and `codespec complete`.
+
+One process, one model: when `codespec serve` runs the language server together with the
+websocket or HTTP endpoint, it loads the service from the command line first and *shares* it
+(:func:`share_service`); the language server's ``initialize`` then gets that service from
+:func:`start_service` instead of loading a second model, and its ``shutdown`` only releases it
+(:func:`close_service` closes a shared service when its last user lets go).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+import threading
+from collections.abc import Coroutine
+from typing import Any
 
 from lsp.options import ServerOptions
 from lsp.service import EngineService
@@ -22,9 +32,41 @@ def _index_text(index, uri: str) -> str | None:
         return None
 
 
+_shared_lock = threading.Lock()
+_shared: EngineService | None = None
+_shared_users = 0
+_shared_options: ServerOptions | None = None
+# The options that decide which model is loaded and how it decodes: a door that asks for others
+# while a service is shared is told it gets the shared one.
+_MODEL_FIELDS = ("model", "draft", "device", "dtype", "prompt_format", "proposer", "max_draft", "threads",
+                 "cached_documents")
+
+
+def share_service(service: EngineService, options: ServerOptions) -> None:
+    """Make ``service`` the process's one service: :func:`start_service` returns it from now on
+    (one more user each time) and :func:`close_service` closes it when its last user lets go. The
+    caller is its first user."""
+    global _shared, _shared_users, _shared_options
+    with _shared_lock:
+        _shared, _shared_users, _shared_options = service, 1, options
+
+
 def close_service(service: EngineService) -> None:
     """Stop a workspace scan (it installs nothing once cancelled), flush and close the index on
-    the engine thread (ordered after the index updates already queued there), then stop."""
+    the engine thread (ordered after the index updates already queued there), then stop.
+
+    A shared service (:func:`share_service`) is only released here while others still use it."""
+    global _shared, _shared_users, _shared_options
+    with _shared_lock:
+        if service is _shared:
+            _shared_users -= 1
+            if _shared_users > 0:
+                return
+            _shared, _shared_options = None, None
+    _close(service)
+
+
+def _close(service: EngineService) -> None:
     from lsp.indexing import stop_indexing
 
     stop_indexing(service)
@@ -38,7 +80,23 @@ def close_service(service: EngineService) -> None:
 
 
 def start_service(options: ServerOptions) -> EngineService:
-    """Load the model (blocking: runs in a worker thread during initialize) and start the engine."""
+    """Load the model (blocking: runs in a worker thread during initialize) and start the engine;
+    the shared service instead, if the process has one (:func:`share_service`)."""
+    global _shared_users
+    with _shared_lock:
+        if _shared is not None:
+            _shared_users += 1
+            differing = [name for name in _MODEL_FIELDS
+                         if getattr(options, name) != getattr(_shared_options, name)]
+            if differing:
+                print(f"codespec: this process serves one model, loaded from the command line; "
+                      f"{', '.join(differing)} from the client ignored", file=sys.stderr, flush=True)
+            return _shared
+    return load_service(options)
+
+
+def load_service(options: ServerOptions) -> EngineService:
+    """Load the model and start a new engine service (never the shared one)."""
     from codespec.default_model import target_path
     from codespec.model import TargetModel
 
@@ -73,3 +131,27 @@ def _set_cpu_threads(threads: int | None) -> None:
 
     torch.set_num_threads(threads or max(1, min(8, (os.cpu_count() or 2) // 2)))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+class LoopThread:
+    """An asyncio event loop on a daemon thread, for servers that run beside a blocking one (the
+    HTTP and websocket endpoints beside the language server on the main thread)."""
+
+    def __init__(self, name: str = "codespec-http") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def run(self, coroutine: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+        """Run ``coroutine`` on the loop and wait for its result (from another thread)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self.loop.close()

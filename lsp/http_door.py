@@ -1,0 +1,309 @@
+"""What one HTTP request does with the engine (``lsp.http`` routes to it): the request it builds,
+the generation it streams or answers, the prediction tokens it counts.
+
+:class:`HttpDoor` builds engine requests with ``lsp.requests`` (the builders every door uses) and
+holds the count of running generations. :class:`Generation` is the response, an ASGI app of its
+own: it listens for the client's ``http.disconnect`` while the job runs (a client that goes away
+cancels its job, which stops at its next cycle), and a streamed response's headers wait for the
+first text (or the end), so an error the engine finds at its first cycle (a prompt longer than
+the context) is still a plain 400.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import difflib
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from codespec.errors import CodespecError, InvalidRequestError
+from lsp.edit import plan_text_edit
+from lsp.http_api import (
+    ApiError,
+    ChatBody,
+    CompletionBody,
+    Envelope,
+    chat_response,
+    completion_response,
+    error_body,
+    rewrite_parts,
+    sse,
+    text_chunk,
+    usage_body,
+    usage_chunk,
+)
+from lsp.jobs import AsyncJob, GenerationRequest, JobResult
+from lsp.options import ServerOptions
+from lsp.requests import completion_request, edit_request
+from lsp.service import EngineService
+
+log = logging.getLogger(__name__)
+JSON_HEADERS = [(b"content-type", b"application/json")]
+SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+               (b"x-accel-buffering", b"no")]
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    max_body_bytes: int = 4 << 20  # a larger body is refused with 413
+    max_requests: int = 16  # generations running at once over HTTP; one more is refused with 429
+    allowed_origins: tuple[str, ...] = ()  # browser origins allowed to call (none by default)
+
+
+class HttpDoor:
+    """The engine service as the HTTP handlers see it: request building, prediction counting,
+    the count of running generations."""
+
+    def __init__(self, service: EngineService, options: ServerOptions, limits: HttpLimits,
+                 draft: str | None = None) -> None:
+        self.service = service
+        self.options = options
+        self.limits = limits
+        self.model_id = str(getattr(service.target, "name", "") or "codespec")
+        self.draft_id = draft
+        self.created = int(time.time())
+        self.running = 0
+        self._tokenizer = None  # a private copy (a fast tokenizer must not be shared across threads)
+        self._tokenizer_lock = threading.Lock()
+        self._copying: asyncio.Lock | None = None
+
+    # ---- requests ---------------------------------------------------------------------------
+    def completion(self, body: CompletionBody) -> GenerationRequest:
+        """``suffix`` given: fill-in-the-middle over the model's FIM format, windowed around the
+        cursor as the editors' completions are. No suffix: ``prompt`` is sent as it is (OpenAI's
+        plain continuation; an editor that renders its own FIM prompt, as Zed does, gets exactly
+        that prompt)."""
+        s = body.sampling
+        fim = body.suffix is not None
+        text = body.prompt + (body.suffix or "")
+        request, _ = completion_request(text, len(body.prompt), self.options, self.service.windows_for(self.options),
+                                        invoked=True, uri=s.path, cache_key=f"http:{s.path}" if s.path else None,
+                                        reference=body.prediction, max_tokens=s.max_tokens, stop=s.stop,
+                                        temperature=s.temperature, top_p=s.top_p, seed=s.seed, proposer=s.proposer,
+                                        deadline=False)
+        # lsp.requests has no builder for a prompt sent as it is: the FIM request's fields, raw prompt.
+        return request if fim else dataclasses.replace(request, prompt=body.prompt)
+
+    async def chat(self, body: ChatBody) -> GenerationRequest:
+        """With a chat template: ``messages`` rendered by it, sent as they are. Without one:
+        codespec's rewrite format over the last user message's fenced code block."""
+        s = body.sampling
+        key = f"http-chat:{s.path}" if s.path else None
+        max_tokens = s.max_tokens or self.service.target.max_context  # the service caps it at the context
+        if self.service.prompts.chat:
+            prompt = await self._render_chat(body.messages)
+            request, _ = completion_request(prompt, len(prompt), self.options, (len(prompt), 0), invoked=True,
+                                            uri=s.path, cache_key=key, reference=body.prediction,
+                                            max_tokens=max_tokens, stop=s.stop, temperature=s.temperature,
+                                            top_p=s.top_p, seed=s.seed, proposer=s.proposer, deadline=False)
+            return dataclasses.replace(request, prompt=prompt, kind="chat")
+        region, instruction = rewrite_parts(body.messages, body.prediction)
+        plan = plan_text_edit(region, instruction, body.prediction, max_tokens)
+        request = edit_request(plan, temperature=s.temperature, top_p=s.top_p, seed=s.seed, stop=s.stop,
+                               cache_key=key, uri=s.path, proposer=s.proposer)
+        # kind "chat": max_tokens is the whole budget, as OpenAI's (an edit's is on top of the reference).
+        return dataclasses.replace(request, kind="chat", max_tokens=max_tokens)
+
+    async def _render_chat(self, messages) -> str:
+        tokenizer = await self.tokenizer()
+
+        def render() -> str:
+            with self._tokenizer_lock:
+                return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+        try:
+            return await asyncio.to_thread(render)
+        except Exception as error:  # the template refuses these messages (roles, order)
+            raise ApiError(400, f"the model's chat template refused these messages: {error}", "messages",
+                           "invalid_value") from None
+
+    async def tokenizer(self):
+        """A private copy of the target's tokenizer, made once on the engine thread."""
+        if self._tokenizer is None:
+            if self._copying is None:
+                self._copying = asyncio.Lock()
+            async with self._copying:
+                if self._tokenizer is None:
+                    tokenizer = self.service.target.tokenizer
+                    self._tokenizer = await self.service.acall(lambda: copy.deepcopy(tokenizer))
+        return self._tokenizer
+
+    async def prediction_tokens(self, prediction: str, text: str) -> tuple[int, int]:
+        """(accepted, rejected) as OpenAI defines them: the prediction's tokens that appear in the
+        completion (aligned in order, as a diff aligns them), and those that do not."""
+        tokenizer = await self.tokenizer()
+
+        def count() -> tuple[int, int]:
+            with self._tokenizer_lock:
+                predicted = tokenizer.encode(prediction, add_special_tokens=False)
+                produced = tokenizer.encode(text, add_special_tokens=False) if text else []
+            matcher = difflib.SequenceMatcher(None, predicted, produced, autojunk=False)
+            accepted = sum(block.size for block in matcher.get_matching_blocks())
+            return accepted, len(predicted) - accepted
+
+        return await asyncio.to_thread(count)
+
+    # ---- the limit on running generations ---------------------------------------------------
+    def acquire(self) -> None:
+        if self.running >= self.limits.max_requests:
+            raise ApiError(429, f"{self.running} requests are running, the most this server takes at once "
+                           f"(--http-max-requests); retry shortly", None, "rate_limit_exceeded",
+                           kind="rate_limit_error", headers={"retry-after": "1"})
+        self.running += 1
+
+    def release(self) -> None:
+        self.running -= 1
+
+
+class Generation:
+    """One generation, sent as JSON or as server-sent events (an ASGI app of its own, so it can
+    listen for the client's disconnect while the engine works)."""
+
+    def __init__(self, door: HttpDoor, request: GenerationRequest, envelope: Envelope, stream: bool,
+                 include_usage: bool, prediction: str | None) -> None:
+        self.door = door
+        self.request = request
+        self.envelope = envelope
+        self.stream = stream
+        self.include_usage = include_usage
+        self.prediction = prediction
+        self._role_sent = False
+
+    async def __call__(self, scope, receive, send) -> None:
+        deltas: asyncio.Queue = asyncio.Queue()
+        try:
+            job = AsyncJob(self.door.service, self.request, deltas.put_nowait)
+        except CodespecError as error:  # the service is closed
+            self.door.release()
+            await send_json(send, 503, error_body(str(error), "server_error", None, "unavailable"))
+            return
+        result = asyncio.ensure_future(job.result())
+        result.add_done_callback(lambda _: deltas.put_nowait(None))  # after every delta (same loop queue)
+        gone = asyncio.ensure_future(disconnected(receive))
+        try:
+            if self.stream:
+                await self._stream(send, deltas, result, gone)
+            else:
+                await self._respond(send, result, gone)
+        except OSError:  # the client went away while we were sending
+            pass
+        finally:
+            if not result.done():
+                job.cancel()  # stops at the job's next cycle
+                await asyncio.wait({result})
+            gone.cancel()
+            self.door.release()
+
+    async def _respond(self, send, result: asyncio.Future, gone: asyncio.Future) -> None:
+        await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not result.done():
+            return  # the client is gone; the finally cancels the job
+        failure = _failure(result)
+        if failure is not None:
+            await send_json(send, failure.status, failure.body())
+            return
+        job_result = result.result()
+        usage, extra = await self._usage(job_result)
+        build = completion_response if self.envelope.object == "text_completion" else chat_response
+        await send_json(send, 200, build(self.envelope, job_result.text, job_result.reason, usage, extra))
+
+    async def _stream(self, send, deltas: asyncio.Queue, result: asyncio.Future, gone: asyncio.Future) -> None:
+        started = False
+        while True:
+            getter = asyncio.ensure_future(deltas.get())
+            await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                return  # the client is gone
+            texts, ended = [], False
+            item = getter.result()
+            while True:  # everything already there goes out as one chunk
+                if item is None:
+                    ended = True
+                    break
+                texts.append(item)
+                if deltas.empty():
+                    break
+                item = deltas.get_nowait()
+            if ended and not started:
+                failure = _failure(result)
+                if failure is not None:
+                    await send_json(send, failure.status, failure.body())
+                    return
+            if not started:
+                await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+                started = True
+            text = "".join(texts)
+            if text:
+                await send({"type": "http.response.body", "body": sse(self._chunk(text)), "more_body": True})
+            if ended:
+                await self._finish_stream(send, result)
+                return
+
+    def _chunk(self, text: str) -> dict:
+        first, self._role_sent = not self._role_sent, True  # a chat stream's first chunk names the role
+        return text_chunk(self.envelope, text, first=first)
+
+    async def _finish_stream(self, send, result: asyncio.Future) -> None:
+        failure = _failure(result)
+        body = b""
+        if failure is not None:
+            body += sse(failure.body())
+        else:
+            job_result = result.result()
+            if not self._role_sent and self.envelope.object != "text_completion":
+                body += sse(self._chunk(""))
+            body += sse(text_chunk(self.envelope, "", job_result.reason))
+            if self.include_usage:
+                usage, extra = await self._usage(job_result)
+                body += sse(usage_chunk(self.envelope, usage, extra))
+        body += sse("[DONE]")
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _usage(self, job_result: JobResult) -> tuple[dict, dict]:
+        accepted = rejected = None
+        if self.prediction is not None:
+            accepted, rejected = await self.door.prediction_tokens(self.prediction, job_result.text)
+        usage = usage_body(job_result.usage, accepted, rejected)
+        extra = {"finish_reason": job_result.reason, "proposer": job_result.proposer,
+                 "speculation": {"accepted_prediction_tokens": job_result.usage.accepted_prediction_tokens,
+                                 "rejected_prediction_tokens": job_result.usage.rejected_prediction_tokens},
+                 "stats": job_result.stats}
+        return usage, extra
+
+
+def _failure(result: asyncio.Future) -> ApiError | None:
+    """The error response for a job that failed, or that was cancelled while its client still
+    waits (the service is shutting down); None: it succeeded."""
+    error = result.exception()
+    if error is None:
+        if result.result().reason == "cancelled":
+            return ApiError(503, "the server is shutting down; the request was cancelled", None, "unavailable",
+                            kind="server_error")
+        return None
+    if isinstance(error, InvalidRequestError):
+        code = "context_length_exceeded" if "context" in str(error) else "invalid_value"
+        return ApiError(400, str(error), "messages" if code == "context_length_exceeded" else None, code)
+    if isinstance(error, CodespecError):
+        return ApiError(503 if "closed" in str(error) else 500, str(error), None, None, kind="server_error")
+    log.error("HTTP generation failed", exc_info=error)
+    return ApiError(500, f"internal error ({type(error).__name__}); see the server log", None, None,
+                    kind="server_error")
+
+
+async def disconnected(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def send_json(send, status: int, body: dict, headers: dict | None = None) -> None:
+    payload = json.dumps(body, ensure_ascii=False).encode()
+    extra = [(key.encode(), value.encode()) for key, value in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*JSON_HEADERS, (b"content-length", str(len(payload)).encode()), *extra]})
+    await send({"type": "http.response.body", "body": payload, "more_body": False})

@@ -1,0 +1,114 @@
+"""`codespec serve --http` as a process: with the websocket endpoint, and beside the stdio LSP,
+sharing one engine service (one model, one index)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import openai
+import pytest
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig
+
+SERVE = [sys.executable, "-m", "codespec.cli", "serve"]
+WAIT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def read_until(process: subprocess.Popen, pattern: str, deadline: float) -> re.Match:
+    """Lines of the server's stderr until one matches ``pattern`` (the server prints its endpoints)."""
+    seen = []
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            raise AssertionError(f"the server exited: {''.join(seen)}")
+        seen.append(line)
+        match = re.search(pattern, line)
+        if match:
+            return match
+    raise AssertionError(f"no line matched {pattern!r}: {''.join(seen)}")
+
+
+def test_http_and_ws_in_one_process_with_a_generated_token(lsp_model_dir, tmp_path):
+    from websockets.sync.client import connect
+
+    token_file = tmp_path / "token"
+    env = {key: value for key, value in os.environ.items() if key != "CODESPEC_TOKEN"}
+    process = subprocess.Popen([*SERVE, "--http", "--ws", "--http-port", "0", "--ws-port", "0", "--model",
+                                str(lsp_model_dir), "--device", "cpu", "--token-file", str(token_file)],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        ws = read_until(process, r"websocket on (ws://127\.0\.0\.1:\d+/)  token written to (\S+)", deadline)
+        http = read_until(process, r"HTTP API on (http://127\.0\.0\.1:\d+/v1)  token written to (\S+)", deadline)
+        assert ws.group(2) == http.group(2) == str(token_file)  # one token for both, its path printed
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        token = token_file.read_text().strip()
+
+        client = openai.OpenAI(base_url=http.group(1), api_key=token, max_retries=0, timeout=WAIT_S)
+        assert client.models.list().data[0].id == str(lsp_model_dir)
+        completion = client.completions.create(model="m", prompt="def f(x):\n    return ", max_tokens=4)
+        assert completion.usage.completion_tokens >= 1
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=http.group(1), api_key="wrong", max_retries=0).models.list()
+
+        with connect(ws.group(1), additional_headers={"Authorization": f"Bearer {token}"}) as connection:
+            connection.send(json.dumps({"type": "stats", "id": "s"}))
+            stats = json.loads(connection.recv(timeout=WAIT_S))["stats"]
+        assert stats["requests"].get("complete", 0) >= 1  # the HTTP request ran on the same service
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=WAIT_S) == 0
+
+
+@pytest.mark.asyncio
+async def test_http_beside_the_stdio_lsp_shares_its_service(lsp_model_dir, tmp_path, capfd):
+    port = free_port()
+    config = ClientServerConfig(server_command=[*SERVE, "--stdio", "--http", "--http-port", str(port),
+                                                "--model", str(lsp_model_dir), "--device", "cpu"],
+                                server_env={**os.environ, "CODESPEC_TOKEN": "shared-token"})
+    client = await config.start()
+    try:
+        await client.initialize_session(types.InitializeParams(
+            capabilities=types.ClientCapabilities(), root_uri=tmp_path.as_uri(),
+            initialization_options={"model": str(lsp_model_dir), "device": "cpu", "index": {"enabled": False}}))
+        api = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="shared-token", max_retries=0,
+                                 timeout=WAIT_S)
+        try:
+            before = await client.protocol.send_request_async("codespec/stats", {})
+            completion = await api.completions.create(model="m", prompt="x = ", max_tokens=3)
+            chat = await api.chat.completions.create(model="m", messages=[{"role": "user", "content": "```\ny = 2\n```"}],
+                                                     max_tokens=5)
+        finally:
+            await api.close()
+        assert completion.usage.completion_tokens >= 1 and chat.usage.completion_tokens >= 1
+        after = await asyncio.wait_for(client.protocol.send_request_async("codespec/stats", {}), WAIT_S)
+        requests, old = after.requests._asdict(), before.requests._asdict()  # pygls hands back namedtuples
+        # The LSP's service ran the HTTP requests: one model in the process, not two.
+        assert requests.get("complete", 0) == old.get("complete", 0) + 1
+        assert requests.get("chat", 0) == old.get("chat", 0) + 1
+    finally:
+        await client.shutdown_session()
+    loaded = [line for line in capfd.readouterr().err.splitlines() if line.startswith("codespec: model ")]
+    assert len(loaded) == 1, loaded  # the server's stderr: the model was loaded once
+
+
+def test_port_is_refused_when_it_is_ambiguous():
+    done = subprocess.run([*SERVE, "--http", "--ws", "--port", "9000"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--port is ambiguous" in done.stderr and "--http-port" in done.stderr
