@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import difflib
 import json
 import logging
@@ -39,7 +38,7 @@ from lsp.http_api import (
 )
 from lsp.jobs import AsyncJob, GenerationRequest, JobResult
 from lsp.options import ServerOptions
-from lsp.requests import completion_request, edit_request
+from lsp.requests import completion_request, edit_request, prompt_request
 from lsp.service import EngineService
 
 log = logging.getLogger(__name__)
@@ -79,15 +78,17 @@ class HttpDoor:
         plain continuation; an editor that renders its own FIM prompt, as Zed does, gets exactly
         that prompt)."""
         s = body.sampling
-        fim = body.suffix is not None
-        text = body.prompt + (body.suffix or "")
-        request, _ = completion_request(text, len(body.prompt), self.options, self.service.windows_for(self.options),
-                                        invoked=True, uri=s.path, cache_key=f"http:{s.path}" if s.path else None,
-                                        reference=body.prediction, max_tokens=s.max_tokens, stop=s.stop,
-                                        temperature=s.temperature, top_p=s.top_p, seed=s.seed, proposer=s.proposer,
-                                        deadline=False)
-        # lsp.requests has no builder for a prompt sent as it is: the FIM request's fields, raw prompt.
-        return request if fim else dataclasses.replace(request, prompt=body.prompt)
+        key = f"http:{s.path}" if s.path else None
+        if body.suffix is None:
+            return prompt_request(body.prompt, s.max_tokens or 16, stop=s.stop, temperature=s.temperature,
+                                  top_p=s.top_p, seed=s.seed, reference=body.prediction, cache_key=key,
+                                  uri=s.path, proposer=s.proposer)
+        request, _ = completion_request(body.prompt + body.suffix, len(body.prompt), self.options,
+                                        self.service.windows_for(self.options), invoked=True, uri=s.path,
+                                        cache_key=key, reference=body.prediction, max_tokens=s.max_tokens,
+                                        stop=s.stop, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
+                                        proposer=s.proposer, deadline=False)
+        return request
 
     async def chat(self, body: ChatBody) -> GenerationRequest:
         """With a chat template: ``messages`` rendered by it, sent as they are. Without one:
@@ -97,17 +98,13 @@ class HttpDoor:
         max_tokens = s.max_tokens or self.service.target.max_context  # the service caps it at the context
         if self.service.prompts.chat:
             prompt = await self._render_chat(body.messages)
-            request, _ = completion_request(prompt, len(prompt), self.options, (len(prompt), 0), invoked=True,
-                                            uri=s.path, cache_key=key, reference=body.prediction,
-                                            max_tokens=max_tokens, stop=s.stop, temperature=s.temperature,
-                                            top_p=s.top_p, seed=s.seed, proposer=s.proposer, deadline=False)
-            return dataclasses.replace(request, prompt=prompt, kind="chat")
+            return prompt_request(prompt, max_tokens, chat=True, stop=s.stop, temperature=s.temperature,
+                                  top_p=s.top_p, seed=s.seed, reference=body.prediction, cache_key=key,
+                                  uri=s.path, proposer=s.proposer)
         region, instruction = rewrite_parts(body.messages, body.prediction)
         plan = plan_text_edit(region, instruction, body.prediction, max_tokens)
-        request = edit_request(plan, temperature=s.temperature, top_p=s.top_p, seed=s.seed, stop=s.stop,
-                               cache_key=key, uri=s.path, proposer=s.proposer)
-        # kind "chat": max_tokens is the whole budget, as OpenAI's (an edit's is on top of the reference).
-        return dataclasses.replace(request, kind="chat", max_tokens=max_tokens)
+        return edit_request(plan, temperature=s.temperature, top_p=s.top_p, seed=s.seed, stop=s.stop,
+                            cache_key=key, uri=s.path, proposer=s.proposer, whole_budget=True)
 
     async def _render_chat(self, messages) -> str:
         tokenizer = await self.tokenizer()

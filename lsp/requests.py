@@ -39,9 +39,26 @@ def completion_request(text: str, offset: int, options: ServerOptions, windows: 
 
 def edit_request(plan: EditPlan, *, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
                  stop: tuple[str, ...] = (), cache_key: str | None = None, uri: str | None = None,
-                 cursor: int | None = None, proposer: str | None = None) -> GenerationRequest:
-    """A rewrite of ``plan``'s region: its text (or the client's prediction) is the reference draft."""
+                 cursor: int | None = None, proposer: str | None = None,
+                 whole_budget: bool = False) -> GenerationRequest:
+    """A rewrite of ``plan``'s region: its text (or the client's prediction) is the reference draft.
+
+    ``plan.max_tokens`` is a budget on top of the reference's length (a rewrite is about as long as
+    its region), or with ``whole_budget`` the whole budget (OpenAI's ``max_tokens``).
+    """
     return GenerationRequest(prompt=Rewrite(plan.original, plan.instruction), max_tokens=plan.max_tokens,
-                             kind="edit", stop=tuple(stop), temperature=temperature, top_p=top_p, seed=seed,
+                             kind="chat" if whole_budget else "edit", stop=tuple(stop), temperature=temperature,
+                             top_p=top_p, seed=seed,
                              reference=plan.reference, cache_key=cache_key, uri=uri, cursor=cursor,
                              proposer=proposer)
+
+
+def prompt_request(prompt: str, max_tokens: int, *, chat: bool = False, stop: tuple[str, ...] = (),
+                   temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
+                   reference: str | None = None, cache_key: str | None = None, uri: str | None = None,
+                   proposer: str | None = None) -> GenerationRequest:
+    """A prompt the client rendered itself (an OpenAI plain completion, a chat rendered by the
+    model's template), sent as it is; ``chat`` ends it without the completion's loop stop."""
+    return GenerationRequest(prompt=prompt, max_tokens=max_tokens, kind="chat" if chat else "complete",
+                             stop=tuple(stop), temperature=temperature, top_p=top_p, seed=seed, reference=reference,
+                             cache_key=cache_key, uri=uri, proposer=proposer)
