@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from training.context_copy import ContextCopyConfig
 from training.evaluate import PLAIN_COPY_CHARS
 from training.finish import FinishConfig
 from training.rescue import RescueConfig
@@ -31,7 +32,8 @@ def _block(text: str) -> str:
 
 
 def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict, params: dict,
-               threads: int, rescue: RescueConfig | None = None, finish: FinishConfig | None = None) -> None:
+               threads: int, rescue: RescueConfig | None = None, finish: FinishConfig | None = None,
+               context: ContextCopyConfig | None = None) -> None:
     config = TrainConfig()
     losses, agreement = metrics["loss_nats"], metrics["top1_agreement"]
     layers = TARGET_SHAPE.layers
@@ -40,7 +42,7 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
         f"{_pct(agreement[f'exit_{l}']) if l < layers else '100% (itself)'} |"
         for l in range(1, layers + 1))
     samples = metrics["samples"]
-    total_s = result.wall_s + result.rescue_wall_s + result.finish_wall_s
+    total_s = result.wall_s + result.rescue_wall_s + result.finish_wall_s + result.context_wall_s
     mixture = ", ".join(f"{kind} {round(100 * share)}%" for kind, share in config.mixture)
     probes = ", ".join(f"{score:.2f} at {step}" for step, score in result.probes)
     stages = ", then ".join(f"{vocab:,}" for vocab, _, _ in config.copy_stages)
@@ -74,6 +76,23 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
     first_line = (f"**{_pct(metrics['first_line_exact'])}** of {metrics['first_line_cases']} cases "
                   f"(`completions-httpx`)" if "first_line_exact" in metrics else
                   "not measured in this run (no completion records were found)")
+    context_line = ""
+    if result.context_steps:
+        context = context or ContextCopyConfig()
+        kept_context = (f"the weights after step {result.context_best_step:,} were kept" if result.context_best_step
+                        else "the starting weights were kept (no probe improved on them)")
+        context_line = (
+            f"\n- Then the context-copy phase (`training/context_copy.py`, target only): {result.context_steps:,} "
+            f"steps of batch {context.batch[0]} x {context.batch[1]}, "
+            f"{', '.join(f'{k} {round(100 * w)}%' for k, w in context.mixture)}, LR {context.lr:g}, "
+            f"{result.context_wall_s / 60:.1f} minutes. `plain_copy` rows repeat a region without any template "
+            f"(the same code again, or a near-copy with an identifier renamed), loss on the repetition, so the "
+            f"model copies from plain context as real code models do. It starts from the exported finish "
+            f"weights; a probe of copy rate + FIM validity + plain-context copy rate picks the kept weights: "
+            f"{kept_context} (probe: {', '.join(f'{score:.2f} at {step}' for step, score in result.context_probes)})."
+            + (" **This invocation ran only this phase** (`--from-shipped`), from the weights the run recorded in "
+               "`training/runs/shipped-finish.json` exported; the figures above for the earlier phases are that "
+               "run's." if result.from_shipped else ""))
     output = samples['completion']['output']
     completion_sample = (f"gives\n\n{_block(output)}" if output.strip() else
                          "gives nothing: the model ends the text at once (end-of-text token).")
@@ -133,15 +152,19 @@ text that literally contains one of these strings is tokenized as the special to
   bf16 autocast; seed 0; {threads} torch thread(s).
 - Every {config.probe_every} mixture steps a greedy probe scores the target on 20 held-out functions
   that are not in the evaluation set below (copy rate + FIM validity, 0-2); {kept}
-  (probe: {probes}).{rescue_line}{finish_line}
+  (probe: {probes}).{rescue_line}{finish_line}{context_line}
 - Tokens seen: {result.tokens_seen:,} (target). Steps: {result.steps:,}.
 - **Wall time: {total_s / 60:.1f} minutes** of training ({total_s:.0f} s: main run {result.wall_s / 60:.1f}{
   f", finishing {result.finish_wall_s / 60:.1f}" if result.finish_steps else ""}{
+  f", context copy {result.context_wall_s / 60:.1f}" if result.context_steps else ""}{
   f", rescue {result.rescue_wall_s / 60:.1f}" if result.rescue_steps else ""}) on {machine_description(threads)}, plus about a
   minute of preparation (tokenizer, corpus) and a few minutes of evaluation.{
   " The main run and the phases after it ran as two invocations: `codespec train-default`, then"
   " `codespec train-default --resume` on its checkpoint; each part's time is its own measured wall time."
-  if result.resumed else " One uninterrupted run of `codespec train-default`."}
+  if result.resumed else
+  " The main run and the finishing phase are the recorded run's (`training/runs/shipped-finish.json`); this"
+  " invocation (`codespec train-default --from-shipped`) ran the context-copy phase, measured here."
+  if result.from_shipped else " One uninterrupted run of `codespec train-default`."}
 
 ## Held-out quality
 

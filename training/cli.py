@@ -24,6 +24,12 @@ def add_parser(subparsers) -> None:
                         help="fraction of the fine-tune's steps spent in its final linear LR decay (default: RescueConfig's)")
     parser.add_argument("--probe-functions", type=int, default=None,
                         help="held-out functions in the fine-tune's copy probe (default: RescueConfig's)")
+    parser.add_argument("--context-steps", type=int, default=None,
+                        help="steps of the context-copy phase after the finishing phase (0: skip; default: "
+                             "ContextCopyConfig's)")
+    parser.add_argument("--from-shipped", action="store_true",
+                        help="run only the context-copy phase, from the finish weights in --out (a full run "
+                             "exports exactly those before the phase), and write the card")
     parser.add_argument("--resume", action="store_true",
                         help="skip the main run: restore its checkpoint in --work, then run the phases after it")
     parser.add_argument("--seed", type=int, default=0)
@@ -43,12 +49,21 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from training.context_copy import ContextCopyConfig
     from training.evaluate import read_records
     from training.finish import FinishConfig
     from training.pipeline import Pipeline
 
     pipeline = Pipeline(args.seed, args.threads, args.work, args.out, args.device)
     pipeline.prepare()
+    context_steps = ContextCopyConfig.steps if args.context_steps is None else args.context_steps
+    if args.from_shipped:
+        result = pipeline.load_shipped()
+        pipeline.context_copy(result, context_steps)
+        pipeline.export()
+        if not args.no_eval:
+            pipeline.evaluate_and_write_card(result, args.card, read_records(args.completions))
+        return 0
     if args.export_only:
         result = pipeline.restore(prefer_finished=True)
     else:
@@ -64,6 +79,9 @@ def run(args) -> int:
         finish_steps = FinishConfig.steps if args.finish_steps is None else args.finish_steps
         if finish_steps > 0:
             pipeline.finish(result, finish_steps)
+        if context_steps > 0:
+            pipeline.export()  # rounds the in-memory weights as the shipped ones are: the phase starts alike
+            pipeline.context_copy(result, context_steps)
     pipeline.export()
     if not args.no_eval:
         pipeline.evaluate_and_write_card(result, args.card, read_records(args.completions))

@@ -61,6 +61,8 @@ class ExampleMaker:
                 example, mask = self.identity_row()
             elif kind == "fim_middle":
                 example, mask = self.fim_middle_row()
+            elif kind == "plain_copy":
+                example, mask = self.plain_copy_row()
             else:
                 text = {"rewrite": self.rewrite_text, "identity": self.identity_text, "fim": self.fim_text}[kind]()
                 example = self.encode(text)
@@ -78,6 +80,24 @@ class ExampleMaker:
         prefix = len(self.original_header) + span_len
         targets = [IGNORE] * prefix + ids[prefix:]
         return ids, targets
+
+    def plain_copy_row(self) -> tuple[list[int], list[int]]:
+        """Text that repeats without any template, as code does: a region, one or two blank lines, then
+        the same region again or a near-copy (an identifier renamed throughout, as a sibling function
+        or class would have it); loss on the repetition only. Real code models copy like this
+        (induction over plain context), which is what makes lookup drafts acceptable outside the
+        rewrite template."""
+        first = self.region()
+        second = first
+        if self.rng.random() < 0.4:
+            names = sorted({m.group() for m in _IDENTIFIER.finditer(first)} - _RESERVED)
+            if names:
+                old = self.rng.choice(names)
+                second = re.sub(rf"\b{re.escape(old)}\b", self.new_name(old), first)
+        head = self.encode(first + "\n" * self.rng.randint(1, 2))
+        ids = head + self.encode(second) + [self.eos_id]
+        keep = len(head) - 1  # BPE may merge across the boundary: start the loss a token early
+        return ids, [IGNORE] * keep + ids[keep:]
 
     # -- text examples --------------------------------------------------------------------------
     def region(self, max_chars: int = 600) -> str:

@@ -128,6 +128,41 @@ class Pipeline:
         result.tokens_seen += finished.tokens_seen
         self.save(result, FINISHED_CHECKPOINT)
 
+    def context_copy(self, result: TrainResult, steps: int) -> None:
+        """The context-copy phase, from the target as exported (bf16-rounded: ``export`` leaves the
+        in-memory weights rounded too, so a full run and ``--from-shipped`` start alike)."""
+        from dataclasses import replace
+
+        from training.context_copy import ContextCopyConfig
+        from training.finish import finish
+        from training.probe import context_copy_scorer
+
+        config = replace(ContextCopyConfig(seed=self.seed + ContextCopyConfig.seed), steps=steps)
+        self.context_config = config
+        score = context_copy_scorer(self.tokenizer, self.heldout_files, count=config.probe_functions)
+        self.say(f"context-copy phase: {steps} steps, mixture {config.mixture}")
+        done = finish(self.target.to(self.device), self.maker, config, score, log=self.say,
+                      stop=(self.work / "STOP").exists)
+        result.context_steps, result.context_tokens = done.steps, done.tokens_seen
+        result.context_wall_s, result.context_best_step = done.wall_s, done.best_step
+        result.context_probes = done.probes
+        result.tokens_seen += done.tokens_seen
+
+    def load_shipped(self) -> TrainResult:
+        """The exported target in ``out`` as the starting weights, and the record of the run that made
+        them (``training/runs/shipped-finish.json``: its main run and finishing phase)."""
+        from safetensors.torch import load_file
+
+        for model, name in ((self.target, "target"), (self.draft, "draft")):
+            state = load_file(str(self.out / name / "model.safetensors"))
+            model.load_state_dict({key: value.float() for key, value in state.items()})
+        record = json.loads((Path(__file__).parent / "runs" / "shipped-finish.json").read_text())
+        result = TrainResult(**{key: value for key, value in record.items() if not key.startswith("_")})
+        result.from_shipped = True
+        self.say(f"started from the shipped target in {self.out} (recorded run: main {result.steps} steps, "
+                 f"finishing {result.finish_steps})")
+        return result
+
     def save(self, result: TrainResult, name: str = MAIN_CHECKPOINT) -> None:
         save_checkpoint(self.work, self.target, self.draft, result,
                         getattr(self, "train_config", None) or TrainConfig(seed=self.seed), name)
@@ -154,7 +189,8 @@ class Pipeline:
                            completion_records=completion_records)
         write_card(card_path, result, metrics, self.corpus_info,
                    {"target": count(self.target), "draft": count(self.draft)}, self.threads,
-                   getattr(self, "rescue_config", None), getattr(self, "finish_config", None))
+                   getattr(self, "rescue_config", None), getattr(self, "finish_config", None),
+                   getattr(self, "context_config", None))
         (self.work / "metrics.json").write_text(json.dumps(metrics, indent=1))
         self.say(f"model card written to {card_path}")
 

@@ -68,6 +68,20 @@ def fim_probe(model, tokenizer, splits: list[tuple[str, str, str]], max_new_toke
     return valid / len(splits)
 
 
+def plain_copy_probe(model, tokenizer, functions: list[str], chars: int = 60) -> float:
+    """Fraction of ``functions`` whose body comes back from plain context (evaluate's rule: the
+    function, two blank lines, its header; the first ``chars`` characters of the body exactly)."""
+    if not functions:
+        return 0.0
+    headers = [fn.partition("\n")[0] for fn in functions]
+    expected = [fn[len(header):][:chars] for fn, header in zip(functions, headers)]
+    budget = max(len(tokenizer.encode(text, add_special_tokens=False)) for text in expected) + 8
+    outputs = _greedy_batch(model, tokenizer, [fn + "\n\n" + header for fn, header in zip(functions, headers)],
+                            budget)
+    return sum(tokenizer.decode(new, skip_special_tokens=True).startswith(text)
+               for text, new in zip(expected, outputs)) / len(functions)
+
+
 PROBE_START, PROBE_COUNT = 40, 20  # the evaluation uses the first 40 held-out functions; probes the next 20
 
 
@@ -79,3 +93,14 @@ def copy_and_fim_scorer(tokenizer, heldout_files, count: int = PROBE_COUNT) -> C
     functions = corpus.heldout_functions(PROBE_START + count, files=heldout_files)[PROBE_START:]
     splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
     return lambda model: copy_probe(model, tokenizer, functions) + fim_probe(model, tokenizer, splits)
+
+
+def context_copy_scorer(tokenizer, heldout_files, count: int = PROBE_COUNT) -> Callable[[object], float]:
+    """Copy rate + FIM validity + plain-context copy rate (0-3) on ``count`` probe functions."""
+    from training import corpus
+    from training.evaluate import fim_split
+
+    functions = corpus.heldout_functions(PROBE_START + count, files=heldout_files)[PROBE_START:]
+    splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
+    return lambda model: (copy_probe(model, tokenizer, functions) + fim_probe(model, tokenizer, splits)
+                          + plain_copy_probe(model, tokenizer, functions))

@@ -91,6 +91,12 @@ class TrainResult:
     finish_wall_s: float = 0.0
     finish_best_step: int = 0
     finish_probes: list = field(default_factory=list)
+    context_steps: int = 0  # the context-copy phase (training/context_copy.py) after the finishing phase
+    context_tokens: int = 0
+    context_wall_s: float = 0.0
+    context_best_step: int = 0
+    context_probes: list = field(default_factory=list)
+    from_shipped: bool = False  # only the context-copy phase ran, from the shipped finish weights
     resumed: bool = False  # the phases after the main run ran in a later invocation (--resume)
     bridge_steps: int = 0
     probes: list = field(default_factory=list)  # (mixture step, probe score) during the main run
