@@ -33,7 +33,10 @@ VOCAB_SIZE = 4096
 
 
 def default_out() -> Path:
-    return Path(__file__).resolve().parent.parent / "models" / "default"
+    """The package's model directory (codespec/models/default), where the shipped pair lives."""
+    from codespec.default_model import DEFAULT_DIR
+
+    return DEFAULT_DIR
 
 
 class Pipeline:
