@@ -1,6 +1,7 @@
 """Timing and memory figures for docs/index.md (not a test: numbers depend on the machine).
 
     python -m bench.index_build --mb 50 --vocab 4096 --json out.json
+    python -m bench.index_build --mb 50 --tokenizer DIR     # a saved tokenizer instead (e.g. 151,936 ids)
 
 Builds a workspace of standard-library source (replicated to reach ``--mb``), then measures: build
 rate including tokenization, resident bytes per indexed token, lookup latency, one-line edit time
@@ -62,9 +63,9 @@ def percentile(values, q):
 
 
 def load_tokenizer(directory: Path):
-    from transformers import PreTrainedTokenizerFast
+    from transformers import AutoTokenizer
 
-    return PreTrainedTokenizerFast.from_pretrained(str(directory))
+    return AutoTokenizer.from_pretrained(str(directory))  # as TargetModel.load reads a model's tokenizer
 
 
 def restart_child(tokenizer_dir: str, db: str, root: str) -> None:
@@ -86,6 +87,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=50.0, help="workspace size in MB (default 50)")
     parser.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary size (default 4096)")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="a saved tokenizer directory to use instead of training a --vocab BPE")
     parser.add_argument("--lookups", type=int, default=3000)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--restart-child", nargs=3, help=argparse.SUPPRESS)
@@ -96,16 +99,26 @@ def main(argv=None) -> int:
 
     from bench.shapes import build_tokenizer
     from index import WorkspaceIndex
+    from index.tokens import TokenizerAdapter
 
     work = Path(tempfile.mkdtemp(prefix="codespec-index-bench-"))
     try:
-        corpus = [(STDLIB / n).read_text() for n in ("argparse.py", "typing.py", "dataclasses.py", "json/decoder.py")]
-        tokenizer = build_tokenizer(corpus, vocab_size=args.vocab)
-        tokenizer.save_pretrained(work / "tokenizer")
+        if args.tokenizer is not None:
+            shutil.copytree(args.tokenizer, work / "tokenizer")
+        else:
+            corpus = [(STDLIB / n).read_text() for n in ("argparse.py", "typing.py", "dataclasses.py",
+                                                         "json/decoder.py")]
+            build_tokenizer(corpus, vocab_size=args.vocab).save_pretrained(work / "tokenizer")
         tokenizer = load_tokenizer(work / "tokenizer")
+        args.vocab = len(tokenizer)
         root = work / "ws"
         size = make_workspace(root, args.mb)
         figures: dict = {"workspace_bytes": size, "vocab": args.vocab, "cpus": os.cpu_count()}
+        adapter = TokenizerAdapter(tokenizer)
+        figures.update(token_dtype=adapter.dtype.name, encoding=adapter.encoding, encoding_reason=adapter.encoding_reason)
+        print(f"tokenizer: {args.vocab} ids, {adapter.dtype.name} token arrays, bulk encoding: {adapter.encoding} "
+              f"({adapter.encoding_reason})", flush=True)
+        del adapter
         print(f"workspace: {size / 1e6:.1f} MB of stdlib source under {root}", flush=True)
 
         # Tokenizer throughput alone, on a 5 MB sample, for context.

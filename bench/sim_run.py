@@ -7,6 +7,7 @@ so what is measured is the installed proposer, not a copy of it.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from bench.hf_rule import PromptLookupRule
 from bench.sim_names import BASELINE, LOOKUP_PROPOSERS
 from bench.sim_workload import SimCase
 from codespec.errors import CodespecError
+from codespec.prompts import PromptRenderer, detect_format
 from codespec.stats import RequestStats, json_safe, percentile
 from proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
 from proposers.registry import ProposerSetup, create_proposer
@@ -51,9 +53,14 @@ def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer,
     goes to the dicts given: ``extras`` per proposer (rejected draft tokens per output token),
     ``bounds`` the hindsight bound of edit records (``hindsight_tokens_per_forward``)."""
     codec = TokenBytes(tokenizer)
-    streams = [(case, codec.encode(case.prompt), codec.encode(case.output)) for case in cases]
+    prompts = prompt_renderer(codec.tokenizer)
+    streams = [(case, codec.encode(case_prompt(case, prompts)), codec.encode(case.output)) for case in cases]
     target = TokenizerTarget(codec.tokenizer)
     index = build_index(codec.tokenizer, workspace) if any(name in INDEX_USERS for name in names) else None
+    if index is not None:  # which bulk-encoding path the index took (index.tokens), on stderr
+        adapter = index.adapter
+        print(f"[index] {len(workspace)} workspace files; bulk encoding: {adapter.encoding} "
+              f"({adapter.encoding_reason}); {adapter.dtype.name} token arrays", file=sys.stderr)
     rows = {}
     for name in [*[n for n in names if n != BASELINE], BASELINE]:
         stats = RequestStats()
@@ -75,6 +82,17 @@ def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer,
                 hindsight_forwards(prompt, out, max_draft, [ref]) for ref, prompt, out in edits)
     return {"workload": workload, "records": len(cases), "max_draft": max_draft,
             "ceiling": {"tokens_per_forward": ceiling}, "proposers": rows}
+
+
+def prompt_renderer(tokenizer) -> PromptRenderer:
+    """The replay tokenizer's prompt format (detected from its special tokens, as a target's is)."""
+    return PromptRenderer(tokenizer, detect_format(tokenizer))
+
+
+def case_prompt(case: SimCase, prompts: PromptRenderer) -> str:
+    """The text before the output: an edit's rewrite prompt in this tokenizer's format (its chat
+    template when it has one), a completion's prefix as recorded."""
+    return prompts.render(case.request).text if case.request is not None else case.prompt
 
 
 def make_proposer(name: str, target: TokenizerTarget, case: SimCase, index):

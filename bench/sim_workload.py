@@ -1,7 +1,8 @@
 """Workload records -> simulation cases (formats: shared/workloads/README.md).
 
-An edit record ``{id, instruction, before, after}`` replays ``after`` after the rewrite prompt,
-with ``before`` as the reference and as the indexed document. A completion record
+An edit record ``{id, instruction, before, after}`` replays ``after`` after the rewrite prompt
+(rendered in the replay tokenizer's prompt format, ``bench.sim_run``; ``prompt`` holds the default
+format's rendering), with ``before`` as the reference and as the indexed document. A completion record
 ``{id, path, prefix, suffix, target}`` replays ``target`` after ``prefix`` (the context), with
 ``prefix + suffix`` as the indexed document (cursor at the end of ``prefix``) and as the
 reference, its pointer starting at the cursor. Bad input is an error naming the file and line.
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codespec.errors import CodespecError
+from codespec.prompts import Prompt, Rewrite
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class SimCase:
     uri: str  # the document this request is about, as indexed
     document: str
     cursor: int  # character offset in ``document``
+    request: Prompt | None = None  # what the prompt asks (an edit's Rewrite), rendered per tokenizer
 
 
 def edit_prompt(before: str, instruction: str | None) -> str:
@@ -90,7 +93,7 @@ def case_from_record(record: dict, where: str) -> SimCase:
         before, after = text_field(record, "before", where), text_field(record, "after", where)
         instruction = record.get("instruction") if isinstance(record.get("instruction"), str) else None
         return SimCase(record_id, "edit", edit_prompt(before, instruction), after, before, 0,
-                       f"edit:{record_id}", before, 0)
+                       f"edit:{record_id}", before, 0, Rewrite(before, instruction))
     if "prefix" in record or "target" in record:
         prefix, suffix = text_field(record, "prefix", where), record.get("suffix", "")
         if not isinstance(suffix, str):

@@ -1,9 +1,12 @@
 """Workload records (shared/workloads/README.md) -> bench cases, with length subsampling.
 
-An edit record becomes a rewrite request (``codespec.prompts.rewrite_prompt``) whose recorded
-output is ``after`` and whose reference is ``before``; a completion record becomes a FIM request
-(``codespec.prompts.fim_prompt``) whose recorded output is ``target``, with ``prefix + suffix`` as
-the reference (pointer at the cursor) and as the indexed document (as in ``codespec simulate``).
+An edit record becomes a rewrite request (``codespec.prompts.Rewrite``) whose recorded output is
+``after`` and whose reference is ``before``; a completion record becomes a FIM request
+(``codespec.prompts.Fim``) whose recorded output is ``target``, with ``prefix + suffix`` as the
+reference (pointer at the cursor) and as the indexed document (as in ``codespec simulate``). The
+prompt is rendered in the target's format: pass ``renderer=PromptRenderer(target.tokenizer,
+target.prompt_format)`` (without one, the default model's format), or re-render loaded cases with
+``render_cases``; ``BenchCase.request`` keeps what was asked.
 
 Profiles shorten long records instead of dropping them (``window_edit``, ``window_completion``):
 an edit keeps its changed lines with a few unchanged lines around them, a completion keeps the
@@ -13,13 +16,15 @@ while bounding prefill and decode time.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.sim_workload import text_field
 from codespec.errors import CodespecError
-from codespec.prompts import fim_prompt, rewrite_prompt
+from codespec.prompts import DEFAULT_FORMAT, Fim, Prompt, PromptRenderer, Rewrite
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,24 @@ class BenchCase:
     instruction: str | None = None
     prefix: str = ""  # completion fields, for the websocket `complete` message
     suffix: str = ""
+    request: Prompt | None = None  # what ``prompt`` renders (Rewrite / Fim)
+
+
+def render(request: Prompt, renderer: PromptRenderer | None) -> str:
+    """``request`` in the renderer's format; without one, in the default model's."""
+    if renderer is not None:
+        return renderer.render(request).text
+    if isinstance(request, Fim):
+        return DEFAULT_FORMAT.fim(request.prefix, request.suffix)
+    if isinstance(request, Rewrite):
+        return DEFAULT_FORMAT.rewrite(request.original, request.instruction)
+    return request
+
+
+def render_cases(cases: Sequence[BenchCase], renderer: PromptRenderer) -> list[BenchCase]:
+    """The cases with their prompts rendered by ``renderer`` (a target's format and chat template)."""
+    return [case if case.request is None else dataclasses.replace(case, prompt=render(case.request, renderer))
+            for case in cases]
 
 
 def window_edit(before: str, after: str, max_chars: int | None, context_lines: int = 6) -> tuple[str, str]:
@@ -75,14 +98,16 @@ def _head(lines: list[str], max_chars: int) -> str:
     return "".join(kept)
 
 
-def case_from_record(record: dict, workload: str, where: str, max_chars: int | None = None) -> BenchCase:
+def case_from_record(record: dict, workload: str, where: str, max_chars: int | None = None,
+                     renderer: PromptRenderer | None = None) -> BenchCase:
     record_id = str(record.get("id", where))
     if "before" in record or "after" in record:
         before, after = text_field(record, "before", where), text_field(record, "after", where)
         instruction = record.get("instruction") if isinstance(record.get("instruction"), str) else None
         before, after = window_edit(before, after, max_chars)
-        return BenchCase(record_id, workload, "edit", rewrite_prompt(before, instruction), after, before, 0,
-                         f"edit:{record_id}", before, 0, instruction)
+        rewrite = Rewrite(before, instruction)
+        return BenchCase(record_id, workload, "edit", render(rewrite, renderer), after, before, 0,
+                         f"edit:{record_id}", before, 0, instruction, request=rewrite)
     if "prefix" in record or "target" in record:
         prefix, target = text_field(record, "prefix", where), text_field(record, "target", where)
         suffix = record.get("suffix", "")
@@ -90,8 +115,9 @@ def case_from_record(record: dict, workload: str, where: str, max_chars: int | N
             raise CodespecError(f"{where}: field 'suffix' must be a string")
         prefix, suffix = window_completion(prefix, suffix, max_chars)
         uri = str(record.get("path") or f"completion:{record_id}")
-        return BenchCase(record_id, workload, "completion", fim_prompt(prefix, suffix), target, prefix + suffix,
-                         len(prefix), uri, prefix + suffix, len(prefix), prefix=prefix, suffix=suffix)
+        fim = Fim(prefix, suffix)
+        return BenchCase(record_id, workload, "completion", render(fim, renderer), target, prefix + suffix,
+                         len(prefix), uri, prefix + suffix, len(prefix), prefix=prefix, suffix=suffix, request=fim)
     raise CodespecError(f"{where}: neither an edit record (before/after) nor a completion record (prefix/target)")
 
 
@@ -99,17 +125,19 @@ CHARS_PER_TOKEN = 3.5  # rough, for budgeting only (code under a 4k byte-level B
 
 
 def load_cases(path: Path, max_records: int | None = None, max_chars: int | None = None,
-               stride: int = 1, token_budget: int | None = None, max_new_tokens: int | None = None) -> list[BenchCase]:
+               stride: int = 1, token_budget: int | None = None, max_new_tokens: int | None = None,
+               renderer: PromptRenderer | None = None) -> list[BenchCase]:
     """Every ``stride``-th record (a spread-out subsample), at most ``max_records`` of them, and
     (``token_budget``) only until their estimated output tokens add up to the budget: a profile
-    then takes a few long edits or many short completions in about the same time."""
+    then takes a few long edits or many short completions in about the same time. ``renderer``:
+    the target's prompt format (module docstring)."""
     from bench.sim_workload import read_jsonl
 
     records = read_jsonl(path)
     picked = list(enumerate(records, 1))[::max(stride, 1)]
     cases, spent = [], 0.0
     for number, record in picked:
-        case = case_from_record(record, path.stem, f"{path} record {number}", max_chars)
+        case = case_from_record(record, path.stem, f"{path} record {number}", max_chars, renderer)
         if not case.output:
             continue
         if token_budget is not None and cases and spent >= token_budget:

@@ -14,6 +14,12 @@ dropout) and that agrees with its own encode on probe texts. Over ASCII, GPT-2's
 around non-ASCII characters, cut at forced splits on both sides, goes to the tokenizer whole, as
 does a text containing an added token. New pre-tokens and stretches are encoded by the tokenizer
 itself, joined by an added token (split off before pre-tokenization, so each is encoded alone).
+
+Any other tokenizer falls back to its own batch encode: ``pretoken_cache_mismatch`` names what
+differs (Qwen2 / Qwen2.5: an NFC normalizer and ``Split`` with Qwen2's regex before
+``ByteLevel(use_regex=False)``), and the probe texts include splits where such regexes differ
+from GPT-2's, so the probe check alone would refuse them too. ``index.tokens.TokenizerAdapter``
+records and logs which path was taken.
 """
 
 from __future__ import annotations
@@ -44,21 +50,67 @@ _PROBES = (
     "a  b   c\t\t d \x0b\x0c e\x1c\x1d\x1e\x1f f  \n  \n\n    x = [1, 2,3]  ",
     "I'm you'll we'd they've 's 'S 'LL don't  'x ''s 12345678901234 a1b2 _x__y__ $%^&*() ~`{}|",
     "    if  x :\r\n        y  =  '''doc''' \"\"\" ;;\n\n\n   ",
+    # Where other byte-level regexes split differently (Qwen2, Llama 3: a punctuation character
+    # joins the letters after it, digits go one by one, punctuation keeps the line breaks after it).
+    "self.items.append(value)\n\n    return (self._x, obj.attr)\n}\n\n{\n\tx=[];\n\n'''\n",
+    "import os.path\nfrom .util import _helper, Path\n#comment\n@property\n    def __init__(self):\n",
 )
 
 
 def supports_pretoken_cache(backend) -> bool:
     """True if ``backend`` (a ``tokenizers.Tokenizer``) is the GPT-2-style byte-level BPE this
     cache reproduces; the caller still verifies on probes."""
+    return pretoken_cache_mismatch(backend) is None
+
+
+def pretoken_cache_mismatch(backend) -> str | None:
+    """Why ``backend``'s configuration (a ``tokenizers.Tokenizer``, or its tokenizer.json already
+    parsed) is not the one this cache reproduces (None: it is). A byte-level BPE with another split
+    regex (Qwen2's ``Split`` then ``ByteLevel(use_regex=False)``, Llama 3's, DeepSeek's splits) cuts
+    pre-tokens elsewhere than GPT-2's regex, so it is refused."""
     try:
-        config = json.loads(backend.to_str())
+        config = backend if isinstance(backend, dict) else json.loads(backend.to_str())
     except Exception:  # not serialisable: unknown parts
-        return False
+        return "its configuration cannot be serialised"
     pre = config.get("pre_tokenizer") or {}
     model = config.get("model") or {}
-    return (config.get("normalizer") is None and pre.get("type") == "ByteLevel"
-            and pre.get("use_regex", True) and not pre.get("add_prefix_space", False)
-            and model.get("type") == "BPE" and model.get("dropout") in (None, 0.0))
+    found = []
+    if config.get("normalizer") is not None:
+        found.append(f"it has a normalizer ({describe_component(config['normalizer'])})")
+    if pre.get("type") != "ByteLevel" or not pre.get("use_regex", True):
+        described = describe_component(pre) if pre else "none"
+        found.append(f"its pre-tokenizer is {described}, not ByteLevel with GPT-2's regex")
+    elif pre.get("add_prefix_space", False):
+        found.append("its ByteLevel pre-tokenizer adds a prefix space")
+    if model.get("type") != "BPE" or model.get("dropout") not in (None, 0.0):
+        found.append(f"its model is {model.get('type')} (dropout {model.get('dropout')}), not a BPE without dropout")
+    return "; ".join(found) or None
+
+
+def describe_component(config: dict) -> str:
+    """A normalizer or pre-tokenizer configuration in a few words, e.g.
+    ``Sequence[Split(Qwen2's regex), ByteLevel(use_regex=False)]``."""
+    kind = config.get("type", "?")
+    if kind == "Sequence":
+        parts = config.get("pretokenizers") or config.get("normalizers") or []
+        return f"Sequence[{', '.join(describe_component(part) for part in parts)}]"
+    if kind == "Split":
+        pattern = config.get("pattern") or {}
+        text = pattern.get("Regex") or pattern.get("String") or ""
+        return f"Split({KNOWN_REGEXES.get(text) or repr(text[:40] + ('...' if len(text) > 40 else ''))})"
+    if kind == "ByteLevel":
+        return f"ByteLevel(use_regex={config.get('use_regex', True)})"
+    return str(kind)
+
+
+# Split patterns worth naming in a message (as tokenizer.json files spell them).
+KNOWN_REGEXES = {
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+": "Qwen2's regex",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+": "Llama 3's regex",
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+": "GPT-2's regex",
+}
 
 
 class PretokenCache:

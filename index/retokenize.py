@@ -8,10 +8,17 @@ text began there. So between two forced splits that lie outside the edited span,
 window alone gives exactly the tokens a full rebuild gives, and the tokens outside it are kept.
 Windows are found by searching outwards from the edit for such anchors.
 
+Other pre-tokenizers force splits elsewhere, so the anchor is the adapter's
+(``TokenizerAdapter.split_anchor``, chosen from the tokenizer's configuration): Qwen2's and Llama 3's
+regex let a punctuation run take the line breaks after it (``">\n\n"`` is one pre-token), so a
+split there is not forced and anchors sit after letters and digits, or before a space that is
+not a line break; DeepSeek-Coder's first ``Split`` isolates every line break, so anchors sit after
+each one.
+
 For tokenizers where that reasoning might not hold, both window ends are compared with the old
 tokens that lie outside the edit; on disagreement the window grows (to the whole text at worst),
 so the result is always what a full encode gives. The property test checks equality with a full
-rebuild on random edit sequences.
+rebuild on random edit sequences (tests/index; tests/families for the Qwen2 and DeepSeek rules).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import numpy as np
 
 from index.tokens import TokenizerAdapter
 
-_ANCHOR = re.compile(r"\S(?=\s)")  # the split after this non-space character is forced
+_ANCHOR = re.compile(r"\S(?=\s)")  # the split after this non-space character is forced (GPT-2's regex)
 _FIRST_SPAN = 256  # characters searched for an anchor on each side before widening
 
 
@@ -40,12 +47,12 @@ class Spliced:
     inserted: int
 
 
-def _left_anchor(text: str, limit: int, span: int) -> int:
+def _left_anchor(text: str, limit: int, span: int, anchor: re.Pattern = _ANCHOR) -> int:
     """Largest forced split a <= limit - 1 with a >= limit - span (widening until one is found)."""
     while True:
         lo = max(0, limit - span)
         last = None
-        for last in _ANCHOR.finditer(text, lo, limit):  # noqa: B007 (keeps the last match)
+        for last in anchor.finditer(text, lo, limit):  # noqa: B007 (keeps the last match)
             pass
         if last is not None and last.end() < limit:
             return last.end()
@@ -54,11 +61,11 @@ def _left_anchor(text: str, limit: int, span: int) -> int:
         span *= 2
 
 
-def _right_anchor(text: str, after: int, span: int) -> int:
+def _right_anchor(text: str, after: int, span: int, anchor: re.Pattern = _ANCHOR) -> int:
     """Smallest forced split b with text[b - 1] at or after ``after`` (or the end of the text)."""
     while True:
         hi = min(len(text), after + span)
-        match = _ANCHOR.search(text, after, hi)
+        match = anchor.search(text, after, hi)
         if match is not None and match.end() < len(text):
             return match.end()
         if hi == len(text):
@@ -76,9 +83,10 @@ def splice(adapter: TokenizerAdapter, old_text: str, old_ids: np.ndarray, old_st
     new_end = start + len(new_text)
     count = len(old_ids)
     left_limit, right_after, span = start, new_end, _FIRST_SPAN
+    anchor = getattr(adapter, "split_anchor", _ANCHOR)
     while True:
-        a = _left_anchor(text, left_limit, span) if start > 0 else 0
-        b_new = _right_anchor(text, right_after, span)
+        a = _left_anchor(text, left_limit, span, anchor) if start > 0 else 0
+        b_new = _right_anchor(text, right_after, span, anchor)
         b_old = b_new - delta
         first = int(np.searchsorted(old_starts, a, side="left"))
         stop = int(np.searchsorted(old_starts, b_old, side="left"))

@@ -5,8 +5,11 @@ the target's vocabulary by construction. Acceptance depends on how well layer E'
 already predicts the output (models trained with an early-exit loss do well; others less so; the
 policy measures it and switches it off when it does not pay).
 
-How: transformers' Llama runs ``self.layers[: config.num_hidden_layers]``, so swapping in a
-ModuleList of the first E layers makes the normal forward compute exactly "E layers, norm, head".
+How: transformers' Llama, Qwen2 and Starcoder2 run ``self.layers[: config.num_hidden_layers]``
+(Qwen2 picks each layer's mask from ``config.layer_types[i]``, right for the first E too), so
+swapping in a ModuleList of the first E layers makes the normal forward compute exactly "E layers,
+final norm, head", the head being the embedding matrix where it is tied (Qwen2.5-Coder up to 3B,
+StarCoder2). Tested per family layout in tests/families (docs/families.md).
 That swap is a temporary change to the target, so it lives in ``truncated_layers`` (a context
 manager that restores the full stack also when the forward raises). The drafter keeps its own
 KV cache, built from the full config, of which only the first E layers are ever written.
