@@ -1,7 +1,7 @@
 """`codespec simulate`: model-free replay of recorded edits and completions through proposers.
 
-No model runs: each record's output is replayed as if the target emitted exactly it (design.md
-§3, "simulate" mode), so coverage, mean accepted length, acceptance by depth and tokens per
+No model runs: each record's output is replayed as if the target emitted exactly it (docs/design.md
+§4, "simulate" mode), so coverage, mean accepted length, acceptance by depth and tokens per
 target forward are measured in seconds. Every run also replays the same token streams through
 transformers' prompt-lookup rule (``hf-rule``) and, for edits, reports the lookup ceiling.
 """
@@ -111,7 +111,7 @@ def format_table(report: dict, extras: dict | None = None, bounds: dict | None =
             f"{extras.get(name, {}).get('rejected_per_token', math.nan):8.2f}"
         )
     if ceiling:
-        lines.append(f"lookup ceiling (design.md §3): {ceiling:.2f} tokens per forward")
+        lines.append(f"lookup ceiling (docs/design.md §3): {ceiling:.2f} tokens per forward")
     hindsight = (bounds or {}).get("hindsight_tokens_per_forward")
     if hindsight:
         lines.append(f"hindsight bound (every step drafts the longest next stretch of the output found in the "

@@ -1,6 +1,6 @@
 """The proposer protocol: what a drafter returns and what it is told afterwards.
 
-Vocabulary (used everywhere in codespec, as in design.md §2):
+Vocabulary (used everywhere in codespec, as in docs/design.md §2):
 - *draft tokens*: the K tokens a proposer suggests after the current sequence;
 - *accepted* tokens: the leading draft tokens that survive verification;
 - the *recovered* token: what the target emits at the first rejected position;

@@ -1,4 +1,4 @@
-"""Per-step records and the metrics of design.md §3, under exactly those names.
+"""Per-step records and the metrics of docs/design.md §3, under exactly those names.
 
 Every figure is computed from what happened, over *all* steps: tokens per target forward counts
 undrafted steps too, so a proposer that rarely drafts cannot look good by its mean accepted length.
@@ -96,7 +96,7 @@ class RequestStats:
         return sum(step.accepted for step in self.steps)
 
     def summary(self) -> dict:
-        """The metric names of design.md §3 (and of `codespec generate --json`)."""
+        """The metric names of docs/design.md §3 (and of `codespec generate --json`)."""
         steps = self.steps
         drafted = [step for step in steps if step.draft_len > 0]
         proposal_ms = [step.proposal_s * 1e3 for step in steps]

@@ -1,6 +1,6 @@
 """Verification: which draft tokens survive one target forward, and what the target emits next.
 
-Pure functions over one step (design.md §2). With K draft tokens the target scored K+1
+Pure functions over one step (docs/design.md §2). With K draft tokens the target scored K+1
 positions: row i of ``target_logits`` / ``target_probs`` is the target's distribution for the
 token after ``sequence + draft[:i]``. A step keeps the *accepted* prefix of w drafts and emits one
 more token: the *recovered* token at the first rejection (w < K) or the *bonus* token from row K

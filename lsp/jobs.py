@@ -60,7 +60,7 @@ class JobResult:
     text: str
     reason: str  # "eos" | "stop" | "repetition" | "length" | "context" | "deadline" | "cancelled"
     usage: Usage
-    stats: dict  # RequestStats.summary(), design.md §3 names
+    stats: dict  # RequestStats.summary(), docs/design.md §3 names
     proposer: str
     elapsed_s: float
 

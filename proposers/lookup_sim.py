@@ -3,9 +3,9 @@
 At each step the proposer drafts up to K tokens; the leading draft tokens that equal the recorded
 continuation are "accepted" (w), and the step advances w + 1 tokens, as one target forward would
 (the +1 is the recovered or bonus token). Every step becomes a ``StepRecord``, so the figures
-come from the same ``RequestStats`` arithmetic as real decoding (design.md §3).
+come from the same ``RequestStats`` arithmetic as real decoding (docs/design.md §3).
 
-The lookup ceiling is the §3 definition: the output is diffed against its reference at token
+The lookup ceiling is docs/design.md §3's definition: the output is diffed against its reference at token
 level; each aligned block of b tokens costs ceil(b / (K + 1)) forwards (a perfect copy pointer),
 each unaligned token one forward.
 
@@ -67,7 +67,7 @@ def replay(proposer: Proposer, prompt_ids: Sequence[int], output_ids: Sequence[i
 
 
 def ceiling_forwards(reference_ids: Sequence[int], output_ids: Sequence[int], max_draft: int) -> int:
-    """Forwards a perfect copy pointer with max draft K needs for ``output_ids`` (design.md §3)."""
+    """Forwards a perfect copy pointer with max draft K needs for ``output_ids`` (docs/design.md §3)."""
     matcher = difflib.SequenceMatcher(None, list(reference_ids), list(output_ids), autojunk=False)
     blocks = [block.size for block in matcher.get_matching_blocks() if block.size]
     unaligned = len(output_ids) - sum(blocks)

@@ -1,4 +1,4 @@
-"""Speculative sampling follows the target distribution exactly (design.md §2).
+"""Speculative sampling follows the target distribution exactly (docs/design.md §2).
 
 On a 6-token vocabulary the exact joint distribution of the first three sampled tokens is
 enumerated from the model (216 outcomes). 20,000 seeded speculative samples from the real decode

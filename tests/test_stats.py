@@ -1,4 +1,4 @@
-"""Metric arithmetic on literal step records (design.md §3)."""
+"""Metric arithmetic on literal step records (docs/design.md §3)."""
 
 from __future__ import annotations
 
