@@ -4,13 +4,17 @@ Every keystroke updates the document text at once (completions need it), but the
 about a burst of keystrokes once, after ``delay_s`` of quiet, as one replacement computed between
 the text the index last saw and the current text. What that replacement removed is what the
 index records as history (previous versions of edited text).
+
+A document over the server's ``maxDocumentBytes`` (``Document.too_large``) is kept here for
+completions near the cursor but not handed to the index: tokenizing it whole would hold the engine
+thread for seconds and, inside the tokenizer, take ~200 bytes per token (a 5 MB file: 1.2 GB).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lsp.positions import LineIndex, PositionError, changed_span
 
@@ -22,6 +26,24 @@ class Document:
     version: int
     language_id: str = ""
     indexed_text: str | None = None  # what the index last saw (None: not yet added)
+    size_noted: bool = field(default=False, repr=False, compare=False)  # "too large" was logged
+    _lines: tuple | None = field(default=None, repr=False, compare=False)  # (text, encoding, LineIndex)
+
+    def line_index(self, encoding: str = "utf-16") -> LineIndex:
+        """The current text's line index, kept until the text changes."""
+        lines = self._lines
+        if lines is None or lines[0] is not self.text or lines[1] != encoding:
+            lines = self._lines = (self.text, encoding, LineIndex(self.text, encoding))
+        return lines[2]
+
+    def too_large(self, limit: int) -> bool:
+        """Whether the text is over ``limit`` bytes of UTF-8 (counted only when it could be)."""
+        count = len(self.text)
+        if count > limit:
+            return True
+        if count * 4 <= limit or self.text.isascii():
+            return False
+        return len(self.text.encode("utf-8", "surrogatepass")) > limit
 
     def apply_change(self, start: tuple[int, int] | None, end: tuple[int, int] | None, new_text: str,
                      version: int | None, encoding: str = "utf-16") -> None:
@@ -29,7 +51,7 @@ class Document:
         if start is None or end is None:
             self.text = new_text
         else:
-            index = LineIndex(self.text, encoding)
+            index = self.line_index(encoding)
             start_offset = index.offset(*start, clamp=True)
             end_offset = index.offset(*end, clamp=True)
             if end_offset < start_offset:

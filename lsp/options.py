@@ -43,6 +43,10 @@ class ServerOptions:
     # Resident tokens the index keeps before evicting the least recently used documents (about 26
     # bytes each, docs/index.md: 32 M tokens is ~0.8 GB, roughly 100 MB of source).
     index_max_tokens: int = 32_000_000
+    # Open documents over this many bytes are served without the index (tokenizing one whole holds
+    # the engine ~1 s per MB and the tokenizer's buffers ~250 MB per MB); as index.maxFileBytes.
+    max_document_bytes: int = 1_000_000
+    max_message_bytes: int = 64 << 20  # a larger LSP message is refused and skipped (lsp.framing)
 
 
 def _positive_int(value: Any) -> int:
@@ -114,6 +118,8 @@ _FIELDS: dict[tuple[str, ...], tuple[str, Callable[[Any], Any]]] = {
     ("index", "exclude"): ("exclude", _text_list),
     ("index", "maxFileBytes"): ("max_file_bytes", _positive_int),
     ("index", "maxTokens"): ("index_max_tokens", _positive_int),
+    ("maxDocumentBytes",): ("max_document_bytes", _positive_int),
+    ("maxMessageBytes",): ("max_message_bytes", _bounded_int(1024, 1 << 31)),
 }
 
 

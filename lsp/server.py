@@ -12,29 +12,39 @@ RequestCancelled. Custom methods:
 Handlers run on the event loop; generation and index updates on the engine thread; workspace
 indexing on the index's own thread (threading model: ``lsp.indexing``), with work-done progress
 the user may cancel.
+
+Errors: stdio and TCP are read by ``lsp.framing`` (bad frames are answered and skipped) and every
+message passes ``lsp.rpc.CodespecProtocol`` (envelope and params checked, every request answered)
+before a handler runs; the table of error codes is in docs/protocol.md. Documents over
+``maxDocumentBytes`` are kept for completions but not indexed (one log line).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 
 from codespec.errors import CodespecError
 from lsp import edit as edit_logic
 from lsp import indexing
-from lsp.documents import Debouncer, DocumentNotOpen, DocumentStore
+from lsp.documents import Debouncer, Document, DocumentNotOpen, DocumentStore
+from lsp.framing import BlockingSource, FrameReader
 from lsp.inline import Suggestion, trim_completion, typed_along, warm_prompt
 from lsp.jobs import AsyncJob, GenerationRequest
+from lsp.logsafe import clip
 from lsp.options import ServerOptions, parse_options
 from lsp.positions import LineIndex, PositionError
 from lsp.requests import completion_request, edit_request
+from lsp.rpc import SERVER_NOT_INITIALIZED, CodespecProtocol, serve_frames
 from lsp.runtime import _index_text, close_service, start_service
 from lsp.service import EngineService
 
@@ -49,13 +59,15 @@ CLEAR_HISTORY_COMMAND = "codespec.clearHistory"
 PROGRESS_TOKEN_PREFIX = "codespec/indexing"
 WARM_DELAY_S = 0.15  # how long a document must stay open before its background prefill starts
 REQUEST_FAILED = -32803  # LSP 3.17 RequestFailed: valid request, the server could not serve it
+MAX_ACCEPTED_CHARS = 1 << 16  # codespec.accepted text (a completion is a few hundred characters)
 
 
 class CodespecServer(LanguageServer):
     def __init__(self, base_options: ServerOptions = ServerOptions()) -> None:
         from codespec import __version__
 
-        super().__init__("codespec", __version__ if isinstance(__version__, str) else "0")
+        super().__init__("codespec", __version__ if isinstance(__version__, str) else "0",
+                         protocol_cls=CodespecProtocol)
         self.base_options = base_options
         self.options = base_options
         self.service: EngineService | None = None
@@ -68,19 +80,61 @@ class CodespecServer(LanguageServer):
         self.debouncer: Debouncer | None = None
         self.indexing: asyncio.Task | None = None
         self.indexed_files = 0
+        self._lines: tuple[str, str, LineIndex] | None = None  # the last text's line index
+
+    # ---- transport --------------------------------------------------------------------------
+    def start_io(self, stdin=None, stdout=None) -> None:
+        """Serve LSP over stdio until the input ends or the client says exit: pygls's loop, with
+        ``lsp.framing`` reading the frames (a bad one is answered and skipped, never fatal)."""
+        from pygls.io_ import StdoutWriter
+
+        from lsp import logsafe
+
+        logsafe.install()
+        self._stop_event = threading.Event()
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        reader = FrameReader(BlockingSource(stdin or sys.stdin.buffer), lambda: self.options.max_message_bytes)
+        try:
+            asyncio.run(serve_frames(reader, self.protocol, self._stop_event))
+        except BrokenPipeError:
+            log.error("the connection to the client is lost; shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
+
+    def report_server_error(self, error: Exception, source) -> None:
+        """A failed notification handler: the user sees it (clipped); failed requests are answered."""
+        if source == FeatureRequestError:
+            return
+        self.window_show_message(types.ShowMessageParams(
+            message=f"codespec: error in the server: {clip(str(error))}", type=types.MessageType.Error))
 
     # ---- helpers ----------------------------------------------------------------------------
     def tell_user(self, message: str, kind: types.MessageType = types.MessageType.Warning) -> None:
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))
 
     def offset_of(self, text: str, position: types.Position) -> int:
-        return LineIndex(text, self.encoding).offset(position.line, position.character, clamp=True)
+        lines = self._lines  # a megabyte document is not split into lines again for each request
+        if lines is None or lines[0] is not text or lines[1] != self.encoding:
+            lines = self._lines = (text, self.encoding, LineIndex(text, self.encoding))
+        return lines[2].offset(position.line, position.character, clamp=True)
 
     def sync_index(self, uri: str) -> None:
         """Debounced: hand the index the one replacement covering the recent keystrokes."""
         service = self.service
         document = self.documents.documents.get(uri)
         if service is None or service.index is None or document is None:
+            return
+        if document.too_large(self.options.max_document_bytes):
+            if document.indexed_text is not None:  # it grew past the limit: the index forgets it
+                document.indexed_text = None
+                index = service.index
+                log_failure(service.call(lambda: index.remove_document(uri), idle=True), f"removing {clip(uri)}")
+            note_too_large(self, document)
+            return
+        if document.indexed_text is None:  # back under the limit
+            add_to_index(self, document)
             return
         change = document.pending_index_change()
         if change is None:
@@ -95,17 +149,27 @@ class CodespecServer(LanguageServer):
 
 def client_errors(handler):
     """Turn what the client got wrong into InvalidParams and engine refusals into RequestFailed,
-    with the message; anything else stays an internal error (and is logged by pygls)."""
+    with the message (clipped: it may quote a megabyte URI); a request while the model is still
+    loading is ServerNotInitialized; anything else stays an internal error (logged by lsp.rpc)."""
     import functools
+    import inspect
+
+    signature = inspect.signature(handler)
 
     @functools.wraps(handler)
     async def wrapped(*args, **kwargs):
+        if args and getattr(args[0], "service", True) is None:
+            raise JsonRpcException("the server is still starting (loading the model)", code=SERVER_NOT_INITIALIZED)
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as error:  # a command's arguments: [uri, text] for codespec.accepted
+            raise JsonRpcInvalidParams(f"wrong arguments for {handler.__name__}: {clip(str(error))}") from None
         try:
             return await handler(*args, **kwargs)
         except (PositionError, DocumentNotOpen, edit_logic.EditParamsError) as error:
-            raise JsonRpcInvalidParams(str(error).strip("'\"")) from None
+            raise JsonRpcInvalidParams(clip(str(error).strip("'\""), 500)) from None
         except CodespecError as error:
-            raise JsonRpcException(str(error), code=REQUEST_FAILED) from None
+            raise JsonRpcException(clip(str(error), 500), code=REQUEST_FAILED) from None
     return wrapped
 
 
@@ -152,7 +216,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
     def did_change(ls: CodespecServer, params: types.DidChangeTextDocumentParams) -> None:
         document = ls.documents.documents.get(params.text_document.uri)
         if document is None:  # a client bug; nothing to apply the change to
-            log.warning("didChange for %s, which is not open", params.text_document.uri)
+            log.warning("didChange for %s, which is not open", clip(params.text_document.uri))
             return
         for change in params.content_changes:
             try:
@@ -163,7 +227,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
                 else:
                     document.apply_change(None, None, change.text, None)
             except PositionError as error:  # out of sync with the client: say so, keep serving
-                ls.tell_user(f"codespec: could not apply an edit to {document.uri} ({error}); "
+                ls.tell_user(f"codespec: could not apply an edit to {clip(document.uri)} ({clip(str(error))}); "
                              f"completions there may be off until the file is reopened")
                 break
         document.version = params.text_document.version
@@ -237,6 +301,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         return edit_logic.edit_response(edit_id, raw["range"], result)
 
     @server.feature(STATS_METHOD)
+    @client_errors
     async def stats(ls: CodespecServer, params: Any) -> dict:
         service = ls.service
         open_texts = {uri: document.text for uri, document in ls.documents.documents.items()}
@@ -260,10 +325,15 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         return snapshot
 
     @server.command(ACCEPTED_COMMAND)
+    @client_errors
     async def accepted(ls: CodespecServer, uri: str, text: str) -> None:
+        if len(text) > MAX_ACCEPTED_CHARS:
+            raise JsonRpcInvalidParams(f"codespec.accepted: the text is {len(text)} characters; an accepted "
+                                       f"completion is at most {MAX_ACCEPTED_CHARS}")
         await asyncio.wrap_future(ls.service.record_history("accepted", text, uri))
 
     @server.command(REINDEX_COMMAND)
+    @client_errors
     async def reindex(ls: CodespecServer, *args: Any) -> None:
         if ls.service.index is None:
             ls.tell_user("codespec: the workspace index is off or unavailable", types.MessageType.Info)
@@ -275,6 +345,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         await ls.indexing
 
     @server.command(CLEAR_HISTORY_COMMAND)
+    @client_errors
     async def clear_history(ls: CodespecServer, *args: Any) -> None:
         await asyncio.wrap_future(ls.service.clear_history())
 
@@ -353,9 +424,23 @@ def warm_document(ls: CodespecServer, document) -> None:
                                             proposer="none"))
 
 
+def note_too_large(ls: CodespecServer, document: Document) -> None:
+    """One log line per document over ``maxDocumentBytes`` (tokenizing it whole for the index
+    would hold the engine for seconds and take a gigabyte: it is served without the index)."""
+    if not document.size_noted:
+        document.size_noted = True
+        log.warning("codespec: %s is over maxDocumentBytes (%d bytes): not indexed; completions there "
+                    "use the text around the cursor", clip(document.uri, 120), ls.options.max_document_bytes)
+
+
 def add_to_index(ls: CodespecServer, document) -> None:
     service = ls.service
     if service is None or service.index is None or document.indexed_text is not None:
+        return
+    if document.too_large(ls.options.max_document_bytes):
+        note_too_large(ls, document)
+        index, uri = service.index, document.uri  # a smaller version opened before: not kept stale
+        log_failure(service.call(lambda: index.remove_document(uri), idle=True), f"removing {clip(uri)}")
         return
     uri, text, version = document.uri, document.text, document.version
     document.indexed_text = text
@@ -368,7 +453,7 @@ def log_failure(future, what: str) -> None:
     def check(done) -> None:
         error = None if done.cancelled() else done.exception()
         if error is not None:
-            log.error("%s failed: %s", what, error, exc_info=error)
+            log.error("%s failed: %s", clip(what), clip(str(error)), exc_info=error)
     future.add_done_callback(check)
 
 

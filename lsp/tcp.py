@@ -7,6 +7,9 @@ commands, edits. An LSP stream starts with a ``Content-Length`` or ``Content-Typ
 HTTP request starts with its request line (``POST / HTTP/1.1``), so the first line decides. A
 refused connection is closed and the server keeps serving (pygls's loop would also shut the
 whole server down when such a connection ends).
+
+After the first line the connection is read by ``lsp.framing`` and answered by ``lsp.rpc``, as
+stdio is: a bad frame gets an error and the reader skips to the next header.
 """
 
 from __future__ import annotations
@@ -27,39 +30,37 @@ def speaks_lsp(first_line: bytes) -> bool:
     return LSP_FIRST_LINE.match(first_line) is not None
 
 
-class _Replayed:
-    """The connection's reader, with the first line (already read to check it) read again."""
-
-    def __init__(self, first_line: bytes, reader: asyncio.StreamReader) -> None:
-        self._first_line: bytes | None = first_line
-        self._reader = reader
-
-    async def readline(self) -> bytes:
-        if self._first_line is not None:
-            line, self._first_line = self._first_line, None
-            return line
-        return await self._reader.readline()
-
-    async def readexactly(self, count: int) -> bytes:
-        return await self._reader.readexactly(count)
+async def _first_line(reader: asyncio.StreamReader) -> bytes:
+    """The connection's first line; a line over the stream's limit (64 KiB) is not LSP either."""
+    try:
+        return await reader.readline()
+    except (ValueError, asyncio.LimitOverrunError, ConnectionError):
+        return b""
 
 
 async def serve_tcp(server, host: str, port: int, ready: Callable[[int], None] | None = None) -> None:
     """Serve ``server`` (a pygls LanguageServer) on ``host:port`` until its LSP connection ends
     (or this task is cancelled); ``ready(port)`` is called once listening (port 0 picks a free one).
 
-    Only pygls's public API is used (``protocol.set_writer``, ``pygls.io_.run_async``,
-    ``report_server_error``, ``shutdown``): the stop event and the listener are ours, so nothing
-    depends on the private fields pygls's own ``start_tcp`` keeps them in.
+    The read loop is ``lsp.rpc.serve_frames`` over ``lsp.framing``; of pygls only the public
+    ``protocol.set_writer`` and ``shutdown`` are used: the stop event and the listener are ours, so
+    nothing depends on the private fields pygls's own ``start_tcp`` keeps them in.
     """
-    from pygls.io_ import run_async
+    from lsp import logsafe
+    from lsp.framing import DEFAULT_MAX_MESSAGE_BYTES, FrameReader, stream_source
+    from lsp.rpc import serve_frames
 
-    stop_event = threading.Event()  # ends run_async's read loop
+    logsafe.install()
+
+    def max_bytes() -> int:  # the client's initializationOptions may set it
+        return getattr(getattr(server, "options", None), "max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES)
+
+    stop_event = threading.Event()  # ends the read loop
     ended = asyncio.Event()  # the LSP connection is over: as with pygls, the server ends with it
     connections: set[asyncio.StreamWriter] = set()
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        first_line = await reader.readline()
+        first_line = await _first_line(reader)
         if not speaks_lsp(first_line):
             log.warning("refused a TCP connection that does not speak LSP (first line %r)", first_line[:60])
             writer.close()
@@ -67,8 +68,8 @@ async def serve_tcp(server, host: str, port: int, ready: Callable[[int], None] |
         connections.add(writer)
         server.protocol.set_writer(writer)
         try:
-            await run_async(stop_event=stop_event, reader=_Replayed(first_line, reader), protocol=server.protocol,
-                            logger=log, error_handler=server.report_server_error)
+            frames = FrameReader(stream_source(reader), max_bytes, initial=first_line)
+            await serve_frames(frames, server.protocol, stop_event)
         finally:
             connections.discard(writer)
             ended.set()

@@ -3,8 +3,9 @@
 One connection = one session: requests run concurrently (up to a per-connection limit), each
 streams ``delta`` messages and ends with exactly one of ``done``, ``cancelled`` or ``error``. All
 outgoing messages of a connection go through one writer task, so a request's deltas always
-precede its final message. A bad message gets an ``error`` and the connection stays open; a
-closed connection cancels its requests. Protocol: docs/protocol.md.
+precede its final message. A bad message gets an ``error`` (with its id when it can be read) and
+the connection stays open; a failure inside the server is an ``internal`` error for that request,
+never the connection's end; a closed connection cancels its requests. Protocol: docs/protocol.md.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from lsp.auth import refusal
 from lsp.edit import plan_text_edit
 from lsp.inline import trim_completion
 from lsp.jobs import AsyncJob
+from lsp.logsafe import clip
 from lsp.options import ServerOptions, WsLimits
 from lsp.requests import completion_request, edit_request
 from lsp.service import EngineService
@@ -74,7 +76,13 @@ class Session:
         while True:
             message = await self.outbox.get()
             try:
-                await self.connection.send(json.dumps(message))
+                text = json.dumps(message)
+            except (TypeError, ValueError) as error:  # must not end the writer: the connection would go deaf
+                log.error("a websocket message could not be serialized: %s", clip(error))
+                text = json.dumps(error_message("internal", f"the reply could not be serialized: {clip(error)}",
+                                                message.get("id") if isinstance(message, dict) else None))
+            try:
+                await self.connection.send(text)
             except websockets.ConnectionClosed:
                 return
 
@@ -84,6 +92,20 @@ class Session:
         except ProtocolError as error:
             self.send(error_message(error.code, error.message, error.request_id))
             return
+        except Exception as error:  # a bug in parsing: report it, keep the connection
+            log.error("could not parse a websocket message: %s", clip(f"{type(error).__name__}: {error}"),
+                      exc_info=True)
+            self.send(error_message("internal", clip(f"{type(error).__name__}: {error}")))
+            return
+        try:
+            self._route(message)
+        except Exception as error:
+            log.error("websocket message %s failed: %s", clip(getattr(message, "id", None), 60),
+                      clip(f"{type(error).__name__}: {error}"), exc_info=True)
+            self.jobs.pop(getattr(message, "id", None), None)
+            self.send(error_message("internal", clip(f"{type(error).__name__}: {error}"), getattr(message, "id", None)))
+
+    def _route(self, message) -> None:
         if isinstance(message, CancelMessage):
             job = self.jobs.get(message.id)
             if message.id not in self.jobs:
@@ -112,7 +134,14 @@ class Session:
         task.add_done_callback(self.tasks.discard)
 
     async def _stats(self, message: StatsMessage) -> None:
-        snapshot = await self.service.acall(self.service._snapshot)
+        try:
+            snapshot = await self.service.acall(self.service._snapshot)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.error("websocket stats %s failed", clip(message.id, 60), exc_info=True)
+            self.send(error_message("internal", clip(f"{type(error).__name__}: {error}"), message.id))
+            return
         self.send({"type": "stats", "id": message.id, "stats": snapshot})
 
     async def _generate(self, message: CompleteMessage | EditMessage) -> None:
@@ -133,12 +162,12 @@ class Session:
                     "usage": result.usage.as_dict(), "stats": result.stats, "proposer": result.proposer}
             self.send({"type": "cancelled" if result.reason == "cancelled" else "done", **body})
         except CodespecError as error:
-            self.send(error_message("invalid_request", str(error), request_id))
+            self.send(error_message("invalid_request", clip(str(error), 500), request_id))
         except asyncio.CancelledError:
             raise
         except Exception as error:  # report, keep the connection and the server alive
-            log.exception("websocket request %r failed", request_id)
-            self.send(error_message("internal", f"{type(error).__name__}: {error}", request_id))
+            log.exception("websocket request %s failed", clip(request_id, 60))
+            self.send(error_message("internal", clip(f"{type(error).__name__}: {error}", 500), request_id))
         finally:
             self.jobs.pop(request_id, None)
             self.cancel_early.discard(request_id)
@@ -161,6 +190,10 @@ async def start_ws_server(service: EngineService, token: str, host: str = "127.0
                           options: ServerOptions = ServerOptions(), limits: WsLimits = WsLimits()):
     """Start serving; returns the websockets Server (``server.sockets[0].getsockname()`` has the port)."""
     from websockets.asyncio.server import serve
+
+    from lsp import logsafe
+
+    logsafe.install()
 
     def process_request(connection, request):
         refused = refusal(request.path, request.headers, token, limits.allowed_origins)

@@ -1,20 +1,27 @@
 """The websocket protocol's messages: parsing and validation as plain functions (docs/protocol.md).
 
 Every way a message can be wrong maps to a ``ProtocolError`` with a stable ``code``; the server
-turns it into an ``error`` message and keeps the connection open.
+turns it into an ``error`` message and keeps the connection open. An error carries the request's
+``id`` whenever it can be read, an oversized message included (its id is looked up without
+decoding it). Text fields must be valid Unicode: a lone surrogate (``"\ud800"`` in JSON), which
+no tokenizer can encode, is an ``invalid_request`` naming the field.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from lsp.framing import FOUND, peek_id
+from lsp.logsafe import clip
 from lsp.positions import LineIndex, PositionError
 
 MAX_STOP_STRINGS = 8
 MAX_TOKENS_LIMIT = 4096
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ProtocolError(Exception):
@@ -64,13 +71,19 @@ Message = CompleteMessage | EditMessage | CancelMessage | StatsMessage
 def parse_message(raw: str | bytes, max_bytes: int) -> Message:
     size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
-        raise ProtocolError("message_too_large", f"message is {size} bytes; the limit is {max_bytes}")
+        state, request_id = peek_id(raw)  # the client learns which request it was
+        raise ProtocolError("message_too_large", f"message is {size} bytes; the limit is {max_bytes}",
+                            request_id if state == FOUND else None)
     try:
         data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ProtocolError("invalid_json", f"message is not valid JSON: {error}") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a number of 5,000 digits
+        state, request_id = peek_id(raw)
+        raise ProtocolError("invalid_json", f"message is not valid JSON: {clip(str(error))}",
+                            request_id if state == FOUND else None) from None
     except RecursionError:  # "[[[[..." within the size limit: the decoder recurses once per level
-        raise ProtocolError("invalid_json", "message is nested too deeply to decode") from None
+        state, request_id = peek_id(raw)
+        raise ProtocolError("invalid_json", "message is nested too deeply to decode",
+                            request_id if state == FOUND else None) from None
     if not isinstance(data, dict):
         raise ProtocolError("invalid_request", "a message is a JSON object with a \"type\"")
     request_id = data.get("id")
@@ -100,7 +113,18 @@ def _text(data: dict, key: str, required: bool = False) -> str | None:
         return None
     if not isinstance(value, str):
         raise ProtocolError("invalid_request", f"{key} must be a string")
+    _check_unicode(key, value)
     return value
+
+
+def _check_unicode(key: str, value: str) -> None:
+    """Refuse text no encoder accepts (JSON can spell a lone surrogate, UTF-8 cannot)."""
+    if value.isascii():
+        return
+    match = _SURROGATE.search(value)
+    if match is not None:
+        raise ProtocolError("invalid_request", f"{key} is not valid Unicode: a lone surrogate "
+                            f"(U+{ord(match.group()):04X}) at character {match.start()}")
 
 
 def _max_tokens(data: dict) -> int | None:
@@ -129,6 +153,8 @@ def _stop(data: dict) -> tuple[str, ...] | None:
     if not isinstance(value, list) or len(value) > MAX_STOP_STRINGS or \
             not all(isinstance(item, str) and item for item in value):
         raise ProtocolError("invalid_request", f"stop must be up to {MAX_STOP_STRINGS} non-empty strings")
+    for item in value:
+        _check_unicode("stop", item)
     return tuple(value)
 
 
