@@ -23,8 +23,7 @@ from training.finish import FinishConfig
 class ContextCopyConfig(FinishConfig):
     seed: int = 1  # FinishConfig's seed offsets: rows and batches differ from the finishing phase's
     steps: int = 300
-    # Measured from the shipped finish weights (300 steps): plain-context copy 0% -> 72.5% of the 40
-    # evaluation functions, rewrite copy 85% -> 85%, FIM validity 55% -> 52.5% (docs/training-sweep.md).
+    # Runs from the shipped finish weights and what they measured: docs/training-sweep.md.
     mixture: tuple = (("plain_copy", 0.30), ("fim_middle", 0.385), ("identity", 0.175), ("copy", 0.07),
                       ("natural", 0.07))
     lr: float = 6e-4

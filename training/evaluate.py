@@ -289,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"model": args.model}
     report["plain_copy_rate"] = sum(plain_copy_check(target, fn, lookup) for fn in functions) / len(functions)
     report["rewrite_copy_rate"] = sum(copy_check(target, fn, lookup).exact for fn in functions) / len(functions)
+    splits = [split for split in (fim_split(fn) for fn in functions) if split is not None]
+    report["fim_valid_rate"] = sum(fim_check(target, *split).valid for split in splits) / len(splits)
+    tested = [fim_check(target, *s).valid for i, s in ((i, fim_split(fn)) for i, fn in enumerate(functions))
+              if s is not None and i < TESTED_FUNCTIONS]
+    report["fim_valid_rate_tested"] = sum(tested) / max(1, len(tested))
     records = read_records(args.completions)
     if records:
         report["first_line_exact"] = first_line_exact(target, records, proposer=lookup)

@@ -131,7 +131,7 @@ class Pipeline:
         result.tokens_seen += finished.tokens_seen
         self.save(result, FINISHED_CHECKPOINT)
 
-    def context_copy(self, result: TrainResult, steps: int) -> None:
+    def context_copy(self, result: TrainResult, steps: int, **overrides) -> None:
         """The context-copy phase, from the target as exported (bf16-rounded: ``export`` leaves the
         in-memory weights rounded too, so a full run and ``--from-shipped`` start alike)."""
         from dataclasses import replace
@@ -140,7 +140,7 @@ class Pipeline:
         from training.finish import finish
         from training.probe import context_copy_scorer
 
-        config = replace(ContextCopyConfig(seed=self.seed + ContextCopyConfig.seed), steps=steps)
+        config = replace(ContextCopyConfig(seed=self.seed + ContextCopyConfig.seed), steps=steps, **overrides)
         self.context_config = config
         score = context_copy_scorer(self.tokenizer, self.heldout_files, count=config.probe_functions)
         self.say(f"context-copy phase: {steps} steps, mixture {config.mixture}")
