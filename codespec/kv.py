@@ -6,6 +6,13 @@ K+1 positions; ``rollback(n)`` then drops everything past the accepted sequence,
 forward sees exactly the state a fresh prefill of ``token_ids[:n]`` would give. The same object is
 used for a draft model's cache, rolled back in step with the target's. Keeping the ids also lets a
 later request reuse the longest common prefix (prompt caching).
+
+Sliding-window layers (Starcoder2, Mistral, Qwen2 with ``use_sliding_window``) keep every position
+too: transformers' ``DynamicSlidingWindowLayer`` drops keys older than the window, after which it
+cannot be cropped (a rollback raises once the window is full) and could not return to an earlier
+length anyway (the dropped keys would be needed again). With a full layer the model's own
+sliding-window mask still limits what each query sees, so the attention is the same; the cost
+is memory for positions outside the window.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ class KVCache:
         from transformers import DynamicCache
 
         self.hf_cache = DynamicCache(config=model_config)
+        _keep_every_position(self.hf_cache)  # sliding-window layers become full ones
         self.token_ids: list[int] = []
 
     def __len__(self) -> int:
@@ -57,3 +65,12 @@ class KVCache:
         cached = self.hf_cache.get_seq_length()
         if cached != len(self.token_ids):
             raise RuntimeError(f"KV cache holds {cached} positions but tracks {len(self.token_ids)} token ids")
+
+
+def _keep_every_position(cache) -> None:
+    """Replace sliding-window layers with full ones (the module docstring says why)."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    for index, layer in enumerate(cache.layers):
+        if type(layer) is DynamicSlidingWindowLayer:  # subclasses (hybrid linear attention) are left alone
+            cache.layers[index] = DynamicLayer()
