@@ -31,11 +31,11 @@ class PromptLookupRule:
         tokens = self._sync(context.token_ids)
         length = len(tokens)
         for n in range(min(self.max_ngram, length - 1), 0, -1):
-            start = self._first_start[n].get(tuple(tokens[length - n:]))
+            start = self._first_start[n].get(tuple(tokens[length - n :]))
             # The suffix itself is an occurrence with nothing after it: transformers skips it.
             if start is not None and start + n < length:
                 end = min(start + n + min(self.num_output_tokens, context.max_len), length)
-                return Draft(tuple(tokens[start + n:end]), self.name, match=MatchInfo(n, "context", start + n))
+                return Draft(tuple(tokens[start + n : end]), self.name, match=MatchInfo(n, "context", start + n))
         return EMPTY_DRAFT
 
     def observe(self, outcome: Outcome) -> None:
@@ -51,5 +51,5 @@ class PromptLookupRule:
         for position in range(len(tokens), len(token_ids)):
             tokens.append(token_ids[position])
             for n in range(1, min(self.max_ngram, position + 1) + 1):
-                self._first_start[n].setdefault(tuple(tokens[position + 1 - n:position + 1]), position + 1 - n)
+                self._first_start[n].setdefault(tuple(tokens[position + 1 - n : position + 1]), position + 1 - n)
         return tokens

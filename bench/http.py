@@ -57,19 +57,23 @@ class TimedService:
             marks.append((time.perf_counter(), total[0]))
             if on_delta is not None:
                 on_delta(text)
+
         return self.service.submit(request, timed)
 
     def __getattr__(self, name):
         return getattr(self.service, name)
 
 
-def chat_body(case, prediction: bool, proposer: str | None, stream: bool, max_tokens: int | None,
-              path: str) -> dict:
+def chat_body(case, prediction: bool, proposer: str | None, stream: bool, max_tokens: int | None, path: str) -> dict:
     """``path`` keys the prompt cache: a fresh one per request, so every request prefills its prompt."""
     instruction = (case.instruction or "").strip().splitlines()[0] if (case.instruction or "").strip() else ""
     content = f"{instruction}\n```python\n{case.reference}```" if instruction else f"```python\n{case.reference}```"
-    body: dict = {"model": "codespec", "messages": [{"role": "user", "content": content}], "stream": stream,
-                  "path": path}
+    body: dict = {
+        "model": "codespec",
+        "messages": [{"role": "user", "content": content}],
+        "stream": stream,
+        "path": path,
+    }
     if stream:
         body["stream_options"] = {"include_usage": True}
     if prediction:
@@ -85,8 +89,9 @@ def stream_once(client, url: str, body: dict) -> dict:
     """One streamed request: TTFT, chunk arrival times (with cumulative text length), usage."""
     start = time.perf_counter()
     arrivals, text, usage, extra = [], "", None, None
-    with client.stream("POST", url + "/v1/chat/completions", json=body,
-                       headers={"Authorization": f"Bearer {TOKEN}"}) as response:
+    with client.stream(
+        "POST", url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+    ) as response:
         if response.status_code != 200:
             raise RuntimeError(f"HTTP {response.status_code}: {response.read()!r}")
         for line in response.iter_lines():
@@ -101,8 +106,15 @@ def stream_once(client, url: str, body: dict) -> dict:
                     text += piece
                     arrivals.append((time.perf_counter(), len(text)))
     end = time.perf_counter()
-    return {"text": text, "elapsed_s": end - start, "ttft_s": (arrivals[0][0] - start) if arrivals else None,
-            "chunks": len(arrivals), "arrivals": arrivals, "usage": usage, "codespec": extra}
+    return {
+        "text": text,
+        "elapsed_s": end - start,
+        "ttft_s": (arrivals[0][0] - start) if arrivals else None,
+        "chunks": len(arrivals),
+        "arrivals": arrivals,
+        "usage": usage,
+        "codespec": extra,
+    }
 
 
 def chunk_delays(arrivals, marks) -> list[float]:
@@ -128,8 +140,7 @@ def run(args) -> dict:
     from lsp.options import ServerOptions
     from lsp.runtime import LoopThread, close_service, load_service
 
-    cases = load_cases(Path(args.workload), max_records=args.max_records, max_chars=args.max_chars,
-                       stride=args.stride)
+    cases = load_cases(Path(args.workload), max_records=args.max_records, max_chars=args.max_chars, stride=args.stride)
     cases = [case for case in cases if case.kind == "edit"]
     options = ServerOptions(model=args.model, threads=args.threads)
     service = load_service(options)
@@ -146,10 +157,16 @@ def run(args) -> dict:
                 # The recorded edit's length plus a margin: a small model that misses the end of its copy
                 # would otherwise write to the context's end at plain-decoding speed.
                 budget = args.max_tokens or len(service.target.encode(case.output)) + args.margin
-                order = CONFIGS[number % 3:] + CONFIGS[:number % 3]  # rotate which goes first
+                order = CONFIGS[number % 3 :] + CONFIGS[: number % 3]  # rotate which goes first
                 for config in order:
-                    body = chat_body(case, config == "prediction", "none" if config == "plain" else None, True,
-                                     budget, f"bench/{number}/{config}")
+                    body = chat_body(
+                        case,
+                        config == "prediction",
+                        "none" if config == "plain" else None,
+                        True,
+                        budget,
+                        f"bench/{number}/{config}",
+                    )
                     before = set(timed.emitted)
                     result = stream_once(client, url, body)
                     (job_key,) = set(timed.emitted) - before
@@ -166,16 +183,21 @@ def run(args) -> dict:
                     service.submit(request).wait()
                     row["direct_s"].append(time.perf_counter() - start)
                     start = time.perf_counter()
-                    response = client.post(url + "/v1/chat/completions", json=body,
-                                           headers={"Authorization": f"Bearer {TOKEN}"})
+                    response = client.post(
+                        url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+                    )
                     row["http_s"].append(time.perf_counter() - start)
                     assert response.status_code == 200, response.text
                 timed.emitted.clear()
                 rows.append(row)
                 same = len({row[config]["text"] for config in CONFIGS}) == 1
-                print(f"[{number + 1}/{len(cases)}] {case.id}: {row['prediction']['usage']['completion_tokens']} "
-                      f"tokens, {row['plain']['elapsed_s'] / row['prediction']['elapsed_s']:.2f}x, "
-                      f"identical={same}", file=sys.stderr, flush=True)
+                print(
+                    f"[{number + 1}/{len(cases)}] {case.id}: {row['prediction']['usage']['completion_tokens']} "
+                    f"tokens, {row['plain']['elapsed_s'] / row['prediction']['elapsed_s']:.2f}x, "
+                    f"identical={same}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         loop.run(server.stop())
         loop.stop()
@@ -184,8 +206,13 @@ def run(args) -> dict:
 
 
 def summarize(rows: list[dict], args) -> dict:
-    out: dict = {"cases": len(rows), "model": args.model or "default", "max_chars": args.max_chars,
-                 "finish_reasons": {}, "configs": {}}
+    out: dict = {
+        "cases": len(rows),
+        "model": args.model or "default",
+        "max_chars": args.max_chars,
+        "finish_reasons": {},
+        "configs": {},
+    }
     for config in CONFIGS:
         results = [row[config] for row in rows]
         tokens = sum(r["usage"]["completion_tokens"] for r in results)
@@ -193,18 +220,25 @@ def summarize(rows: list[dict], args) -> dict:
         details = [r["usage"]["completion_tokens_details"] for r in results]
         ttft = [r["ttft_s"] * 1e3 for r in results if r["ttft_s"] is not None]
         out["configs"][config] = {
-            "tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 1),
-            "tokens_per_s_p50": round(statistics.median(r["usage"]["completion_tokens"] / r["elapsed_s"]
-                                                        for r in results), 1),
-            "ttft_ms_p50": round(percentile(ttft, 50), 1), "ttft_ms_p95": round(percentile(ttft, 95), 1),
+            "tokens": tokens,
+            "seconds": round(seconds, 3),
+            "tokens_per_s": round(tokens / seconds, 1),
+            "tokens_per_s_p50": round(
+                statistics.median(r["usage"]["completion_tokens"] / r["elapsed_s"] for r in results), 1
+            ),
+            "ttft_ms_p50": round(percentile(ttft, 50), 1),
+            "ttft_ms_p95": round(percentile(ttft, 95), 1),
             "accepted_prediction_tokens": sum(d["accepted_prediction_tokens"] for d in details),
             "rejected_prediction_tokens": sum(d["rejected_prediction_tokens"] for d in details),
-            "engine_accepted_draft_tokens": sum(r["codespec"]["speculation"]["accepted_prediction_tokens"]
-                                                for r in results),
-            "engine_rejected_draft_tokens": sum(r["codespec"]["speculation"]["rejected_prediction_tokens"]
-                                                for r in results),
-            "tokens_per_forward": round(statistics.median(r["codespec"]["stats"]["tokens_per_forward"]
-                                                          for r in results), 2),
+            "engine_accepted_draft_tokens": sum(
+                r["codespec"]["speculation"]["accepted_prediction_tokens"] for r in results
+            ),
+            "engine_rejected_draft_tokens": sum(
+                r["codespec"]["speculation"]["rejected_prediction_tokens"] for r in results
+            ),
+            "tokens_per_forward": round(
+                statistics.median(r["codespec"]["stats"]["tokens_per_forward"] for r in results), 2
+            ),
         }
     for row in rows:
         reason = row["prediction"]["codespec"]["finish_reason"]
@@ -213,8 +247,9 @@ def summarize(rows: list[dict], args) -> dict:
     plain = out["configs"]["plain"]["tokens_per_s"]
     for config in CONFIGS:
         out["configs"][config]["speedup_vs_plain"] = round(out["configs"][config]["tokens_per_s"] / plain, 2)
-    out["per_request_speedup_p50"] = round(statistics.median(row["plain"]["elapsed_s"] / row["prediction"]["elapsed_s"]
-                                                             for row in rows), 2)
+    out["per_request_speedup_p50"] = round(
+        statistics.median(row["plain"]["elapsed_s"] / row["prediction"]["elapsed_s"] for row in rows), 2
+    )
     out["identical_outputs"] = sum(len({row[c]["text"] for c in CONFIGS}) == 1 for row in rows)
     overhead = [(http - direct) * 1e3 for row in rows for http, direct in zip(row["http_s"], row["direct_s"])]
     delays = [d * 1e3 for row in rows for c in CONFIGS for d in row[c]["chunk_delays"]]
@@ -223,7 +258,8 @@ def summarize(rows: list[dict], args) -> dict:
         "http_ms_p50": round(percentile([s * 1e3 for row in rows for s in row["http_s"]], 50), 2),
         "per_request_ms_p50": round(percentile(overhead, 50), 2),
         "per_request_ms_p95": round(percentile(overhead, 95), 2),
-        "per_chunk_ms_p50": round(percentile(delays, 50), 3), "per_chunk_ms_p95": round(percentile(delays, 95), 3),
+        "per_chunk_ms_p50": round(percentile(delays, 50), 3),
+        "per_chunk_ms_p95": round(percentile(delays, 95), 3),
         "chunks": len(delays),
     }
     return out
@@ -235,14 +271,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="default: the shipped model pair")
     parser.add_argument("--max-records", type=int, default=25)
     parser.add_argument("--stride", type=int, default=6, help="every N-th record (a spread-out subsample)")
-    parser.add_argument("--max-chars", type=int, default=600,
-                        help="edits cut to their changed lines and this many characters (the default model's "
-                             "context is 1,024 tokens: the region and its rewrite must both fit)")
-    parser.add_argument("--max-tokens", type=int, default=None,
-                        help="per request (default: the recorded edit's tokens + --margin)")
+    parser.add_argument(
+        "--max-chars",
+        type=int,
+        default=600,
+        help="edits cut to their changed lines and this many characters (the default model's "
+        "context is 1,024 tokens: the region and its rewrite must both fit)",
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, help="per request (default: the recorded edit's tokens + --margin)"
+    )
     parser.add_argument("--margin", type=int, default=32)
-    parser.add_argument("--overhead-pairs", type=int, default=3,
-                        help="direct / HTTP pairs per case for the HTTP path's overhead")
+    parser.add_argument(
+        "--overhead-pairs", type=int, default=3, help="direct / HTTP pairs per case for the HTTP path's overhead"
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)

@@ -79,16 +79,29 @@ def restart_child(tokenizer_dir: str, db: str, root: str) -> None:
     report = index.index_workspace([Path(root)])
     seconds = time.perf_counter() - started
     gc.collect()
-    print(json.dumps({"restart_s": seconds, "tokenized": report.tokenized, "reused": report.reused,
-                      "tokens": report.tokens, "rss_delta": rss_bytes() - before}))
+    print(
+        json.dumps(
+            {
+                "restart_s": seconds,
+                "tokenized": report.tokenized,
+                "reused": report.reused,
+                "tokens": report.tokens,
+                "rss_delta": rss_bytes() - before,
+            }
+        )
+    )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=50.0, help="workspace size in MB (default 50)")
     parser.add_argument("--vocab", type=int, default=4096, help="BPE vocabulary size (default 4096)")
-    parser.add_argument("--tokenizer", type=Path, default=None,
-                        help="a saved tokenizer directory to use instead of training a --vocab BPE")
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="a saved tokenizer directory to use instead of training a --vocab BPE",
+    )
     parser.add_argument("--lookups", type=int, default=3000)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--restart-child", nargs=3, help=argparse.SUPPRESS)
@@ -106,8 +119,9 @@ def main(argv=None) -> int:
         if args.tokenizer is not None:
             shutil.copytree(args.tokenizer, work / "tokenizer")
         else:
-            corpus = [(STDLIB / n).read_text() for n in ("argparse.py", "typing.py", "dataclasses.py",
-                                                         "json/decoder.py")]
+            corpus = [
+                (STDLIB / n).read_text() for n in ("argparse.py", "typing.py", "dataclasses.py", "json/decoder.py")
+            ]
             build_tokenizer(corpus, vocab_size=args.vocab).save_pretrained(work / "tokenizer")
         tokenizer = load_tokenizer(work / "tokenizer")
         args.vocab = len(tokenizer)
@@ -115,9 +129,14 @@ def main(argv=None) -> int:
         size = make_workspace(root, args.mb)
         figures: dict = {"workspace_bytes": size, "vocab": args.vocab, "cpus": os.cpu_count()}
         adapter = TokenizerAdapter(tokenizer)
-        figures.update(token_dtype=adapter.dtype.name, encoding=adapter.encoding, encoding_reason=adapter.encoding_reason)
-        print(f"tokenizer: {args.vocab} ids, {adapter.dtype.name} token arrays, bulk encoding: {adapter.encoding} "
-              f"({adapter.encoding_reason})", flush=True)
+        figures.update(
+            token_dtype=adapter.dtype.name, encoding=adapter.encoding, encoding_reason=adapter.encoding_reason
+        )
+        print(
+            f"tokenizer: {args.vocab} ids, {adapter.dtype.name} token arrays, bulk encoding: {adapter.encoding} "
+            f"({adapter.encoding_reason})",
+            flush=True,
+        )
         del adapter
         print(f"workspace: {size / 1e6:.1f} MB of stdlib source under {root}", flush=True)
 
@@ -139,23 +158,32 @@ def main(argv=None) -> int:
         index.flush(wait=True)  # the build is done when its rows are committed
         build_s = time.perf_counter() - started
         gc.collect()
-        figures.update(build_s=build_s, build_mb_s=size / 1e6 / build_s, ready_for_lookup_s=index_s,
-                       files=report.files, tokens=report.tokens,
-                       bytes_per_token_text=size / report.tokens,
-                       rss_bytes_per_token=(rss_bytes() - rss_before) / report.tokens,
-                       structure_bytes_per_token=index.memory_bytes() / report.tokens,
-                       levels=len(index._levels.levels), tokenize_s=report.tokenize_seconds,
-                       table_s=report.table_seconds,
-                       build_mb_s_excluding_tokenizer=size / 1e6 / (build_s - report.tokenize_seconds))
-        print(f"build: {build_s:.1f} s = {figures['build_mb_s']:.2f} MB/s ({report.tokens} tokens); "
-              f"RSS {figures['rss_bytes_per_token']:.1f} B/token", flush=True)
+        figures.update(
+            build_s=build_s,
+            build_mb_s=size / 1e6 / build_s,
+            ready_for_lookup_s=index_s,
+            files=report.files,
+            tokens=report.tokens,
+            bytes_per_token_text=size / report.tokens,
+            rss_bytes_per_token=(rss_bytes() - rss_before) / report.tokens,
+            structure_bytes_per_token=index.memory_bytes() / report.tokens,
+            levels=len(index._levels.levels),
+            tokenize_s=report.tokenize_seconds,
+            table_s=report.table_seconds,
+            build_mb_s_excluding_tokenizer=size / 1e6 / (build_s - report.tokenize_seconds),
+        )
+        print(
+            f"build: {build_s:.1f} s = {figures['build_mb_s']:.2f} MB/s ({report.tokens} tokens); "
+            f"RSS {figures['rss_bytes_per_token']:.1f} B/token",
+            flush=True,
+        )
 
         # A long session: every history kind full (its newest 128 k tokens are scanned per lookup).
         history_text = (STDLIB / "_pydecimal.py").read_text()
         for kind in ("accepted", "generated", "replaced"):
             start = 0
             while len(index._history[kind].tokens) < index._history[kind].max_tokens - 4000:
-                index.add_history(kind, history_text[start:start + 2000])
+                index.add_history(kind, history_text[start : start + 2000])
                 start = (start + 2000) % len(history_text)
         figures["history_tokens"] = sum(len(b.tokens) for b in index._history.values())
 
@@ -170,7 +198,7 @@ def main(argv=None) -> int:
             if len(tokens) < 40:
                 continue
             cursor = rng.randrange(16, len(tokens) - 1)
-            context = tokens[cursor - 16:cursor]
+            context = tokens[cursor - 16 : cursor]
             if rng.random() < 0.2:  # a novel context: random tokens
                 context = [rng.randrange(args.vocab) for _ in range(16)]
             started, cpu_started = time.perf_counter(), time.thread_time()
@@ -178,9 +206,13 @@ def main(argv=None) -> int:
             latencies.append(time.perf_counter() - started)
             cpu.append(time.thread_time() - cpu_started)
             hits += bool(found)
-        figures.update(lookup_ms_p50=percentile(latencies, 0.5) * 1e3, lookup_ms_p99=percentile(latencies, 0.99) * 1e3,
-                       lookup_ms_max=max(latencies) * 1e3, lookup_hit_rate=hits / len(latencies),
-                       lookup_cpu_ms_p99=percentile(cpu, 0.99) * 1e3)
+        figures.update(
+            lookup_ms_p50=percentile(latencies, 0.5) * 1e3,
+            lookup_ms_p99=percentile(latencies, 0.99) * 1e3,
+            lookup_ms_max=max(latencies) * 1e3,
+            lookup_hit_rate=hits / len(latencies),
+            lookup_cpu_ms_p99=percentile(cpu, 0.99) * 1e3,
+        )
         gc.enable()
         started = time.perf_counter()
         gc.collect()
@@ -204,10 +236,13 @@ def main(argv=None) -> int:
             index.update_document(big, start, end, new_line, version=n + 1)
             edit_times.append(time.perf_counter() - started)
             edit_cpu.append(time.thread_time() - cpu_started)
-        figures.update(edit_file_lines=lines, edit_ms_first=edit_times[0] * 1e3,
-                       edit_ms_p50=statistics.median(edit_times[1:]) * 1e3,
-                       edit_ms_p99=percentile(edit_times[1:], 0.99) * 1e3,
-                       edit_cpu_ms_p99=percentile(edit_cpu[1:], 0.99) * 1e3)
+        figures.update(
+            edit_file_lines=lines,
+            edit_ms_first=edit_times[0] * 1e3,
+            edit_ms_p50=statistics.median(edit_times[1:]) * 1e3,
+            edit_ms_p99=percentile(edit_times[1:], 0.99) * 1e3,
+            edit_cpu_ms_p99=percentile(edit_cpu[1:], 0.99) * 1e3,
+        )
         index.flush_seconds = 1e9  # the same edits without the periodic database write
         quiet = []
         for n in range(100):
@@ -219,8 +254,11 @@ def main(argv=None) -> int:
             quiet.append(time.perf_counter() - started)
         index.flush_seconds = 1.0
         figures["edit_ms_p99_without_db_write"] = percentile(quiet, 0.99) * 1e3
-        print(f"edit ({lines} lines): first {figures['edit_ms_first']:.2f} ms, p50 {figures['edit_ms_p50']:.3f} ms, "
-              f"p99 {figures['edit_ms_p99']:.3f} ms", flush=True)
+        print(
+            f"edit ({lines} lines): first {figures['edit_ms_first']:.2f} ms, p50 {figures['edit_ms_p50']:.3f} ms, "
+            f"p99 {figures['edit_ms_p99']:.3f} ms",
+            flush=True,
+        )
         context = index.document_tokens(big)[1000:1016]
         started = time.perf_counter()
         for _ in range(200):
@@ -230,14 +268,24 @@ def main(argv=None) -> int:
         index.close()
 
         # Restart in a fresh process, unchanged workspace.
-        out = subprocess.run([sys.executable, "-m", "bench.index_build", "--restart-child", str(work / "tokenizer"),
-                              str(db), str(root)], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.index_build", "--restart-child", str(work / "tokenizer"), str(db), str(root)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         restart = json.loads(out.stdout.strip().splitlines()[-1])
-        figures.update(restart_s=restart["restart_s"], restart_tokenized=restart["tokenized"],
-                       restart_rss_bytes_per_token=restart["rss_delta"] / restart["tokens"],
-                       db_bytes=db.stat().st_size + sum(p.stat().st_size for p in work.glob("index.db-*")))
-        print(f"restart: {restart['restart_s']:.2f} s, re-tokenized {restart['tokenized']} files, "
-              f"RSS {figures['restart_rss_bytes_per_token']:.1f} B/token", flush=True)
+        figures.update(
+            restart_s=restart["restart_s"],
+            restart_tokenized=restart["tokenized"],
+            restart_rss_bytes_per_token=restart["rss_delta"] / restart["tokens"],
+            db_bytes=db.stat().st_size + sum(p.stat().st_size for p in work.glob("index.db-*")),
+        )
+        print(
+            f"restart: {restart['restart_s']:.2f} s, re-tokenized {restart['tokenized']} files, "
+            f"RSS {figures['restart_rss_bytes_per_token']:.1f} B/token",
+            flush=True,
+        )
         print(json.dumps(figures, indent=2))
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))

@@ -69,8 +69,12 @@ async def bench(args) -> dict:
 
     command = [sys.executable, "-m", "codespec.cli", "serve"]
     await client.start_io(*command)
-    options = {"device": args.device, "mode": args.mode, "index": {"path": str(root / "index.db")},
-               "limits": {"deadlineMs": 60_000}}
+    options = {
+        "device": args.device,
+        "mode": args.mode,
+        "index": {"path": str(root / "index.db")},
+        "limits": {"deadlineMs": 60_000},
+    }
     if args.model:
         options["model"] = args.model
     if args.proposer:
@@ -80,14 +84,19 @@ async def bench(args) -> dict:
     if args.suffix_chars:
         options["limits"]["suffixChars"] = args.suffix_chars
     started = time.perf_counter()
-    await client.initialize_async(types.InitializeParams(
-        capabilities=types.ClientCapabilities(
-            window=types.WindowClientCapabilities(work_done_progress=True),
-            text_document=types.TextDocumentClientCapabilities(
-                inline_completion=types.InlineCompletionClientCapabilities())),
-        root_uri=workspace.as_uri(),
-        workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="workspace")],
-        initialization_options=options))
+    await client.initialize_async(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(
+                window=types.WindowClientCapabilities(work_done_progress=True),
+                text_document=types.TextDocumentClientCapabilities(
+                    inline_completion=types.InlineCompletionClientCapabilities()
+                ),
+            ),
+            root_uri=workspace.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="workspace")],
+            initialization_options=options,
+        )
+    )
     client.initialized(types.InitializedParams())
     startup_s = time.perf_counter() - started
     if args.workspace:
@@ -100,10 +109,13 @@ async def bench(args) -> dict:
     async def ask(uri: str, text: str, offset: int, phase: str) -> None:
         position = position_at(text, offset)
         start = time.perf_counter()
-        items = await client.text_document_inline_completion_async(types.InlineCompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri),
-            position=types.Position(position.line, position.character),
-            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)))
+        items = await client.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                position=types.Position(position.line, position.character),
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+            )
+        )
         item_ms = (time.perf_counter() - start) * 1e3
         stats = await client.protocol.send_request_async("codespec/stats", {})
         last = stats.last_requests[-1]
@@ -120,8 +132,9 @@ async def bench(args) -> dict:
         lines["multi-line" if "\n" in text_out.rstrip("\n") else "one-line"] += 1
 
     def open_document(uri: str, text: str) -> None:
-        client.text_document_did_open(types.DidOpenTextDocumentParams(
-            types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        client.text_document_did_open(
+            types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+        )
 
     async def forget() -> None:
         """Clear session history: otherwise a phase drafts the answer the previous phase generated
@@ -145,11 +158,20 @@ async def bench(args) -> dict:
         typed = case["target"][:1]
         if typed:
             position = position_at(text, offset)
-            client.text_document_did_change(types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-                content_changes=[types.TextDocumentContentChangePartial(
-                    range=types.Range(types.Position(position.line, position.character),
-                                      types.Position(position.line, position.character)), text=typed)]))
+            client.text_document_did_change(
+                types.DidChangeTextDocumentParams(
+                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+                    content_changes=[
+                        types.TextDocumentContentChangePartial(
+                            range=types.Range(
+                                types.Position(position.line, position.character),
+                                types.Position(position.line, position.character),
+                            ),
+                            text=typed,
+                        )
+                    ],
+                )
+            )
             text = text[:offset] + typed + text[offset:]
             await ask(uri, text, offset + len(typed), "keystroke")
         client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=uri)))
@@ -159,9 +181,16 @@ async def bench(args) -> dict:
     client.exit(None)
     await client.stop()
 
-    report = {"cases": len(cases), "mode": args.mode, "model": stats.model, "proposer": stats.proposer,
-              "startup_s": round(startup_s, 2), "index_s": round(index_s, 2),
-              "items": lines, "engine": stats.engine._asdict()}
+    report = {
+        "cases": len(cases),
+        "mode": args.mode,
+        "model": stats.model,
+        "proposer": stats.proposer,
+        "startup_s": round(startup_s, 2),
+        "index_s": round(index_s, 2),
+        "items": lines,
+        "engine": stats.engine._asdict(),
+    }
     for phase, values in phases.items():
         for name, series in values.items():
             report[f"{phase}_{name}_p50"] = round(percentile(series, 50), 2)
@@ -176,12 +205,15 @@ def bench_in_process(args) -> dict:
     from lsp.requests import completion_request
     from lsp.runtime import close_service, start_service
 
-    options = ServerOptions(model=args.model, device=args.device, mode=args.mode,
-                            proposer=args.proposer or "auto")
+    options = ServerOptions(model=args.model, device=args.device, mode=args.mode, proposer=args.proposer or "auto")
     service = start_service(options)
     windows = service.windows_for(options)
-    series: dict[str, list[float]] = {"cold_item_ms": [], "cold_ttft_ms": [], "keystroke_item_ms": [],
-                                      "keystroke_ttft_ms": []}
+    series: dict[str, list[float]] = {
+        "cold_item_ms": [],
+        "cold_ttft_ms": [],
+        "keystroke_item_ms": [],
+        "keystroke_ttft_ms": [],
+    }
 
     def ask(text: str, offset: int, key: str, phase: str) -> None:
         request, _ = completion_request(text, offset, options, windows, invoked=False, cache_key=key, deadline=False)
@@ -200,8 +232,12 @@ def bench_in_process(args) -> dict:
                 ask(text[:offset] + typed + text[offset:], offset + len(typed), f"case-{number}", "keystroke")
     finally:
         close_service(service)
-    report = {"cases": len(_load(args.cases, args.limit)), "mode": args.mode, "in_process": True,
-              "proposer": options.proposer}
+    report = {
+        "cases": len(_load(args.cases, args.limit)),
+        "mode": args.mode,
+        "in_process": True,
+        "proposer": options.proposer,
+    }
     for name, values in series.items():
         report[f"{name}_p50"] = round(percentile(values, 50), 2)
         report[f"{name}_p95"] = round(percentile(values, 95), 2)
@@ -218,12 +254,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=("auto", "line", "block"), default="line")
     parser.add_argument("--prefix-chars", type=int, default=None, help="limits.prefixChars (default: the server's)")
     parser.add_argument("--suffix-chars", type=int, default=None, help="limits.suffixChars (default: the server's)")
-    parser.add_argument("--think-ms", type=int, default=500,
-                        help="the 'opened' phase: wait this long after opening the document before asking (0: skip)")
+    parser.add_argument(
+        "--think-ms",
+        type=int,
+        default=500,
+        help="the 'opened' phase: wait this long after opening the document before asking (0: skip)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="first N cases only")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
-    parser.add_argument("--in-process", action="store_true",
-                        help="call the engine service directly (no LSP, no index): engine latency only")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="call the engine service directly (no LSP, no index): engine latency only",
+    )
     args = parser.parse_args(argv)
     report = bench_in_process(args) if args.in_process else asyncio.run(bench(args))
     text = json.dumps(report, indent=2)

@@ -22,8 +22,11 @@ from codespec.stats import percentile
 
 def max_within_slo(levels: list[dict], slo_ttft_ms: float) -> int | None:
     """Largest concurrency whose p95 TTFT is within the objective (None if no level is)."""
-    good = [level["concurrency"] for level in levels
-            if level["ttft_ms_p95"] is not None and level["ttft_ms_p95"] <= slo_ttft_ms and not level["errors"]]
+    good = [
+        level["concurrency"]
+        for level in levels
+        if level["ttft_ms_p95"] is not None and level["ttft_ms_p95"] <= slo_ttft_ms and not level["errors"]
+    ]
     return max(good) if good else None
 
 
@@ -37,8 +40,9 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
     from lsp.requests import completion_request
 
     # The windows the websocket server will use for these prompts (EngineService.windows).
-    windows = resolve_windows(options.prefix_chars, options.suffix_chars, target.device.type, target.max_context,
-                              options.block_tokens)
+    windows = resolve_windows(
+        options.prefix_chars, options.suffix_chars, target.device.type, target.max_context, options.block_tokens
+    )
     prompts = PromptRenderer(target.tokenizer, target.prompt_format)  # as the server renders them
     messages, recordings = [], []
     for case in cases:
@@ -49,8 +53,7 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
             prompt = prompts.render(Rewrite(case.reference, case.instruction)).text
         else:
             message = {"type": "complete", "prefix": case.prefix, "suffix": case.suffix, "path": case.uri}
-            request, _ = completion_request(case.prefix + case.suffix, len(case.prefix), options, windows,
-                                            invoked=True)
+            request, _ = completion_request(case.prefix + case.suffix, len(case.prefix), options, windows, invoked=True)
             prompt = prompts.render(request.prompt).text
         messages.append(message)
         if settings.mode == "replay":
@@ -68,15 +71,15 @@ async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
     from proposers.setup import DraftConfig, ProposerConfig
 
     config = ProposerConfig(draft=DraftConfig(path=models.draft_path))
-    service = await asyncio.to_thread(EngineService, target, "auto", settings.draft_len,
-                                      options.cached_documents, None, config)
+    service = await asyncio.to_thread(
+        EngineService, target, "auto", settings.draft_len, options.cached_documents, None, config
+    )
     eos = raw.tokenizer.eos_token_id
     messages, recordings = _messages_and_recordings(raw, cases, options, settings, eos)
     for recording in recordings:
         target.recordings.add(recording)
     token = secrets.token_urlsafe(24)
-    server = await start_ws_server(service, token, "127.0.0.1", 0, options,
-                                   WsLimits(max_in_flight=1))
+    server = await start_ws_server(service, token, "127.0.0.1", 0, options, WsLimits(max_in_flight=1))
     url = f"ws://127.0.0.1:{bound_port(server)}/"
     levels = []
     try:
@@ -84,8 +87,10 @@ async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
         for concurrency in plan.concurrency:
             count = max(plan.load_requests, concurrency)
             level = await _level(url, token, messages, concurrency, count)
-            say(f"bench: load {concurrency} clients: {level['requests_per_s']:.2f} req/s, "
-                f"TTFT p95 {level['ttft_ms_p95']} ms, latency p95 {level['latency_ms_p95']} ms")
+            say(
+                f"bench: load {concurrency} clients: {level['requests_per_s']:.2f} req/s, "
+                f"TTFT p95 {level['ttft_ms_p95']} ms, latency p95 {level['latency_ms_p95']} ms"
+            )
             levels.append(level)
     finally:
         server.close()
@@ -93,8 +98,13 @@ async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
         await asyncio.to_thread(close_service, service)
         for recording in recordings:
             target.recordings.remove(recording)
-    return {"mode": settings.mode, "proposer": "auto", "slo_ttft_ms": plan.slo_ttft_ms, "levels": levels,
-            "max_concurrency_within_slo": max_within_slo(levels, plan.slo_ttft_ms)}
+    return {
+        "mode": settings.mode,
+        "proposer": "auto",
+        "slo_ttft_ms": plan.slo_ttft_ms,
+        "levels": levels,
+        "max_concurrency_within_slo": max_within_slo(levels, plan.slo_ttft_ms),
+    }
 
 
 async def _level(url: str, token: str, messages: list[dict], concurrency: int, count: int) -> dict:
@@ -139,9 +149,17 @@ async def _level(url: str, token: str, messages: list[dict], concurrency: int, c
     def p(values, q):
         return round(percentile(values, q), 1) if values else None
 
-    return {"concurrency": concurrency, "requests": len(latencies), "errors": len(errors),
-            "wall_s": round(wall, 2), "requests_per_s": len(latencies) / wall if wall else 0.0,
-            "tokens_per_s": sum(tokens) / wall if wall else 0.0,
-            "latency_ms_p50": p(latencies, 50), "latency_ms_p95": p(latencies, 95),
-            "ttft_ms_p50": p(ttfts, 50), "ttft_ms_p95": p(ttfts, 95), "error_messages": errors[:3],
-            "proposers": proposers}
+    return {
+        "concurrency": concurrency,
+        "requests": len(latencies),
+        "errors": len(errors),
+        "wall_s": round(wall, 2),
+        "requests_per_s": len(latencies) / wall if wall else 0.0,
+        "tokens_per_s": sum(tokens) / wall if wall else 0.0,
+        "latency_ms_p50": p(latencies, 50),
+        "latency_ms_p95": p(latencies, 95),
+        "ttft_ms_p50": p(ttfts, 50),
+        "ttft_ms_p95": p(ttfts, 95),
+        "error_messages": errors[:3],
+        "proposers": proposers,
+    }

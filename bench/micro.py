@@ -50,7 +50,7 @@ class TimedTarget:
 
 def repetitive_prompt() -> str:
     source = (STDLIB / "textwrap.py").read_text(encoding="utf-8")
-    block = source[source.index("def dedent"):][:1200]
+    block = source[source.index("def dedent") :][:1200]
     return block + "\n\n# the same function again\n" + block[:300]
 
 
@@ -83,22 +83,29 @@ def main() -> None:
             ends = [step.end_s for step in finished.stats.steps]
             # Whole cycle (end of the previous step to end of this one) minus the model's forward.
             overhead_ms = [(ends[i] - ends[i - 1] - timed.forward_s[i]) * 1e3 for i in range(1, len(ends))]
-            for key, value in (("tokens_per_s", summary["tokens_per_s"]),
-                               ("tokens_per_forward", summary["tokens_per_forward"]),
-                               ("overhead_ms_p50", statistics.median(overhead_ms))):
+            for key, value in (
+                ("tokens_per_s", summary["tokens_per_s"]),
+                ("tokens_per_forward", summary["tokens_per_forward"]),
+                ("overhead_ms_p50", statistics.median(overhead_ms)),
+            ):
                 results[name].setdefault(key, []).append(value)
             outputs[name] = finished.token_ids
     report = {
         "model": f"random Llama '{args.shape}' ({params / 1e6:.1f}M parameters, vocab {target.vocab_size}), CPU fp32, "
-                 f"{torch.get_num_threads()} threads",
-        "prompt_tokens": len(prompt), "max_new_tokens": args.max_new_tokens, "draft_len": args.draft_len,
+        f"{torch.get_num_threads()} threads",
+        "prompt_tokens": len(prompt),
+        "max_new_tokens": args.max_new_tokens,
+        "draft_len": args.draft_len,
         "repeats": args.repeats,
         "identical_output": outputs["none"] == outputs["context"],
-        "median": {name: {key: statistics.median(values) for key, values in metrics.items()}
-                   for name, metrics in results.items()},
+        "median": {
+            name: {key: statistics.median(values) for key, values in metrics.items()}
+            for name, metrics in results.items()
+        },
     }
-    report["speedup_context_over_none"] = (report["median"]["context"]["tokens_per_s"]
-                                           / report["median"]["none"]["tokens_per_s"])
+    report["speedup_context_over_none"] = (
+        report["median"]["context"]["tokens_per_s"] / report["median"]["none"]["tokens_per_s"]
+    )
     print(json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))

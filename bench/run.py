@@ -24,9 +24,22 @@ from codespec.stats import RequestStats, percentile
 log = logging.getLogger(__name__)
 
 BASELINE = "greedy"
-METRIC_KEYS = ("tokens_per_s", "speedup", "tokens_per_forward", "mean_accepted_length", "coverage",
-               "acceptance_by_depth", "ttft_ms_p50", "itl_ms_p50", "itl_ms_p95", "itl_ms_p99",
-               "proposal_ms_p50", "verify_ms_p50", "peak_rss_mb", "equivalence")
+METRIC_KEYS = (
+    "tokens_per_s",
+    "speedup",
+    "tokens_per_forward",
+    "mean_accepted_length",
+    "coverage",
+    "acceptance_by_depth",
+    "ttft_ms_p50",
+    "itl_ms_p50",
+    "itl_ms_p95",
+    "itl_ms_p99",
+    "proposal_ms_p50",
+    "verify_ms_p50",
+    "peak_rss_mb",
+    "equivalence",
+)
 
 
 # -- pure functions ------------------------------------------------------------------------------
@@ -96,8 +109,7 @@ def drafts_by_proposer(steps) -> dict[str, dict]:
     return table
 
 
-def summarize(results: Sequence[RunResult], baseline: Sequence[RunResult] | None,
-              sampling: bool = False) -> dict:
+def summarize(results: Sequence[RunResult], baseline: Sequence[RunResult] | None, sampling: bool = False) -> dict:
     """Every metric of one configuration over its requests (``baseline``: greedy's, same order)."""
     merged = RequestStats()
     for result in results:
@@ -136,7 +148,9 @@ def summarize(results: Sequence[RunResult], baseline: Sequence[RunResult] | None
         "proposed_tokens": summary["drafted_tokens"],
         "accepted_tokens": summary["accepted_tokens"],
         "verified_positions": sum(step.draft_len + 1 for step in steps),
-        "acceptance_rate": summary["accepted_tokens"] / summary["drafted_tokens"] if summary["drafted_tokens"] else None,
+        "acceptance_rate": summary["accepted_tokens"] / summary["drafted_tokens"]
+        if summary["drafted_tokens"]
+        else None,
         "ttft_ms_p95": percentile(ttft_ms, 95),
         "proposal_ms_p95": summary["proposal_ms_p95"],
         "verify_ms_p95": summary["verify_ms_p95"],
@@ -144,13 +158,13 @@ def summarize(results: Sequence[RunResult], baseline: Sequence[RunResult] | None
         "speedup_median": None,
         "cuda_max_allocated_mb": max((r.cuda_peak_mb for r in results if r.cuda_peak_mb is not None), default=None),
         "drafts_by_proposer": drafts_by_proposer(steps),
-        "verify_ms_p50_by_draft_len": verify_ms_by_draft_len(
-            [step for r in results for step in r.stats.steps[1:]]),
+        "verify_ms_p50_by_draft_len": verify_ms_by_draft_len([step for r in results for step in r.stats.steps[1:]]),
         "itl_ms": [round(gap, 3) for gap in gaps_ms],  # for the distribution plot
     }
     if baseline:
-        row["speedup_median"] = median_ratio([request_rate(r.stats) for r in results],
-                                             [request_rate(r.stats) for r in baseline])
+        row["speedup_median"] = median_ratio(
+            [request_rate(r.stats) for r in results], [request_rate(r.stats) for r in baseline]
+        )
         same = [r.output_ids == b.output_ids for r, b in zip(results, baseline)]
         if sampling:
             row["distribution"] = {
@@ -206,8 +220,11 @@ def prepare(target, case, settings: RunSettings, end_ids: frozenset[int]) -> Pre
     return Prepared(case, prompt_ids, recording, len(output_ids) + (1 if end_id is not None else 0))
 
 
-def run_interleaved(prepared: Sequence[Prepared], runners: dict[str, Callable[[Prepared], RunResult]],
-                    progress: Callable[[str], None] | None = None) -> dict[str, list[RunResult]]:
+def run_interleaved(
+    prepared: Sequence[Prepared],
+    runners: dict[str, Callable[[Prepared], RunResult]],
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, list[RunResult]]:
     """Every runner on every prepared case, interleaved; results per configuration in case order."""
     names = list(runners)
     results: dict[str, list] = {name: [None] * len(prepared) for name in names}
@@ -219,14 +236,16 @@ def run_interleaved(prepared: Sequence[Prepared], runners: dict[str, Callable[[P
     return results
 
 
-def make_runners(configs: Sequence[str], target, codespec_configs: dict, hf_configs: dict,
-                 settings: RunSettings, probe: MemoryProbe) -> dict[str, Callable[[Prepared], RunResult]]:
+def make_runners(
+    configs: Sequence[str], target, codespec_configs: dict, hf_configs: dict, settings: RunSettings, probe: MemoryProbe
+) -> dict[str, Callable[[Prepared], RunResult]]:
     """One callable per configuration; replay recordings are registered on ``target`` around each run."""
 
     def codespec_runner(config):
         def run(item: Prepared) -> RunResult:
-            limits = GenerationLimits(item.max_new_tokens, (), None, settings.draft_len,
-                                      stop_token_ids=frozenset(target.eos_token_ids))  # the formats' end markers too
+            limits = GenerationLimits(
+                item.max_new_tokens, (), None, settings.draft_len, stop_token_ids=frozenset(target.eos_token_ids)
+            )  # the formats' end markers too
             if item.recording is not None:
                 target.recordings.add(item.recording)
             try:
@@ -234,12 +253,13 @@ def make_runners(configs: Sequence[str], target, codespec_configs: dict, hf_conf
             finally:
                 if item.recording is not None:
                     target.recordings.remove(item.recording)
+
         return run
 
     def hf_runner(config):
         def run(item: Prepared) -> RunResult:
-            return config.run(item.case, item.prompt_ids, item.max_new_tokens, settings.sampling, probe,
-                              item.recording)
+            return config.run(item.case, item.prompt_ids, item.max_new_tokens, settings.sampling, probe, item.recording)
+
         return run
 
     runners = {}

@@ -45,10 +45,17 @@ class TokenizerTarget:
 INDEX_USERS = ("index", "auto")
 
 
-def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer, max_draft: int,
-                      workspace: Sequence[tuple[str, str]] = (), workload: str = "workload",
-                      verify_cost: tuple[float, float] = (0.0, 0.0), extras: dict | None = None,
-                      bounds: dict | None = None) -> dict:
+def simulate_workload(
+    cases: Sequence[SimCase],
+    names: Sequence[str],
+    tokenizer,
+    max_draft: int,
+    workspace: Sequence[tuple[str, str]] = (),
+    workload: str = "workload",
+    verify_cost: tuple[float, float] = (0.0, 0.0),
+    extras: dict | None = None,
+    bounds: dict | None = None,
+) -> dict:
     """The report of `codespec simulate --json` (keys fixed by issue 4). What the JSON leaves out
     goes to the dicts given: ``extras`` per proposer (rejected draft tokens per output token),
     ``bounds`` the hindsight bound of edit records (``hindsight_tokens_per_forward``)."""
@@ -59,8 +66,11 @@ def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer,
     index = build_index(codec.tokenizer, workspace) if any(name in INDEX_USERS for name in names) else None
     if index is not None:  # which bulk-encoding path the index took (index.tokens), on stderr
         adapter = index.adapter
-        print(f"[index] {len(workspace)} workspace files; bulk encoding: {adapter.encoding} "
-              f"({adapter.encoding_reason}); {adapter.dtype.name} token arrays", file=sys.stderr)
+        print(
+            f"[index] {len(workspace)} workspace files; bulk encoding: {adapter.encoding} "
+            f"({adapter.encoding_reason}); {adapter.dtype.name} token arrays",
+            file=sys.stderr,
+        )
     rows = {}
     for name in [*[n for n in names if n != BASELINE], BASELINE]:
         stats = RequestStats()
@@ -71,17 +81,26 @@ def simulate_workload(cases: Sequence[SimCase], names: Sequence[str], tokenizer,
         rows[name] = summary_row(stats)
         if extras is not None:
             extras[name] = {"rejected_per_token": (stats.drafted_tokens - stats.accepted_tokens) / max(stats.tokens, 1)}
-    edits = [(codec.encode(case.reference), prompt_ids, output_ids) for case, prompt_ids, output_ids in streams
-             if case.kind == "edit"]
+    edits = [
+        (codec.encode(case.reference), prompt_ids, output_ids)
+        for case, prompt_ids, output_ids in streams
+        if case.kind == "edit"
+    ]
     ceiling = None
     if edits:
         tokens = sum(len(output_ids) for _, _, output_ids in edits)
         ceiling = tokens / sum(ceiling_forwards(ref, out, max_draft) for ref, _, out in edits)
         if bounds is not None:
             bounds["hindsight_tokens_per_forward"] = tokens / sum(
-                hindsight_forwards(prompt, out, max_draft, [ref]) for ref, prompt, out in edits)
-    return {"workload": workload, "records": len(cases), "max_draft": max_draft,
-            "ceiling": {"tokens_per_forward": ceiling}, "proposers": rows}
+                hindsight_forwards(prompt, out, max_draft, [ref]) for ref, prompt, out in edits
+            )
+    return {
+        "workload": workload,
+        "records": len(cases),
+        "max_draft": max_draft,
+        "ceiling": {"tokens_per_forward": ceiling},
+        "proposers": rows,
+    }
 
 
 def prompt_renderer(tokenizer) -> PromptRenderer:
@@ -98,9 +117,13 @@ def case_prompt(case: SimCase, prompts: PromptRenderer) -> str:
 def make_proposer(name: str, target: TokenizerTarget, case: SimCase, index):
     if name == BASELINE:
         return PromptLookupRule()
-    options = {"reference": case.reference, "reference_start": case.reference_start,
-               "uri": case.uri, "cursor": case.cursor,
-               "auto_candidates": [n for n in LOOKUP_PROPOSERS if n != "index" or index is not None]}
+    options = {
+        "reference": case.reference,
+        "reference_start": case.reference_start,
+        "uri": case.uri,
+        "cursor": case.cursor,
+        "auto_candidates": [n for n in LOOKUP_PROPOSERS if n != "index" or index is not None],
+    }
     if index is not None:
         options["index"] = index
     try:

@@ -43,8 +43,7 @@ def read_jsonl(path: Path, max_records: int | None = None, what: str = "workload
     return [record for _, record in numbered_records(path, max_records, what)]
 
 
-def numbered_records(path: Path, max_records: int | None = None, what: str = "workload file"
-                     ) -> list[tuple[int, dict]]:
+def numbered_records(path: Path, max_records: int | None = None, what: str = "workload file") -> list[tuple[int, dict]]:
     """(line number, object) per non-blank line. Read as bytes and decoded line by line, so text
     that is not UTF-8 is an error naming its line (a BOM at the start is allowed)."""
     if not path.is_file():
@@ -56,8 +55,10 @@ def numbered_records(path: Path, max_records: int | None = None, what: str = "wo
                 try:
                     line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
                 except UnicodeDecodeError as error:
-                    raise CodespecError(f"{path}:{number}: not UTF-8 text (byte {error.start + 1} of the line: "
-                                        f"{raw[error.start:error.start + 1]!r}); {what}s are UTF-8 JSONL") from None
+                    raise CodespecError(
+                        f"{path}:{number}: not UTF-8 text (byte {error.start + 1} of the line: "
+                        f"{raw[error.start : error.start + 1]!r}); {what}s are UTF-8 JSONL"
+                    ) from None
                 if not line.strip():
                     continue
                 try:
@@ -82,8 +83,9 @@ def text_field(record: dict, key: str, where: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:  # a lone surrogate escape such as "\ud800"
-        raise CodespecError(f"{where}: field {key!r} is not valid Unicode ({error.reason} at "
-                            f"character {error.start})") from None
+        raise CodespecError(
+            f"{where}: field {key!r} is not valid Unicode ({error.reason} at character {error.start})"
+        ) from None
     return value
 
 
@@ -92,16 +94,27 @@ def case_from_record(record: dict, where: str) -> SimCase:
     if "before" in record or "after" in record:
         before, after = text_field(record, "before", where), text_field(record, "after", where)
         instruction = record.get("instruction") if isinstance(record.get("instruction"), str) else None
-        return SimCase(record_id, "edit", edit_prompt(before, instruction), after, before, 0,
-                       f"edit:{record_id}", before, 0, Rewrite(before, instruction))
+        return SimCase(
+            record_id,
+            "edit",
+            edit_prompt(before, instruction),
+            after,
+            before,
+            0,
+            f"edit:{record_id}",
+            before,
+            0,
+            Rewrite(before, instruction),
+        )
     if "prefix" in record or "target" in record:
         prefix, suffix = text_field(record, "prefix", where), record.get("suffix", "")
         if not isinstance(suffix, str):
             raise CodespecError(f"{where}: field 'suffix' must be a string")
         target = text_field(record, "target", where)
         uri = str(record.get("path") or f"completion:{record_id}")
-        return SimCase(record_id, "completion", prefix, target, prefix + suffix, len(prefix),
-                       uri, prefix + suffix, len(prefix))
+        return SimCase(
+            record_id, "completion", prefix, target, prefix + suffix, len(prefix), uri, prefix + suffix, len(prefix)
+        )
     raise CodespecError(f"{where}: neither an edit record (before/after) nor a completion record (prefix/target)")
 
 

@@ -19,19 +19,31 @@ from codespec.errors import CodespecError
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "simulate", help="replay recorded edits/completions through proposers, without a model")
+        "simulate", help="replay recorded edits/completions through proposers, without a model"
+    )
     parser.add_argument("--workload", type=Path, required=True, help="JSONL of edit or completion records")
     parser.add_argument("--workspace", type=Path, help="JSONL of {path, text} files to index (completions)")
-    parser.add_argument("--proposer", nargs="+", action="extend", default=None, metavar="NAME",
-                        help=f"proposers to replay (default: {', '.join(LOOKUP_PROPOSERS)}); "
-                             f"the {BASELINE} baseline is always added")
+    parser.add_argument(
+        "--proposer",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="NAME",
+        help=f"proposers to replay (default: {', '.join(LOOKUP_PROPOSERS)}); the {BASELINE} baseline is always added",
+    )
     parser.add_argument("--max-draft", type=int, default=32, help="K: most draft tokens per step (default 32)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--tokenizer", help="model directory whose tokenizer to use (default: the shipped model's)")
     parser.add_argument("--max-records", type=int, help="replay only the first N records")
-    parser.add_argument("--verify-ms", type=float, nargs=2, default=[10.0, 0.05], metavar=("A", "B"),
-                        help="modelled target forward time, A + B x draft tokens ms (default 10 0.05: a "
-                             "small model on a GPU); only cost-aware proposers (auto) read it")
+    parser.add_argument(
+        "--verify-ms",
+        type=float,
+        nargs=2,
+        default=[10.0, 0.05],
+        metavar=("A", "B"),
+        help="modelled target forward time, A + B x draft tokens ms (default 10 0.05: a "
+        "small model on a GPU); only cost-aware proposers (auto) read it",
+    )
     parser.set_defaults(run=run)
 
 
@@ -48,8 +60,9 @@ def run(args) -> int:
     names = list(dict.fromkeys(args.proposer or _default_proposers()))
     for name in names:
         if name in MODEL_PROPOSERS:
-            raise CodespecError(f"proposer {name!r} needs a model; simulate is model-free "
-                                f"(use `codespec bench` for model proposers)")
+            raise CodespecError(
+                f"proposer {name!r} needs a model; simulate is model-free (use `codespec bench` for model proposers)"
+            )
     if min(args.verify_ms) < 0:
         raise CodespecError(f"--verify-ms takes two non-negative numbers, got {args.verify_ms}")
     cases = load_cases(args.workload, args.max_records)  # bad input fails before the tokenizer loads
@@ -57,10 +70,17 @@ def run(args) -> int:
     tokenizer = load_tokenizer(args.tokenizer)
     extras: dict = {}
     bounds: dict = {}
-    report = simulate_workload(cases, names, tokenizer, args.max_draft, workspace,
-                               workload=args.workload.stem,
-                               verify_cost=(args.verify_ms[0] / 1e3, args.verify_ms[1] / 1e3), extras=extras,
-                               bounds=bounds)
+    report = simulate_workload(
+        cases,
+        names,
+        tokenizer,
+        args.max_draft,
+        workspace,
+        workload=args.workload.stem,
+        verify_cost=(args.verify_ms[0] / 1e3, args.verify_ms[1] / 1e3),
+        extras=extras,
+        bounds=bounds,
+    )
     print(format_table(report, extras, bounds))
     if args.json:
         try:
@@ -114,11 +134,15 @@ def format_table(report: dict, extras: dict | None = None, bounds: dict | None =
         lines.append(f"lookup ceiling (docs/design.md §3): {ceiling:.2f} tokens per forward")
     hindsight = (bounds or {}).get("hindsight_tokens_per_forward")
     if hindsight:
-        lines.append(f"hindsight bound (every step drafts the longest next stretch of the output found in the "
-                     f"prompt, the reference or the output so far): {hindsight:.2f} tokens per forward = "
-                     f"{hindsight / baseline:.2f}x {BASELINE}")
-    lines.append("MAL = mean accepted length + 1 per drafted step; acc@i = acceptance at draft depth i; "
-                 "p50/p99 = proposal time; rej/tok = rejected draft tokens per output token")
+        lines.append(
+            f"hindsight bound (every step drafts the longest next stretch of the output found in the "
+            f"prompt, the reference or the output so far): {hindsight:.2f} tokens per forward = "
+            f"{hindsight / baseline:.2f}x {BASELINE}"
+        )
+    lines.append(
+        "MAL = mean accepted length + 1 per drafted step; acc@i = acceptance at draft depth i; "
+        "p50/p99 = proposal time; rej/tok = rejected draft tokens per output token"
+    )
     return "\n".join(lines)
 
 

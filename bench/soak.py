@@ -66,8 +66,9 @@ def tiny_model(directory: Path) -> Path:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     corpus = [(stdlib / name).read_text(encoding="utf-8") for name in ("json/encoder.py", "textwrap.py", "shlex.py")]
     directory.mkdir(parents=True, exist_ok=True)
-    return save_random_model(directory, corpus, shape=(64, 2, 4, 2, 128), vocab_size=384, seed=3, init_std=0.25,
-                             max_context=2048)
+    return save_random_model(
+        directory, corpus, shape=(64, 2, 4, 2, 128), vocab_size=384, seed=3, init_std=0.25, max_context=2048
+    )
 
 
 DEEP = re.compile(r'"@@deep:(\d+)@@"')
@@ -89,8 +90,9 @@ class StdioServer:
     a thread. Responses are kept by id (a list: a duplicate answer shows); responses with
     ``"id": null`` separately; server-to-client requests are answered with null."""
 
-    def __init__(self, model: Path, workspace: Path, options: dict | None = None,
-                 stderr_path: Path | None = None) -> None:
+    def __init__(
+        self, model: Path, workspace: Path, options: dict | None = None, stderr_path: Path | None = None
+    ) -> None:
         self.model, self.workspace = Path(model), Path(workspace)
         self.options = options or {}
         self.stderr_path = stderr_path or Path(tempfile.mkstemp(prefix="codespec-stdio-", suffix=".log")[1])
@@ -175,11 +177,24 @@ class StdioServer:
 
     # ---- session ------------------------------------------------------------------------------
     def initialize(self, timeout: float = 180) -> dict:
-        options = {"model": str(self.model), "device": "cpu", "debounceMs": 10,
-                   "index": {"path": str(self.workspace / ".codespec" / "index.db")}, **self.options}
-        result = self.request("initialize", {"processId": None, "rootUri": self.workspace.as_uri(),
-                                             "capabilities": {}, "initializationOptions": options},
-                              msg_id="initialize", timeout=timeout)
+        options = {
+            "model": str(self.model),
+            "device": "cpu",
+            "debounceMs": 10,
+            "index": {"path": str(self.workspace / ".codespec" / "index.db")},
+            **self.options,
+        }
+        result = self.request(
+            "initialize",
+            {
+                "processId": None,
+                "rootUri": self.workspace.as_uri(),
+                "capabilities": {},
+                "initializationOptions": options,
+            },
+            msg_id="initialize",
+            timeout=timeout,
+        )
         self.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
         return result
 
@@ -239,8 +254,26 @@ class LspState:
         return msg_id
 
 
-WEIRD_VALUES: list[Any] = [None, True, -1, 0, 2**31, 2**63, -2**40, 1.5, float("inf"), "", "x", "\ud800", [], {},
-                           [1, 2], {"a": 1}, "😀" * 3, "a" * 300]
+WEIRD_VALUES: list[Any] = [
+    None,
+    True,
+    -1,
+    0,
+    2**31,
+    2**63,
+    -(2**40),
+    1.5,
+    float("inf"),
+    "",
+    "x",
+    "\ud800",
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+    "😀" * 3,
+    "a" * 300,
+]
 
 
 def weird_value(rng, big: bool = True) -> Any:
@@ -262,8 +295,23 @@ def nested(depth: int) -> Any:
 
 
 def random_text(rng, size: int) -> str:
-    pieces = ["def f(x):\n", "    return x + 1\n", "\n", "class A:\n    pass\n", "é", "😀", "\t", "\r\n", "中文",
-              "x = 1  # note\n", "\x00", "\u2028", "'''", "\\", SURROGATE_TEXT]
+    pieces = [
+        "def f(x):\n",
+        "    return x + 1\n",
+        "\n",
+        "class A:\n    pass\n",
+        "é",
+        "😀",
+        "\t",
+        "\r\n",
+        "中文",
+        "x = 1  # note\n",
+        "\x00",
+        "\u2028",
+        "'''",
+        "\\",
+        SURROGATE_TEXT,
+    ]
     out, length = [], 0
     while length < size:
         piece = rng.choice(pieces)
@@ -294,7 +342,7 @@ def mutate(rng, value: Any) -> Any:
             out[key] = mutate(rng, value[key])
         return out
     index = rng.randrange(len(value))
-    return [*value[:index], mutate(rng, value[index]), *value[index + 1:]]
+    return [*value[:index], mutate(rng, value[index]), *value[index + 1 :]]
 
 
 def lsp_request(rng, state: LspState) -> tuple[str, Any]:
@@ -305,12 +353,21 @@ def lsp_request(rng, state: LspState) -> tuple[str, Any]:
         ("textDocument/inlineCompletion", {**at, "context": {"triggerKind": rng.choice([1, 2])}}),
         ("textDocument/completion", at),
         ("codespec/stats", {}),
-        ("codespec/edit", {"textDocument": {"uri": uri}, "range": {"start": position(rng, text),
-                                                                   "end": position(rng, text)},
-                           "instruction": rng.choice([None, "rename x", "é" * 20])}),
-        ("workspace/executeCommand", {"command": rng.choice(["codespec.accepted", "codespec.clearHistory",
-                                                             "codespec.nothing"]),
-                                      "arguments": rng.choice([[uri, "x = 1"], [], [1, 2, 3], None])}),
+        (
+            "codespec/edit",
+            {
+                "textDocument": {"uri": uri},
+                "range": {"start": position(rng, text), "end": position(rng, text)},
+                "instruction": rng.choice([None, "rename x", "é" * 20]),
+            },
+        ),
+        (
+            "workspace/executeCommand",
+            {
+                "command": rng.choice(["codespec.accepted", "codespec.clearHistory", "codespec.nothing"]),
+                "arguments": rng.choice([[uri, "x = 1"], [], [1, 2, 3], None]),
+            },
+        ),
         ("textDocument/hover", at),
         ("no/such/method", {"x": 1}),
     ]
@@ -324,7 +381,9 @@ def lsp_notification(rng, state: LspState) -> tuple[str, Any]:
         size = rng.choice([0, 50, 400, 3000, 3000, 300_000])
         text = random_text(rng, size)
         state.documents[uri] = text
-        return "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}
+        return "textDocument/didOpen", {
+            "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}
+        }
     text = state.documents[uri]
     if roll < 0.65:
         start, end = position(rng, text), position(rng, text)
@@ -332,8 +391,10 @@ def lsp_notification(rng, state: LspState) -> tuple[str, Any]:
         if rng.random() < 0.2:
             change = {"text": random_text(rng, 200)}
             state.documents[uri] = change["text"]
-        return "textDocument/didChange", {"textDocument": {"uri": uri, "version": rng.randrange(100)},
-                                          "contentChanges": [change]}
+        return "textDocument/didChange", {
+            "textDocument": {"uri": uri, "version": rng.randrange(100)},
+            "contentChanges": [change],
+        }
     if roll < 0.72:
         state.documents.pop(uri, None)
         return "textDocument/didClose", {"textDocument": {"uri": uri}}
@@ -344,8 +405,20 @@ def lsp_notification(rng, state: LspState) -> tuple[str, Any]:
     return rng.choice([("$/setTrace", {"value": "off"}), ("no/such/notification", {}), ("$/unknown", None)])
 
 
-FRAME_FAULTS = ["lowercase", "lf", "non-numeric", "negative", "missing", "no-colon", "bare", "too-small",
-                "too-large", "huge", "garbage", "flip"]
+FRAME_FAULTS = [
+    "lowercase",
+    "lf",
+    "non-numeric",
+    "negative",
+    "missing",
+    "no-colon",
+    "bare",
+    "too-small",
+    "too-large",
+    "huge",
+    "garbage",
+    "flip",
+]
 
 
 def lsp_message(rng, state: LspState) -> Send:
@@ -392,20 +465,27 @@ def lsp_message(rng, state: LspState) -> Send:
     if fault == "lf":
         return Send(frame(request, line_end=b"\n"), must=[msg_id], kind="frame:lf")
     if fault in ("non-numeric", "negative", "missing", "no-colon"):
-        header = {"non-numeric": b"Content-Length: abc\r\n", "negative": b"Content-Length: -%d\r\n" % len(body),
-                  "missing": b"Content-Type: application/vscode-jsonrpc\r\n",
-                  "no-colon": b"Content-Length %d\r\n" % len(body)}[fault]
+        header = {
+            "non-numeric": b"Content-Length: abc\r\n",
+            "negative": b"Content-Length: -%d\r\n" % len(body),
+            "missing": b"Content-Type: application/vscode-jsonrpc\r\n",
+            "no-colon": b"Content-Length %d\r\n" % len(body),
+        }[fault]
         return Send(header + b"\r\n" + body, must=[msg_id], kind=f"frame:{fault}")
     if fault == "bare":
         return Send(body, must=[msg_id], kind="frame:bare")
     if fault == "too-small":
         return Send(b"Content-Length: %d\r\n\r\n" % (len(body) // 2) + body, may=[msg_id], kind="frame:too-small")
     if fault == "too-large":
-        return Send(b"Content-Length: %d\r\n\r\n" % (len(body) + rng.choice([1, 30, 5000])) + body, must=[msg_id],
-                    kind="frame:too-large")
+        return Send(
+            b"Content-Length: %d\r\n\r\n" % (len(body) + rng.choice([1, 30, 5000])) + body,
+            must=[msg_id],
+            kind="frame:too-large",
+        )
     if fault == "huge":
-        return Send(b"Content-Length: %d\r\n\r\n" % rng.choice([10**12, 2**40, 10**30]) + body, must=[msg_id],
-                    kind="frame:huge")
+        return Send(
+            b"Content-Length: %d\r\n\r\n" % rng.choice([10**12, 2**40, 10**30]) + body, must=[msg_id], kind="frame:huge"
+        )
     if fault == "garbage":
         junk = bytes(rng.getrandbits(8) for _ in range(rng.choice([1, 20, 300])))
         return Send(junk.replace(b"\n", b" ") + b"\r\n", kind="frame:garbage")
@@ -450,7 +530,8 @@ class Tally:
 
     def as_dict(self) -> dict:
         return {key: value for key, value in self.__dict__.items() if key not in ("failures", "pending")} | {
-            "failures": self.failures[:20]}
+            "failures": self.failures[:20]
+        }
 
 
 def settle(server: StdioServer, tally: Tally, timeout: float) -> None:
@@ -505,8 +586,15 @@ def check_lsp_batch(server: StdioServer, sends: list[Send], tally: Tally, answer
         tally.crashes += 1
 
 
-def soak_stdio(model: Path, messages: int, seed: int, batch: int = 20, answer_timeout: float = 120,
-               workspace: Path | None = None, log=print) -> Tally:
+def soak_stdio(
+    model: Path,
+    messages: int,
+    seed: int,
+    batch: int = 20,
+    answer_timeout: float = 120,
+    workspace: Path | None = None,
+    log=print,
+) -> Tally:
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="codespec-soak-") as temporary:
         root = Path(workspace or temporary)
@@ -519,10 +607,11 @@ def soak_stdio(model: Path, messages: int, seed: int, batch: int = 20, answer_ti
             tally.first_rss_mb = server.memory().get("VmRSS", 0.0)
             state = LspState([(root / f"doc{i}.py").as_uri() for i in range(6)])
             while tally.sent < messages and server.alive:
-                check_lsp_batch(server, lsp_batch(rng, state, min(batch, messages - tally.sent)), tally,
-                                answer_timeout)
+                check_lsp_batch(server, lsp_batch(rng, state, min(batch, messages - tally.sent)), tally, answer_timeout)
                 if tally.batches % 25 == 0:
-                    log(f"stdio: {tally.sent} messages, {tally.unanswered} unanswered, peak {tally.peak_rss_mb:.0f} MiB")
+                    log(
+                        f"stdio: {tally.sent} messages, {tally.unanswered} unanswered, peak {tally.peak_rss_mb:.0f} MiB"
+                    )
             settle(server, tally, answer_timeout)
         finally:
             tally.elapsed_s = time.monotonic() - started
@@ -532,23 +621,40 @@ def soak_stdio(model: Path, messages: int, seed: int, batch: int = 20, answer_ti
         return tally
 
 
-SOAK_LSP_OPTIONS = {"limits": {"lineTokens": 8, "blockTokens": 12, "editTokens": 16, "deadlineMs": 20_000},
-                    "maxDocumentBytes": 256_000}
+SOAK_LSP_OPTIONS = {
+    "limits": {"lineTokens": 8, "blockTokens": 12, "editTokens": 16, "deadlineMs": 20_000},
+    "maxDocumentBytes": 256_000,
+}
 
 
 # ---- websocket ------------------------------------------------------------------------------
 class WsServer:
     """`codespec serve --ws` as a subprocess (its port read from stderr)."""
 
-    def __init__(self, model: Path, token: str = "soak-token", max_message_bytes: int = 1 << 20,
-                 stderr_path: Path | None = None) -> None:
+    def __init__(
+        self, model: Path, token: str = "soak-token", max_message_bytes: int = 1 << 20, stderr_path: Path | None = None
+    ) -> None:
         self.token = token
         self.stderr_path = stderr_path or Path(tempfile.mkstemp(prefix="codespec-ws-", suffix=".log")[1])
         self._stderr = open(self.stderr_path, "wb")
         self.process = subprocess.Popen(
-            [*SERVE, "--ws", "--port", "0", "--token", token, "--model", str(model), "--device", "cpu",
-             "--max-message-bytes", str(max_message_bytes)],
-            stdout=subprocess.DEVNULL, stderr=self._stderr)
+            [
+                *SERVE,
+                "--ws",
+                "--port",
+                "0",
+                "--token",
+                token,
+                "--model",
+                str(model),
+                "--device",
+                "cpu",
+                "--max-message-bytes",
+                str(max_message_bytes),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+        )
         self.url = self._wait_for_port()
 
     def _wait_for_port(self, timeout: float = 180) -> str:
@@ -594,9 +700,11 @@ def ws_message(rng, counter: list[int], max_message_bytes: int) -> WsSend:
     if roll < 0.55:
         kind = rng.choice(["complete", "complete", "edit", "stats"])
         if kind == "complete":
-            body: dict[str, Any] = ({"prefix": random_text(rng, rng.choice([5, 80, 900])), "suffix": "\n"}
-                                    if rng.random() < 0.6 else
-                                    {"document": (text := random_text(rng, 200)), "position": position(rng, text)})
+            body: dict[str, Any] = (
+                {"prefix": random_text(rng, rng.choice([5, 80, 900])), "suffix": "\n"}
+                if rng.random() < 0.6
+                else {"document": (text := random_text(rng, 200)), "position": position(rng, text)}
+            )
             body.update(rng.choice([{}, {"max_tokens": 4}, {"stop": ["\n"]}, {"temperature": 0.5, "max_tokens": 3}]))
         elif kind == "edit":
             body = {"text": random_text(rng, rng.choice([10, 60])), "max_tokens": 6}
@@ -610,29 +718,45 @@ def ws_message(rng, counter: list[int], max_message_bytes: int) -> WsSend:
         return WsSend(json.dumps(message), msg_id, kind)
     if roll < 0.65:
         return WsSend(json.dumps({"type": "cancel", "id": rng.choice([msg_id, counter[0] - 1, "nope"])}), kind="cancel")
-    fault = rng.choice(["surrogate", "oversize", "not-json", "deep", "unknown-type", "no-id", "big-int", "array",
-                        "wrong-type"])
+    fault = rng.choice(
+        ["surrogate", "oversize", "not-json", "deep", "unknown-type", "no-id", "big-int", "array", "wrong-type"]
+    )
     if fault == "surrogate":
         return WsSend(json.dumps({"type": "complete", "id": msg_id, "prefix": SURROGATE_TEXT}), msg_id, fault)
     if fault == "oversize":
-        return WsSend(json.dumps({"type": "complete", "id": msg_id, "prefix": "x" * (max_message_bytes + 10)}),
-                      msg_id, fault)
+        return WsSend(
+            json.dumps({"type": "complete", "id": msg_id, "prefix": "x" * (max_message_bytes + 10)}), msg_id, fault
+        )
     if fault == "not-json":
         return WsSend('{"type": "complete", "id": ' + json.dumps(msg_id) + ', "prefix": "x"', msg_id, fault)
     if fault == "deep":
-        return WsSend('{"type": "complete", "id": ' + json.dumps(msg_id) + ', "x": ' + "[" * 3000 + "]" * 3000 + "}",
-                      msg_id, fault)
+        return WsSend(
+            '{"type": "complete", "id": ' + json.dumps(msg_id) + ', "x": ' + "[" * 3000 + "]" * 3000 + "}",
+            msg_id,
+            fault,
+        )
     if fault == "unknown-type":
         return WsSend(json.dumps({"type": "teleport", "id": msg_id}), msg_id, fault)
     if fault == "no-id":
         return WsSend(json.dumps({"type": "complete", "prefix": "x"}), kind=fault)
     if fault == "big-int":
-        return WsSend('{"type": "complete", "id": ' + json.dumps(msg_id) + ', "max_tokens": 1' + "0" * 5000 + "}",
-                      msg_id, fault)
+        return WsSend(
+            '{"type": "complete", "id": ' + json.dumps(msg_id) + ', "max_tokens": 1' + "0" * 5000 + "}", msg_id, fault
+        )
     if fault == "array":
         return WsSend("[1, 2, 3]", kind=fault)
-    return WsSend(json.dumps({"type": "complete", "id": msg_id, "prefix": rng.choice([5, None, [1]]),
-                              "max_tokens": rng.choice([0, -1, "x", 10**9])}), msg_id, fault)
+    return WsSend(
+        json.dumps(
+            {
+                "type": "complete",
+                "id": msg_id,
+                "prefix": rng.choice([5, None, [1]]),
+                "max_tokens": rng.choice([0, -1, "x", 10**9]),
+            }
+        ),
+        msg_id,
+        fault,
+    )
 
 
 FINAL_TYPES = {"done", "cancelled", "error", "stats"}
@@ -668,8 +792,9 @@ async def ws_connection(url: str, token: str, sends: list[WsSend], answer_timeou
     return finals, received
 
 
-def soak_ws(model: Path, messages: int, seed: int, batch: int = 12, connections: int = 2,
-            answer_timeout: float = 120, log=print) -> Tally:
+def soak_ws(
+    model: Path, messages: int, seed: int, batch: int = 12, connections: int = 2, answer_timeout: float = 120, log=print
+) -> Tally:
     import asyncio
 
     rng = random.Random(seed)
@@ -725,13 +850,17 @@ async def _gather(server: WsServer, plans, answer_timeout: float):
 # ---- report ---------------------------------------------------------------------------------
 def report_rows(name: str, tally: Tally) -> str:
     codes = ", ".join(f"{code} {count}" for code, count in sorted(tally.errors.items(), key=lambda kv: -kv[1]))
-    return (f"| {name} | {tally.sent} | {tally.owed} | {tally.crashes} | {tally.hangs} | {tally.unanswered} | "
-            f"{tally.duplicates} | {tally.internal} | {tally.first_rss_mb:.0f} | {tally.peak_rss_mb:.0f} | {tally.elapsed_s:.0f} | {codes} |")
+    return (
+        f"| {name} | {tally.sent} | {tally.owed} | {tally.crashes} | {tally.hangs} | {tally.unanswered} | "
+        f"{tally.duplicates} | {tally.internal} | {tally.first_rss_mb:.0f} | {tally.peak_rss_mb:.0f} | {tally.elapsed_s:.0f} | {codes} |"
+    )
 
 
-HEADER = ("| transport | messages | answers owed | crashes | hangs | unanswered | duplicates | internal errors "
-          "| RSS after start, MiB | peak RSS, MiB | seconds | answers by code |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| transport | messages | answers owed | crashes | hangs | unanswered | duplicates | internal errors "
+    "| RSS after start, MiB | peak RSS, MiB | seconds | answers by code |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -740,18 +869,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=10_000, help="per transport")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", type=Path, default=None, help="model directory (default: a tiny random model)")
-    parser.add_argument("--answer-timeout", type=float, default=120.0,
-                        help="seconds after a batch by which every owed answer must have come")
+    parser.add_argument(
+        "--answer-timeout",
+        type=float,
+        default=120.0,
+        help="seconds after a batch by which every owed answer must have come",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
     args = parser.parse_args(argv)
     model = args.model or tiny_model(Path(tempfile.gettempdir()) / "codespec-soak-model")
     results = {}
     if args.transport in ("stdio", "both"):
-        results["stdio"] = soak_stdio(model, args.messages, args.seed, answer_timeout=args.answer_timeout,
-                                      log=lambda line: print(line, file=sys.stderr, flush=True))
+        results["stdio"] = soak_stdio(
+            model,
+            args.messages,
+            args.seed,
+            answer_timeout=args.answer_timeout,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+        )
     if args.transport in ("ws", "both"):
-        results["websocket"] = soak_ws(model, args.messages, args.seed, answer_timeout=args.answer_timeout,
-                                       log=lambda line: print(line, file=sys.stderr, flush=True))
+        results["websocket"] = soak_ws(
+            model,
+            args.messages,
+            args.seed,
+            answer_timeout=args.answer_timeout,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+        )
     print(HEADER)
     for name, tally in results.items():
         print(report_rows(name, tally))

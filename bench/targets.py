@@ -60,15 +60,18 @@ def check(target: Target, report: dict) -> dict | None:
 def targets_table(reports: list[dict]) -> str:
     """One row per target: the first report that covers it, and the range over every report that
     does (repeated runs of the same command show how stable a verdict is)."""
-    lines = ["| target | measured: aggregate tok/s ratio | per-request medians (x greedy) ratio | equivalence | met |",
-             "|---|---:|---:|---:|:---:|"]
+    lines = [
+        "| target | measured: aggregate tok/s ratio | per-request medians (x greedy) ratio | equivalence | met |",
+        "|---|---:|---:|---:|:---:|",
+    ]
     for target in TARGETS:
         found = [result for report in reports if (result := check(target, report)) is not None]
         if target.report_only:
             name = f"{target.workload} ({target.mode}): `{target.config}` against `{target.versus}` (reported)"
         else:
-            name = (f"{target.workload} ({target.mode}): `{target.config}` >= {target.ratio:g}x `{target.versus}`"
-                    + (" with 100% equivalence" if target.needs_equivalence else ""))
+            name = f"{target.workload} ({target.mode}): `{target.config}` >= {target.ratio:g}x `{target.versus}`" + (
+                " with 100% equivalence" if target.needs_equivalence else ""
+            )
         if not found:
             lines.append(f"| {name} | not run | - | - | - |")
             continue
@@ -102,7 +105,7 @@ def main(argv: list[str]) -> int:
     note = None
     if "--note" in argv:
         at = argv.index("--note")
-        note, argv = argv[at + 1], argv[:at] + argv[at + 2:]
+        note, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2

@@ -58,8 +58,10 @@ def render(request: Prompt, renderer: PromptRenderer | None) -> str:
 
 def render_cases(cases: Sequence[BenchCase], renderer: PromptRenderer) -> list[BenchCase]:
     """The cases with their prompts rendered by ``renderer`` (a target's format and chat template)."""
-    return [case if case.request is None else dataclasses.replace(case, prompt=render(case.request, renderer))
-            for case in cases]
+    return [
+        case if case.request is None else dataclasses.replace(case, prompt=render(case.request, renderer))
+        for case in cases
+    ]
 
 
 def window_edit(before: str, after: str, max_chars: int | None, context_lines: int = 6) -> tuple[str, str]:
@@ -74,7 +76,7 @@ def window_edit(before: str, after: str, max_chars: int | None, context_lines: i
         start = max(0, min(c[0] for c in changed) - context_lines)
         shift = changed[0][2] - changed[0][0]  # new-line offset where the first change begins
         old = old[start:]
-        new = new[max(0, start + shift):]
+        new = new[max(0, start + shift) :]
     return _head(old, max_chars), _head(new, max_chars)
 
 
@@ -84,7 +86,7 @@ def window_completion(prefix: str, suffix: str, max_chars: int | None) -> tuple[
         return prefix, suffix
     if len(prefix) > max_chars:
         cut = prefix.find("\n", len(prefix) - max_chars)
-        prefix = prefix[cut + 1:] if cut != -1 else prefix[-max_chars:]
+        prefix = prefix[cut + 1 :] if cut != -1 else prefix[-max_chars:]
     return prefix, suffix[: max(max_chars // 4, 1)]
 
 
@@ -98,16 +100,29 @@ def _head(lines: list[str], max_chars: int) -> str:
     return "".join(kept)
 
 
-def case_from_record(record: dict, workload: str, where: str, max_chars: int | None = None,
-                     renderer: PromptRenderer | None = None) -> BenchCase:
+def case_from_record(
+    record: dict, workload: str, where: str, max_chars: int | None = None, renderer: PromptRenderer | None = None
+) -> BenchCase:
     record_id = str(record.get("id", where))
     if "before" in record or "after" in record:
         before, after = text_field(record, "before", where), text_field(record, "after", where)
         instruction = record.get("instruction") if isinstance(record.get("instruction"), str) else None
         before, after = window_edit(before, after, max_chars)
         rewrite = Rewrite(before, instruction)
-        return BenchCase(record_id, workload, "edit", render(rewrite, renderer), after, before, 0,
-                         f"edit:{record_id}", before, 0, instruction, request=rewrite)
+        return BenchCase(
+            record_id,
+            workload,
+            "edit",
+            render(rewrite, renderer),
+            after,
+            before,
+            0,
+            f"edit:{record_id}",
+            before,
+            0,
+            instruction,
+            request=rewrite,
+        )
     if "prefix" in record or "target" in record:
         prefix, target = text_field(record, "prefix", where), text_field(record, "target", where)
         suffix = record.get("suffix", "")
@@ -116,17 +131,36 @@ def case_from_record(record: dict, workload: str, where: str, max_chars: int | N
         prefix, suffix = window_completion(prefix, suffix, max_chars)
         uri = str(record.get("path") or f"completion:{record_id}")
         fim = Fim(prefix, suffix)
-        return BenchCase(record_id, workload, "completion", render(fim, renderer), target, prefix + suffix,
-                         len(prefix), uri, prefix + suffix, len(prefix), prefix=prefix, suffix=suffix, request=fim)
+        return BenchCase(
+            record_id,
+            workload,
+            "completion",
+            render(fim, renderer),
+            target,
+            prefix + suffix,
+            len(prefix),
+            uri,
+            prefix + suffix,
+            len(prefix),
+            prefix=prefix,
+            suffix=suffix,
+            request=fim,
+        )
     raise CodespecError(f"{where}: neither an edit record (before/after) nor a completion record (prefix/target)")
 
 
 CHARS_PER_TOKEN = 3.5  # rough, for budgeting only (code under a 4k byte-level BPE)
 
 
-def load_cases(path: Path, max_records: int | None = None, max_chars: int | None = None,
-               stride: int = 1, token_budget: int | None = None, max_new_tokens: int | None = None,
-               renderer: PromptRenderer | None = None) -> list[BenchCase]:
+def load_cases(
+    path: Path,
+    max_records: int | None = None,
+    max_chars: int | None = None,
+    stride: int = 1,
+    token_budget: int | None = None,
+    max_new_tokens: int | None = None,
+    renderer: PromptRenderer | None = None,
+) -> list[BenchCase]:
     """Every ``stride``-th record (a spread-out subsample), at most ``max_records`` of them, and
     (``token_budget``) only until their estimated output tokens add up to the budget: a profile
     then takes a few long edits or many short completions in about the same time. ``renderer``:
@@ -134,7 +168,7 @@ def load_cases(path: Path, max_records: int | None = None, max_chars: int | None
     from bench.sim_workload import read_jsonl
 
     records = read_jsonl(path)
-    picked = list(enumerate(records, 1))[::max(stride, 1)]
+    picked = list(enumerate(records, 1))[:: max(stride, 1)]
     cases, spent = [], 0.0
     for number, record in picked:
         case = case_from_record(record, path.stem, f"{path} record {number}", max_chars, renderer)

@@ -38,31 +38,62 @@ def default_model_path() -> str:
 
 def add_generate(subparsers) -> None:
     parser = subparsers.add_parser("generate", help="generate text from a prompt with speculative decoding")
-    parser.add_argument("--model", default=default_model_path(),
-                        help="local model directory or cached hub id (default: the shipped model)")
+    parser.add_argument(
+        "--model",
+        default=default_model_path(),
+        help="local model directory or cached hub id (default: the shipped model)",
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text")
     source.add_argument("--prompt-file", type=Path, help="read the prompt from this file")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--proposer", default="context",
-                        help="none (plain decoding, the baseline), context, or any installed proposer: "
-                             + ", ".join(available_proposers()) + " (auto: a policy picks among the others "
-                             "and the draft length per step)")
-    parser.add_argument("--draft-len", type=int, default=None,
-                        help="K: most draft tokens verified per forward (default 8; 64 for auto, whose policy sizes drafts)")
-    parser.add_argument("--draft-model", default=None,
-                        help="draft model directory for --proposer draft/auto (same tokenizer; default: the shipped draft)")
-    parser.add_argument("--reference-file", type=Path, default=None,
-                        help="text the output is expected to largely copy (a region being rewritten, a "
-                             "predicted output): drafted by --proposer reference and auto")
-    parser.add_argument("--workspace", type=Path, action="append", default=[],
-                        help="directory to index for --proposer index and auto (repeatable; in memory, "
-                             ".gitignore respected, .venv / node_modules / __pycache__ left out)")
-    parser.add_argument("--exit-layer", type=int, default=None,
-                        help="early exit: draft with the target's first E layers (default: a quarter of the depth)")
-    parser.add_argument("--draft-min-confidence", type=float, default=None,
-                        help="draft model / early exit: stop drafting when the drafter's top probability falls "
-                             "below this (default 0.4, as transformers' assisted generation; 0 = full length)")
+    parser.add_argument(
+        "--proposer",
+        default="context",
+        help="none (plain decoding, the baseline), context, or any installed proposer: "
+        + ", ".join(available_proposers())
+        + " (auto: a policy picks among the others "
+        "and the draft length per step)",
+    )
+    parser.add_argument(
+        "--draft-len",
+        type=int,
+        default=None,
+        help="K: most draft tokens verified per forward (default 8; 64 for auto, whose policy sizes drafts)",
+    )
+    parser.add_argument(
+        "--draft-model",
+        default=None,
+        help="draft model directory for --proposer draft/auto (same tokenizer; default: the shipped draft)",
+    )
+    parser.add_argument(
+        "--reference-file",
+        type=Path,
+        default=None,
+        help="text the output is expected to largely copy (a region being rewritten, a "
+        "predicted output): drafted by --proposer reference and auto",
+    )
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        action="append",
+        default=[],
+        help="directory to index for --proposer index and auto (repeatable; in memory, "
+        ".gitignore respected, .venv / node_modules / __pycache__ left out)",
+    )
+    parser.add_argument(
+        "--exit-layer",
+        type=int,
+        default=None,
+        help="early exit: draft with the target's first E layers (default: a quarter of the depth)",
+    )
+    parser.add_argument(
+        "--draft-min-confidence",
+        type=float,
+        default=None,
+        help="draft model / early exit: stop drafting when the drafter's top probability falls "
+        "below this (default 0.4, as transformers' assisted generation; 0 = full length)",
+    )
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0)
@@ -86,8 +117,9 @@ def run_generate(args) -> int:
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
     draft_len = args.draft_len if args.draft_len is not None else (64 if args.proposer == "auto" else 8)
     limits = GenerationLimits(args.max_new_tokens, tuple(args.stop), max_draft_len=draft_len)
-    target = TargetModel.load(args.model, device=args.device, dtype=args.dtype,
-                              trust_remote_code=args.trust_remote_code)
+    target = TargetModel.load(
+        args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code
+    )
     options = {}
     if args.draft_model:
         options["draft_model"] = args.draft_model
@@ -113,8 +145,16 @@ def run_generate(args) -> int:
     assert finished is not None, "generate always ends with Finished"
     stats = finished.stats.summary()
     if args.json:
-        print(json.dumps({"text": finished.text, "token_ids": list(finished.token_ids),
-                          "finish_reason": finished.reason, "stats": json_safe(stats)}))
+        print(
+            json.dumps(
+                {
+                    "text": finished.text,
+                    "token_ids": list(finished.token_ids),
+                    "finish_reason": finished.reason,
+                    "stats": json_safe(stats),
+                }
+            )
+        )
     else:
         sys.stdout.write("\n")
         print(describe_stats(stats, args.proposer), file=sys.stderr)
@@ -135,8 +175,11 @@ def index_roots(target, roots: list[Path]):
 
     workspace = WorkspaceIndex(target.tokenizer, None)
     report = workspace.index_workspace(list(roots), DEFAULT_EXCLUDE)
-    print(f"[index] {report.files} files, {report.tokens} tokens in {report.seconds:.2f} s"
-          f"{f', {len(report.skipped)} skipped' if report.skipped else ''}", file=sys.stderr)
+    print(
+        f"[index] {report.files} files, {report.tokens} tokens in {report.seconds:.2f} s"
+        f"{f', {len(report.skipped)} skipped' if report.skipped else ''}",
+        file=sys.stderr,
+    )
     return workspace
 
 
@@ -159,8 +202,10 @@ def describe_stats(stats: dict, proposer: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="codespec", description="Code completion and edits with lookup-drafted speculative decoding "
-                                     "(output identical to plain decoding of the target).")
+        prog="codespec",
+        description="Code completion and edits with lookup-drafted speculative decoding "
+        "(output identical to plain decoding of the target).",
+    )
     subparsers = parser.add_subparsers(dest="command", required=True)
     add_generate(subparsers)
     for name, (module, function) in sorted(COMMANDS.items()):
@@ -168,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
             add_parser = getattr(import_command_module(module), function)
         except ImportError as error:  # training/ outside a source checkout
             subparsers.add_parser(name, help=f"(unavailable: {error})").set_defaults(
-                run=lambda _args, name=name, error=error: _unavailable(name, error))
+                run=lambda _args, name=name, error=error: _unavailable(name, error)
+            )
             continue
         add_parser(subparsers)
     return parser

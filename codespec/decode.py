@@ -105,7 +105,7 @@ def generate(
             proposed = time.perf_counter()
 
             # 2. One target forward over the uncached tokens plus the draft: K+1 scored positions.
-            uncached = sequence[len(cache):]
+            uncached = sequence[len(cache) :]
             target_logits = target.forward([*uncached, *draft.token_ids], cache, keep_last=len(draft) + 1)
 
             # 3. Accept a prefix; emit the recovered or bonus token.
@@ -131,8 +131,9 @@ def generate(
                     break
                 # Checked token by token, like EOS and stop strings, so the cut is the same with or
                 # without drafts.
-                if limits.stop_repeats and repeating_tail([*output[-REPEAT_MAX_PERIOD * limits.stop_repeats:], *kept],
-                                                          limits.stop_repeats):
+                if limits.stop_repeats and repeating_tail(
+                    [*output[-REPEAT_MAX_PERIOD * limits.stop_repeats :], *kept], limits.stop_repeats
+                ):
                     reason = "repetition"
                     break
             sequence.extend(kept)
@@ -142,16 +143,24 @@ def generate(
 
             # 6. Record, feed back.
             now = time.perf_counter()
-            step = StepRecord(draft.proposer if len(draft) else "", len(draft), verdict.accepted,
-                              len(kept), proposed - step_start, verified - proposed, now - start)
+            step = StepRecord(
+                draft.proposer if len(draft) else "",
+                len(draft),
+                verdict.accepted,
+                len(kept),
+                proposed - step_start,
+                verified - proposed,
+                now - start,
+            )
             stats.steps.append(step)
             if first_token_s is None:
                 first_token_s = now
             else:
                 stats.token_gaps_s.append(now - last_emit_s)
             last_emit_s = now
-            proposer.observe(Outcome(draft, verdict.accepted, tuple(kept), len(sequence),
-                                     step.proposal_s, step.verify_s))
+            proposer.observe(
+                Outcome(draft, verdict.accepted, tuple(kept), len(sequence), step.proposal_s, step.verify_s)
+            )
             yield StepEvent(step, tuple(kept))
             if reason is None and len(output) >= limits.max_new_tokens:
                 reason = "length"

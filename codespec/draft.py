@@ -50,9 +50,7 @@ class Draft:
 
     def __post_init__(self) -> None:
         if self.draft_probs is not None and self.draft_probs.shape[0] != len(self.token_ids):
-            raise ValueError(
-                f"draft_probs has {self.draft_probs.shape[0]} rows for {len(self.token_ids)} draft tokens"
-            )
+            raise ValueError(f"draft_probs has {self.draft_probs.shape[0]} rows for {len(self.token_ids)} draft tokens")
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -108,14 +108,25 @@ class PromptFormat:
 
 
 FORMATS: dict[str, PromptFormat] = {
-    "qwen2.5-coder": PromptFormat("qwen2.5-coder", (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE),
-                                  (END_OF_TEXT, FILE_SEP, FIM_PAD, REPO_NAME, "<|im_end|>"), FILE_SEP),
-    "starcoder2": PromptFormat("starcoder2", ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
-                               ("<|endoftext|>", "<file_sep>", "<fim_pad>", "<repo_name>"), "<file_sep>"),
-    "deepseek-coder": PromptFormat("deepseek-coder", ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
-                                   ("<｜end▁of▁sentence｜>", "<|EOT|>"), bos=True),
-    "codellama": PromptFormat("codellama", ("▁<PRE>", "▁<SUF>", "▁<MID>"), ("▁<EOT>", "</s>"),
-                              bos=True, spaced=True),
+    "qwen2.5-coder": PromptFormat(
+        "qwen2.5-coder",
+        (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE),
+        (END_OF_TEXT, FILE_SEP, FIM_PAD, REPO_NAME, "<|im_end|>"),
+        FILE_SEP,
+    ),
+    "starcoder2": PromptFormat(
+        "starcoder2",
+        ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+        ("<|endoftext|>", "<file_sep>", "<fim_pad>", "<repo_name>"),
+        "<file_sep>",
+    ),
+    "deepseek-coder": PromptFormat(
+        "deepseek-coder",
+        ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
+        ("<｜end▁of▁sentence｜>", "<|EOT|>"),
+        bos=True,
+    ),
+    "codellama": PromptFormat("codellama", ("▁<PRE>", "▁<SUF>", "▁<MID>"), ("▁<EOT>", "</s>"), bos=True, spaced=True),
     "plain": PromptFormat("plain", None, ()),
 }
 FORMAT_NAMES = tuple(FORMATS)

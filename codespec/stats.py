@@ -106,9 +106,7 @@ class RequestStats:
             "tokens": self.tokens,
             "target_forwards": len(steps),
             "tokens_per_forward": self.tokens / len(steps) if steps else 0.0,
-            "mean_accepted_length": (
-                sum(step.accepted + 1 for step in drafted) / len(drafted) if drafted else 0.0
-            ),
+            "mean_accepted_length": (sum(step.accepted + 1 for step in drafted) / len(drafted) if drafted else 0.0),
             "coverage": len(drafted) / len(steps) if steps else 0.0,
             "acceptance_by_depth": [round(value, 4) for value in acceptance_by_depth(steps)],
             "drafted_tokens": self.drafted_tokens,

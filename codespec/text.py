@@ -17,8 +17,9 @@ _CONTEXT_TOKENS = 5  # tokens of left context decoded with each new token (leadi
 class TextStream:
     """Feed token ids one at a time; read back text that is safe to show."""
 
-    def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = (),
-                 context_ids: Sequence[int] = ()) -> None:
+    def __init__(
+        self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = (), context_ids: Sequence[int] = ()
+    ) -> None:
         self._decode = decode
         self._stop = tuple(stop)
         self._longest_stop = max((len(s) for s in self._stop), default=0)
@@ -34,12 +35,12 @@ class TextStream:
         if self.stopped:
             return ""
         self._ids.append(token_id)
-        prefix_text = self._decode(self._ids[self._prefix_offset:self._read_offset])
-        new_text = self._decode(self._ids[self._prefix_offset:])
+        prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
+        new_text = self._decode(self._ids[self._prefix_offset :])
         if len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd"):
             return ""  # an incomplete character: wait for the next token
         searched_from = max(0, len(self.text) - self._longest_stop + 1)
-        self.text += new_text[len(prefix_text):]
+        self.text += new_text[len(prefix_text) :]
         self._prefix_offset, self._read_offset = self._read_offset, len(self._ids)
         if self._stop:
             hits = [i for i in (self.text.find(s, searched_from) for s in self._stop) if i >= 0]
@@ -52,8 +53,8 @@ class TextStream:
     def flush(self) -> str:
         """At the end of a request: whatever was held back is final text now."""
         if not self.stopped and self._read_offset < len(self._ids):  # a trailing partial character
-            prefix_text = self._decode(self._ids[self._prefix_offset:self._read_offset])
-            self.text += self._decode(self._ids[self._prefix_offset:])[len(prefix_text):]
+            prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
+            self.text += self._decode(self._ids[self._prefix_offset :])[len(prefix_text) :]
             self._read_offset = len(self._ids)
         return self._take(len(self.text))
 
@@ -69,6 +70,6 @@ class TextStream:
 
     def _take(self, end: int) -> str:
         end = max(end, self._shown)
-        delta = self.text[self._shown:end]
+        delta = self.text[self._shown : end]
         self._shown = end
         return delta

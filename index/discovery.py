@@ -78,7 +78,7 @@ def _glob_regex(pattern: str) -> str:
             if close == -1:
                 out.append(re.escape(char))
             else:
-                body = pattern[i + 1:close]
+                body = pattern[i + 1 : close]
                 if body.startswith("!"):
                     body = "^" + body[1:]
                 out.append("[" + body.replace("\\", "\\\\") + "]")
@@ -133,7 +133,7 @@ class IgnoreMatcher:
             if base:
                 if not relative.startswith(base + "/"):
                     continue
-                local = relative[len(base) + 1:]
+                local = relative[len(base) + 1 :]
             else:
                 local = relative
             for rule in rules:
@@ -210,8 +210,9 @@ def _read_found(path: Path, max_file_bytes: int) -> Found | Skipped:
     return Found(path, path.absolute().as_uri(), text)
 
 
-def discover(roots: Sequence[Path], exclude: Sequence[str] = (), max_file_bytes: int = 1_000_000
-             ) -> Iterator[Found | Skipped]:
+def discover(
+    roots: Sequence[Path], exclude: Sequence[str] = (), max_file_bytes: int = 1_000_000
+) -> Iterator[Found | Skipped]:
     """Walk the roots in a stable order; yield each indexable file once with its text, or why not."""
     real_roots = [os.path.realpath(r) for r in roots]
     excluded = parse_rules(exclude)
@@ -225,8 +226,15 @@ def discover(roots: Sequence[Path], exclude: Sequence[str] = (), max_file_bytes:
             yield _read_found(path, max_file_bytes)
 
 
-def _walk(root: Path, real_root: str, real_roots: Sequence[str], excluded: Sequence[Rule], max_file_bytes: int,
-          seen: set[str], file_links: list[tuple[Path, str]]) -> Iterator[Found | Skipped]:
+def _walk(
+    root: Path,
+    real_root: str,
+    real_roots: Sequence[str],
+    excluded: Sequence[Rule],
+    max_file_bytes: int,
+    seen: set[str],
+    file_links: list[tuple[Path, str]],
+) -> Iterator[Found | Skipped]:
     """One root, depth first in name order. Its directories are never links, so a file's real
     path is its directory's real path plus its name (no ``realpath`` call per file)."""
     stack: list[tuple[Path, str, str, IgnoreMatcher]] = [(root, real_root, "", IgnoreMatcher(excluded))]

@@ -47,7 +47,7 @@ class HistoryBuffer:
     def append(self, token_ids: np.ndarray, entry: HistoryEntry) -> None:
         if not len(token_ids):
             return
-        token_ids = token_ids[-(self.max_tokens - 1):]
+        token_ids = token_ids[-(self.max_tokens - 1) :]
         self.entry_starts = np.append(self.entry_starts, len(self.tokens))
         self.tokens = np.concatenate([self.tokens, token_ids, np.array([self.sep], dtype=self.tokens.dtype)])
         self.entries.append(entry)
@@ -64,16 +64,18 @@ class HistoryBuffer:
     def records(self) -> list[HistoryRecord]:
         """Every kept entry, oldest first."""
         ends = np.append(self.entry_starts[1:], len(self.tokens)) - 1  # each entry's separator
-        return [HistoryRecord(self.kind, entry.uri, entry.time, tuple(self.tokens[start:end].tolist()))
-                for entry, start, end in zip(self.entries, self.entry_starts.tolist(), ends.tolist())]
+        return [
+            HistoryRecord(self.kind, entry.uri, entry.time, tuple(self.tokens[start:end].tolist()))
+            for entry, start, end in zip(self.entries, self.entry_starts.tolist(), ends.tolist())
+        ]
 
     def entry_at(self, position: int) -> HistoryEntry:
         return self.entries[int(np.searchsorted(self.entry_starts, position, side="right")) - 1]
 
     def continuation(self, position: int, max_len: int) -> tuple[int, ...]:
-        window = self.tokens[position:position + max_len]
+        window = self.tokens[position : position + max_len]
         stop = np.flatnonzero(window == self.sep)
-        return tuple(window[:stop[0] if len(stop) else len(window)].tolist())
+        return tuple(window[: stop[0] if len(stop) else len(window)].tolist())
 
     def check(self) -> None:
         if len(self.entries) != len(self.entry_starts):

@@ -76,9 +76,18 @@ class Level:
 
 
 class LevelSet:
-    def __init__(self, adapter: TokenizerAdapter, max_ngram: int, min_ngram: int, trie_depth: int,
-                 overlay_tokens: int, db: WriteBehindDB | None, hot_documents: int = HOT_DOCUMENTS,
-                 lock: threading.RLock | None = None, background_tokens: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        adapter: TokenizerAdapter,
+        max_ngram: int,
+        min_ngram: int,
+        trie_depth: int,
+        overlay_tokens: int,
+        db: WriteBehindDB | None,
+        hot_documents: int = HOT_DOCUMENTS,
+        lock: threading.RLock | None = None,
+        background_tokens: int = 1 << 20,
+    ) -> None:
         self.adapter, self.max_ngram, self.min_ngram = adapter, max_ngram, min_ngram
         self.hot_documents = hot_documents
         self.lock = lock if lock is not None else threading.RLock()  # the index's lock
@@ -145,25 +154,40 @@ class LevelSet:
         index_dtype = np.int32 if sum(len(d.tokens) + 1 for d in docs) < 2**31 else np.int64
         return self.db.load_table(fingerprint, index_dtype)
 
-    def build(self, docs: Sequence[Doc], stored, arrays: Sequence[np.ndarray] | None = None
-              ) -> tuple[NgramTable, bool]:
+    def build(self, docs: Sequence[Doc], stored, arrays: Sequence[np.ndarray] | None = None) -> tuple[NgramTable, bool]:
         arrays = [d.tokens for d in docs] if arrays is None else arrays
         if stored is not None:
             order, groups = stored
             try:
                 if not _stored_table_fits(order, groups, sum(len(a) + 1 for a in arrays) + 1):
                     raise ValueError("positions or groups out of range")
-                return NgramTable(arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram, self.min_ngram,
-                                  self.trie_depth, order=order, groups=groups), True
+                return NgramTable(
+                    arrays,
+                    self.adapter.dtype,
+                    self.adapter.sep,
+                    self.max_ngram,
+                    self.min_ngram,
+                    self.trie_depth,
+                    order=order,
+                    groups=groups,
+                ), True
             except (ValueError, IndexError, OverflowError) as error:  # damaged: sort again (and save anew)
-                log.warning("index: the stored table of %d documents is unusable (%s); sorting again",
-                            len(arrays), error)
-        table = NgramTable(arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram,
-                           self.min_ngram, self.trie_depth)
+                log.warning(
+                    "index: the stored table of %d documents is unusable (%s); sorting again", len(arrays), error
+                )
+        table = NgramTable(
+            arrays, self.adapter.dtype, self.adapter.sep, self.max_ngram, self.min_ngram, self.trie_depth
+        )
         return table, False
 
-    def install(self, docs: Sequence[Doc], built: tuple[NgramTable, bool], fingerprint: str,
-                dead: AbstractSet[int] = frozenset(), position: int | None = None) -> None:
+    def install(
+        self,
+        docs: Sequence[Doc],
+        built: tuple[NgramTable, bool],
+        fingerprint: str,
+        dead: AbstractSet[int] = frozenset(),
+        position: int | None = None,
+    ) -> None:
         """Bind documents to a built table; slots in ``dead`` start dead (changed meanwhile).
         ``position`` keeps the levels ordered oldest (largest) first after a merge."""
         table, was_stored = built
@@ -175,7 +199,7 @@ class LevelSet:
                 continue
             self.detach(doc)
             start = int(table.doc_starts[slot])
-            doc.tokens = table.tokens[start:start + len(doc.tokens)]
+            doc.tokens = table.tokens[start : start + len(doc.tokens)]
             doc.level, doc.slot = level, slot
         self.levels.insert(len(self.levels) if position is None else position, level)
         if self.db is not None and not was_stored:
@@ -189,7 +213,7 @@ class LevelSet:
         if time.monotonic() < self._retry_at:
             return
         overlay = list(self.overlay.values())
-        cold = overlay[:-self.hot_documents] if len(overlay) > self.hot_documents else []
+        cold = overlay[: -self.hot_documents] if len(overlay) > self.hot_documents else []
         if cold and (sum(len(d.tokens) for d in overlay) > self.overlay_tokens or len(overlay) > OVERLAY_DOCUMENTS):
             self.add_level(cold)
             if self._failures:
@@ -233,8 +257,9 @@ class LevelSet:
         marking dead whatever changed meanwhile; give up if the old levels are gone."""
         if self._worker is not None and self._worker.is_alive():
             return  # one at a time; the next maintain() call plans again
-        entries = [(d, level, slot) for level in old for slot, (d, alive) in enumerate(zip(level.docs, level.alive))
-                   if alive]
+        entries = [
+            (d, level, slot) for level in old for slot, (d, alive) in enumerate(zip(level.docs, level.alive)) if alive
+        ]
         docs = [d for d, _, _ in entries]
         arrays = [d.tokens for d in docs]
         fingerprint = self.fingerprint(docs)
@@ -250,8 +275,11 @@ class LevelSet:
             with self.lock:
                 if any(level not in self.levels for level in old):
                     return
-                dead = {n for n, (d, level, slot) in enumerate(entries)
-                        if d.level is not level or d.slot != slot or not level.alive[slot]}
+                dead = {
+                    n
+                    for n, (d, level, slot) in enumerate(entries)
+                    if d.level is not level or d.slot != slot or not level.alive[slot]
+                }
                 position = self.levels.index(old[0])
                 for level in old:
                     self.levels.remove(level)
@@ -272,9 +300,13 @@ class LevelSet:
         backoff = 0.0 if self._failures == 1 else min(RETRY_MAX_S, 2.0 ** (self._failures - 2))
         self._retry_at = time.monotonic() + backoff
         self.last_error = MaintenanceError(what, f"{type(error).__name__}: {error}", time.time(), self._failures)
-        log.error("index: %s failed (%s); the current levels stay in use, retry %s", what,
-                  self.last_error.error, "at the next change" if not backoff else f"in {backoff:.0f} s",
-                  exc_info=error)
+        log.error(
+            "index: %s failed (%s); the current levels stay in use, retry %s",
+            what,
+            self.last_error.error,
+            "at the next change" if not backoff else f"in {backoff:.0f} s",
+            exc_info=error,
+        )
 
     def _succeeded(self) -> None:
         if self._failures:
@@ -284,11 +316,15 @@ class LevelSet:
     def health(self) -> dict:
         """For status reports: level count and sizes, the overlay, and the latest build failure."""
         error = self.last_error
-        return {"levels": len(self.levels), "level_live_tokens": [level.live for level in self.levels],
-                "overlay_documents": len(self.overlay),
-                "merge_running": self._worker is not None and self._worker.is_alive(),
-                "last_error": None if error is None else {"what": error.what, "error": error.error,
-                                                          "time": error.time, "failures": error.failures}}
+        return {
+            "levels": len(self.levels),
+            "level_live_tokens": [level.live for level in self.levels],
+            "overlay_documents": len(self.overlay),
+            "merge_running": self._worker is not None and self._worker.is_alive(),
+            "last_error": None
+            if error is None
+            else {"what": error.what, "error": error.error, "time": error.time, "failures": error.failures},
+        }
 
     def wait_idle(self) -> None:
         """Block until a background rebuild or merge has been installed (tests, shutdown)."""
@@ -297,8 +333,9 @@ class LevelSet:
             worker.join()
 
     # -- matching -------------------------------------------------------------------------------
-    def match(self, reversed_context: list[int], same: Doc | None, cursor: int | None, cap: int,
-              skip: int | None = None) -> list[tuple[int, Doc, np.ndarray]]:
+    def match(
+        self, reversed_context: list[int], same: Doc | None, cursor: int | None, cap: int, skip: int | None = None
+    ) -> list[tuple[int, Doc, np.ndarray]]:
         """(match length, document, continuation offsets) per document with a match, each
         source's longest; at most ``cap`` offsets per source, the nearest to ``cursor`` / newest
         first; in ``same``, not the one at ``skip``."""
@@ -356,7 +393,8 @@ class LevelSet:
                     raise AssertionError(f"level {number}: live entry {doc.uri} is not that resident document")
                 start = int(table.doc_starts[slot])
                 if len(doc.tokens) != table.doc_lengths[slot] or not np.array_equal(
-                        doc.tokens, table.tokens[start:start + len(doc.tokens)]):
+                    doc.tokens, table.tokens[start : start + len(doc.tokens)]
+                ):
                     raise AssertionError(f"level {number}: tokens of {doc.uri} disagree with the level")
                 if doc.uri in placed:
                     raise AssertionError(f"{doc.uri} is in two places")

@@ -85,7 +85,7 @@ def sort_words(tokens: np.ndarray, positions: np.ndarray, depth: int) -> list[np
         for j in range(word_start, word_start + per_word):
             word <<= np.uint64(bits)
             if j < depth:
-                word |= padded[depth - 1 - j:depth - 1 - j + count].astype(np.uint64)  # token at index - 1 - j
+                word |= padded[depth - 1 - j : depth - 1 - j + count].astype(np.uint64)  # token at index - 1 - j
         words.append(word[positions])
     return words
 
@@ -122,9 +122,17 @@ def sort_positions(tokens: np.ndarray, sep: int, depth: int, min_ngram: int) -> 
 class NgramTable:
     """Immutable suffix-match table over documents concatenated as ``sep d0 sep d1 sep ...``."""
 
-    def __init__(self, arrays: Sequence[np.ndarray], dtype: np.dtype, sep: int, max_ngram: int,
-                 min_ngram: int, trie_depth: int = 2, order: np.ndarray | None = None,
-                 groups: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        arrays: Sequence[np.ndarray],
+        dtype: np.dtype,
+        sep: int,
+        max_ngram: int,
+        min_ngram: int,
+        trie_depth: int = 2,
+        order: np.ndarray | None = None,
+        groups: np.ndarray | None = None,
+    ) -> None:
         """``order`` and ``groups`` may come from :attr:`order` and :meth:`groups` of an identical
         earlier build (persisted): that skips the sort and the group search; only the trie's
         keys are inserted again (pyahocorasick's own pickling leaks memory, so it is not used)."""
@@ -136,7 +144,7 @@ class NgramTable:
         self.doc_lengths = lengths
         self.tokens = np.full(int(lengths.sum()) + len(arrays) + 1, sep, dtype=dtype)
         for start, array in zip(self.doc_starts, arrays):
-            self.tokens[start:start + len(array)] = array
+            self.tokens[start : start + len(array)] = array
         bits, per_word = _word_layout(np.dtype(dtype))
         self._per_word = per_word
         self.trie_depth = max(1, min(trie_depth, max_ngram, per_word))
@@ -200,7 +208,7 @@ class NgramTable:
         depth = min(len(reversed_context), self.max_ngram)
         if depth < self.min_ngram or not len(self.automaton):
             return []
-        key = "".join([chr(t + 1) for t in reversed_context[:self.trie_depth]])
+        key = "".join([chr(t + 1) for t in reversed_context[: self.trie_depth]])
         matched = self.automaton.longest_prefix(key)
         ranges = []
         for k in range(1, matched + 1):
@@ -254,14 +262,15 @@ class NgramTable:
         return int(self.tokens.nbytes + self.order.nbytes + self._groups.nbytes + stats["total_size"])
 
 
-def scan_longest(tokens: np.ndarray, reversed_context: Sequence[int], max_ngram: int, min_ngram: int,
-                 sep: int | None = None) -> Match:
+def scan_longest(
+    tokens: np.ndarray, reversed_context: Sequence[int], max_ngram: int, min_ngram: int, sep: int | None = None
+) -> Match:
     """Longest suffix match in one array by vectorised filtering (cost ~ one compare per token)."""
     count = len(tokens)
     depth = min(len(reversed_context), max_ngram)
     if count < 2 or depth < min_ngram:
         return Match(0, EMPTY)
-    candidates = np.flatnonzero(tokens[:count - 1] == reversed_context[0]) + 1
+    candidates = np.flatnonzero(tokens[: count - 1] == reversed_context[0]) + 1
     if sep is not None and len(candidates):
         candidates = candidates[tokens[candidates] != sep]
     length = 1

@@ -40,8 +40,11 @@ class SchemaError(RuntimeError):
 
 def _is_busy(error: BaseException) -> bool:
     code = getattr(error, "sqlite_errorcode", None)
-    return (code is not None and (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)) or \
-        "locked" in str(error) or "busy" in str(error)
+    return (
+        (code is not None and (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED))
+        or "locked" in str(error)
+        or "busy" in str(error)
+    )
 
 
 def is_corrupt(error: BaseException) -> bool:
@@ -108,8 +111,9 @@ class IndexDB:
     """The on-disk half of the index: one SQLite connection. Callers serialise its use (the
     index's lock, or the one writer thread of ``WriteBehindDB``), possibly from different threads."""
 
-    def __init__(self, path: str | Path, tokenizer_fingerprint: str, dtype: np.dtype,
-                 busy_timeout: float = BUSY_TIMEOUT_S) -> None:
+    def __init__(
+        self, path: str | Path, tokenizer_fingerprint: str, dtype: np.dtype, busy_timeout: float = BUSY_TIMEOUT_S
+    ) -> None:
         self.path = Path(path)
         self.dtype = np.dtype(dtype)
         self.fingerprint = tokenizer_fingerprint
@@ -162,26 +166,40 @@ class IndexDB:
             self.conn.execute("INSERT INTO schema_version (version) VALUES (?)", [SCHEMA_VERSION])
         found = [r[0] for r in self.conn.execute("SELECT version FROM schema_version")]
         if found != [SCHEMA_VERSION]:
-            raise SchemaError(f"{self.path}: index schema {found}, this codespec reads {SCHEMA_VERSION}; "
-                              "delete the file to rebuild it")
-        db.table("documents").create({"uri": str, "hash": str, "version": int, "text": str, "tokens": bytes,
-                                "tokenizer": str, "updated": float}, pk="uri", if_not_exists=True)
-        db.table("history").create({"id": int, "kind": str, "uri": str, "text": str, "time": float,
-                              "tokens": bytes, "tokenizer": str}, pk="id", if_not_exists=True)
-        db.table("stats").create({"source": str, "drafted": int, "accepted": int, "updated": float},
-                           pk="source", if_not_exists=True)
-        db.table("tables").create({"fingerprint": str, "positions": bytes, "groups": bytes, "created": float},
-                            pk="fingerprint", if_not_exists=True)
+            raise SchemaError(
+                f"{self.path}: index schema {found}, this codespec reads {SCHEMA_VERSION}; "
+                "delete the file to rebuild it"
+            )
+        db.table("documents").create(
+            {"uri": str, "hash": str, "version": int, "text": str, "tokens": bytes, "tokenizer": str, "updated": float},
+            pk="uri",
+            if_not_exists=True,
+        )
+        db.table("history").create(
+            {"id": int, "kind": str, "uri": str, "text": str, "time": float, "tokens": bytes, "tokenizer": str},
+            pk="id",
+            if_not_exists=True,
+        )
+        db.table("stats").create(
+            {"source": str, "drafted": int, "accepted": int, "updated": float}, pk="source", if_not_exists=True
+        )
+        db.table("tables").create(
+            {"fingerprint": str, "positions": bytes, "groups": bytes, "created": float},
+            pk="fingerprint",
+            if_not_exists=True,
+        )
 
     # -- documents ------------------------------------------------------------------------------
     def load_documents(self, uris: Iterable[str]) -> Iterator[StoredDocument]:
         """These documents, where their tokens were made by this tokenizer (others: re-tokenize)."""
         uris = list(uris)
         for chunk in range(0, len(uris), 500):
-            part = uris[chunk:chunk + 500]
+            part = uris[chunk : chunk + 500]
             rows = self.conn.execute(
                 f"SELECT uri, hash, version, text, tokens FROM documents WHERE tokenizer = ? "
-                f"AND uri IN ({', '.join('?' * len(part))})", [self.fingerprint, *part])
+                f"AND uri IN ({', '.join('?' * len(part))})",
+                [self.fingerprint, *part],
+            )
             for row in rows:
                 stored = self._stored(row)
                 if stored is not None:
@@ -202,15 +220,18 @@ class IndexDB:
         if problem is not None:
             log.warning("index: ignoring the stored copy of %s: %s", uri, problem)
             return None
-        return StoredDocument(uri, digest, version if isinstance(version, int) else 0, text,
-                              np.frombuffer(blob, dtype=self.dtype))
+        return StoredDocument(
+            uri, digest, version if isinstance(version, int) else 0, text, np.frombuffer(blob, dtype=self.dtype)
+        )
 
     def documents_list(self, uris: Iterable[str]) -> list[StoredDocument]:
         return list(self.load_documents(uris))
 
     def document(self, uri: str) -> StoredDocument | None:
-        row = self.conn.execute("SELECT uri, hash, version, text, tokens FROM documents "
-                                "WHERE uri = ? AND tokenizer = ?", [uri, self.fingerprint]).fetchone()
+        row = self.conn.execute(
+            "SELECT uri, hash, version, text, tokens FROM documents WHERE uri = ? AND tokenizer = ?",
+            [uri, self.fingerprint],
+        ).fetchone()
         return None if row is None else self._stored(row, verify_hash=True)
 
     def document_hashes(self) -> dict[str, str]:
@@ -220,13 +241,24 @@ class IndexDB:
     def save_documents(self, documents: Iterable[tuple[str, str | None, int, str, np.ndarray]]) -> None:
         """(uri, hash or None, version, text, tokens) rows, all in one transaction."""
         now = time.time()
-        rows = [(uri, digest or content_hash(text), version, text,
-                 np.ascontiguousarray(tokens, dtype=self.dtype).tobytes(),
-                 self.fingerprint, now) for uri, digest, version, text, tokens in documents]
+        rows = [
+            (
+                uri,
+                digest or content_hash(text),
+                version,
+                text,
+                np.ascontiguousarray(tokens, dtype=self.dtype).tobytes(),
+                self.fingerprint,
+                now,
+            )
+            for uri, digest, version, text, tokens in documents
+        ]
         with self.conn:
             self.conn.executemany(
                 "INSERT OR REPLACE INTO documents (uri, hash, version, text, tokens, tokenizer, updated) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
 
     def set_version(self, uri: str, version: int) -> None:
         """A new version of a stored document whose text did not change (no row rewrite)."""
@@ -240,10 +272,10 @@ class IndexDB:
     # -- history --------------------------------------------------------------------------------
     def add_history(self, kind: str, text: str, uri: str | None, when: float, tokens: np.ndarray) -> None:
         with self.conn:
-            self.conn.execute("INSERT INTO history (kind, uri, text, time, tokens, tokenizer) "
-                              "VALUES (?, ?, ?, ?, ?, ?)",
-                              [kind, uri, text, when, np.ascontiguousarray(tokens, dtype=self.dtype).tobytes(),
-                               self.fingerprint])
+            self.conn.execute(
+                "INSERT INTO history (kind, uri, text, time, tokens, tokenizer) VALUES (?, ?, ?, ?, ?, ?)",
+                [kind, uri, text, when, np.ascontiguousarray(tokens, dtype=self.dtype).tobytes(), self.fingerprint],
+            )
 
     def clear_history(self) -> None:
         with self.conn:
@@ -254,7 +286,8 @@ class IndexDB:
         rows = self.conn.execute(
             "SELECT id, kind, uri, text, time, tokens, tokenizer FROM (SELECT *, ROW_NUMBER() OVER "
             "(PARTITION BY kind ORDER BY id DESC) AS n FROM history) WHERE n <= ? ORDER BY id",
-            [limit_per_kind])
+            [limit_per_kind],
+        )
         out = []
         for i, kind, uri, text, when, blob, fp in rows:
             if not isinstance(text, str) or not isinstance(kind, str):
@@ -262,8 +295,16 @@ class IndexDB:
                 continue
             whole = isinstance(blob, bytes) and blob and len(blob) % self.dtype.itemsize == 0
             tokens = np.frombuffer(blob, dtype=self.dtype) if fp == self.fingerprint and whole else None
-            out.append(StoredHistory(i, kind, uri if isinstance(uri, str) else None, text,
-                                     when if isinstance(when, (int, float)) else 0.0, tokens))
+            out.append(
+                StoredHistory(
+                    i,
+                    kind,
+                    uri if isinstance(uri, str) else None,
+                    text,
+                    when if isinstance(when, (int, float)) else 0.0,
+                    tokens,
+                )
+            )
         return out
 
     # -- acceptance stats -----------------------------------------------------------------------
@@ -275,7 +316,8 @@ class IndexDB:
                     "INSERT INTO stats (source, drafted, accepted, updated) VALUES (?, ?, ?, ?) "
                     "ON CONFLICT(source) DO UPDATE SET drafted = drafted + excluded.drafted, "
                     "accepted = accepted + excluded.accepted, updated = excluded.updated",
-                    [source, drafted, accepted, now])
+                    [source, drafted, accepted, now],
+                )
 
     def load_stats(self) -> dict[str, tuple[int, int]]:
         return {s: (d, a) for s, d, a in self.conn.execute("SELECT source, drafted, accepted FROM stats")}
@@ -285,22 +327,25 @@ class IndexDB:
         """A table's sorted positions and trie groups, so a restart neither sorts nor searches."""
         keep = set(keep) | {fingerprint}
         with self.conn:
-            self.conn.execute("INSERT OR REPLACE INTO tables (fingerprint, positions, groups, created) "
-                              "VALUES (?, ?, ?, ?)", [fingerprint, positions.tobytes(),
-                                                      np.ascontiguousarray(groups, dtype=np.int64).tobytes(),
-                                                      time.time()])
+            self.conn.execute(
+                "INSERT OR REPLACE INTO tables (fingerprint, positions, groups, created) VALUES (?, ?, ?, ?)",
+                [fingerprint, positions.tobytes(), np.ascontiguousarray(groups, dtype=np.int64).tobytes(), time.time()],
+            )
             for (old,) in self.conn.execute("SELECT fingerprint FROM tables").fetchall():
                 if old not in keep:
                     self.conn.execute("DELETE FROM tables WHERE fingerprint = ?", [old])
 
     def load_table(self, fingerprint: str, dtype: DTypeLike) -> tuple[np.ndarray, np.ndarray] | None:
-        row = self.conn.execute("SELECT positions, groups FROM tables WHERE fingerprint = ?",
-                                [fingerprint]).fetchone()
+        row = self.conn.execute("SELECT positions, groups FROM tables WHERE fingerprint = ?", [fingerprint]).fetchone()
         if row is None:
             return None
         positions, groups = row
-        if not isinstance(positions, bytes) or not isinstance(groups, bytes) or \
-                len(positions) % np.dtype(dtype).itemsize or len(groups) % 32:
+        if (
+            not isinstance(positions, bytes)
+            or not isinstance(groups, bytes)
+            or len(positions) % np.dtype(dtype).itemsize
+            or len(groups) % 32
+        ):
             log.warning("index: ignoring a damaged stored table %s (it is sorted again)", fingerprint)
             return None
         return np.frombuffer(positions, dtype=dtype), np.frombuffer(groups, dtype=np.int64).reshape(-1, 4)

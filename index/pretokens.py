@@ -36,7 +36,8 @@ _ALNUM = "A-Za-z0-9"
 # GPT-2's pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ over ASCII.
 ASCII_PRETOKEN = re.compile(
     rf"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^{_SPACE}{_ALNUM}]+"
-    rf"|[{_SPACE}]+(?![^{_SPACE}])|[{_SPACE}]+")
+    rf"|[{_SPACE}]+(?![^{_SPACE}])|[{_SPACE}]+"
+)
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 # A forced split: a whitespace character after a printable non-space ASCII one. Every pattern that
@@ -117,8 +118,14 @@ class PretokenCache:
     """Encodes texts by joining cached per-pre-token id bytes; ``fallback`` encodes texts that
     contain an added token."""
 
-    def __init__(self, encode_many: Callable[[list[str]], list[list[int]]], added: Sequence[str],
-                 dtype: np.dtype, separator: tuple[str, int] | None = None, max_entries: int = 1 << 18) -> None:
+    def __init__(
+        self,
+        encode_many: Callable[[list[str]], list[list[int]]],
+        added: Sequence[str],
+        dtype: np.dtype,
+        separator: tuple[str, int] | None = None,
+        max_entries: int = 1 << 18,
+    ) -> None:
         self.encode_many = encode_many  # the tokenizer's own batch encode: texts -> id lists
         self.added = tuple(a for a in added if a)
         self.dtype = np.dtype(dtype)
@@ -158,8 +165,7 @@ class PretokenCache:
         out += ASCII_PRETOKEN.findall(text, pos)
         return out
 
-    def encode_batch(self, texts: Sequence[str], fallback: Callable[[list[str]], list[np.ndarray]]
-                     ) -> list[np.ndarray]:
+    def encode_batch(self, texts: Sequence[str], fallback: Callable[[list[str]], list[np.ndarray]]) -> list[np.ndarray]:
         out: list[np.ndarray | None] = [None] * len(texts)
         split: dict[int, list[str]] = {}
         others: list[int] = []
@@ -184,7 +190,7 @@ class PretokenCache:
         if self.separator is None:
             return [np.asarray(ids, dtype=self.dtype).tobytes() for ids in self.encode_many(pieces)]
         text, sep_id = self.separator
-        chunks = [pieces[i:i + chunk] for i in range(0, len(pieces), chunk)]
+        chunks = [pieces[i : i + chunk] for i in range(0, len(pieces), chunk)]
         encoded: list[bytes] = []
         for part, ids in zip(chunks, self.encode_many([text.join(c) for c in chunks])):
             joined = np.asarray(ids, dtype=self.dtype)
@@ -195,7 +201,7 @@ class PretokenCache:
             bounds = np.concatenate([[-1], cuts, [len(joined)]])
             raw = joined.tobytes()
             width = self.dtype.itemsize
-            encoded += [raw[(lo + 1) * width:hi * width] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+            encoded += [raw[(lo + 1) * width : hi * width] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
         return encoded
 
 

@@ -40,9 +40,15 @@ class Ranked:
 
 def sort_key(occurrence: Occurrence, frequency: int) -> tuple:
     """Smaller sorts first: the whole ranking order in one tuple."""
-    return (not occurrence.same_document, occurrence.distance if occurrence.same_document else 0,
-            -occurrence.recency, -frequency, -len(occurrence.continuation), occurrence.source,
-            occurrence.position)
+    return (
+        not occurrence.same_document,
+        occurrence.distance if occurrence.same_document else 0,
+        -occurrence.recency,
+        -frequency,
+        -len(occurrence.continuation),
+        occurrence.source,
+        occurrence.position,
+    )
 
 
 def score(occurrence: Occurrence, frequency: int, newest: int) -> float:
@@ -74,9 +80,19 @@ def occurrences_at(source, positions: np.ndarray, max_len: int, same, cursor: in
     """The occurrences at ``positions`` (continuation starts) of one source: a history buffer or a
     document (``index.levels.Doc``); ``same`` is the document the cursor is in."""
     if isinstance(source, HistoryBuffer):
-        return [Occurrence(source.source, p, source.continuation(p, max_len), False, 0, source.entry_at(p).tick)
-                for p in positions.tolist()]
+        return [
+            Occurrence(source.source, p, source.continuation(p, max_len), False, 0, source.entry_at(p).tick)
+            for p in positions.tolist()
+        ]
     is_same = source is same
-    return [Occurrence(source.uri, p, tuple(source.tokens[p:p + max_len].tolist()), is_same,
-                       abs(p - cursor) if is_same and cursor is not None else 0, source.changed)
-            for p in positions.tolist()]
+    return [
+        Occurrence(
+            source.uri,
+            p,
+            tuple(source.tokens[p : p + max_len].tolist()),
+            is_same,
+            abs(p - cursor) if is_same and cursor is not None else 0,
+            source.changed,
+        )
+        for p in positions.tolist()
+    ]

@@ -73,8 +73,15 @@ def _right_anchor(text: str, after: int, span: int, anchor: re.Pattern = _ANCHOR
         span *= 2
 
 
-def splice(adapter: TokenizerAdapter, old_text: str, old_ids: np.ndarray, old_starts: np.ndarray,
-           start: int, end: int, new_text: str) -> Spliced:
+def splice(
+    adapter: TokenizerAdapter,
+    old_text: str,
+    old_ids: np.ndarray,
+    old_starts: np.ndarray,
+    start: int,
+    end: int,
+    new_text: str,
+) -> Spliced:
     """Replace characters [start, end) of ``old_text`` by ``new_text``; re-encode only a window."""
     if not 0 <= start <= end <= len(old_text):
         raise ValueError(f"edit range [{start}, {end}) outside a document of {len(old_text)} characters")
@@ -90,8 +97,9 @@ def splice(adapter: TokenizerAdapter, old_text: str, old_ids: np.ndarray, old_st
         b_old = b_new - delta
         first = int(np.searchsorted(old_starts, a, side="left"))
         stop = int(np.searchsorted(old_starts, b_old, side="left"))
-        aligned = (first < count and old_starts[first] == a or a == 0 or first == count and a == len(old_text)) \
-            and (stop < count and old_starts[stop] == b_old or b_old == len(old_text))
+        aligned = (first < count and old_starts[first] == a or a == 0 or first == count and a == len(old_text)) and (
+            stop < count and old_starts[stop] == b_old or b_old == len(old_text)
+        )
         if a == 0:
             first = 0
         if b_old == len(old_text):

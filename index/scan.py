@@ -37,8 +37,7 @@ class IndexReport:
     table_seconds: float = 0.0  # of which: sorting positions and building the trie
 
 
-def find_files(roots: Sequence[Path], exclude: Sequence[str], max_file_bytes: int, report: IndexReport
-               ) -> list[Found]:
+def find_files(roots: Sequence[Path], exclude: Sequence[str], max_file_bytes: int, report: IndexReport) -> list[Found]:
     found = []
     for item in discover([Path(r) for r in roots], exclude, max_file_bytes):
         if isinstance(item, Skipped):
@@ -50,8 +49,9 @@ def find_files(roots: Sequence[Path], exclude: Sequence[str], max_file_bytes: in
     return found
 
 
-def classify(found: Sequence[Found], resident: Mapping[str, Doc], stored: Mapping[str, str], report: IndexReport
-             ) -> tuple[dict[str, tuple[Found, str]], list[tuple[Found, str]]]:
+def classify(
+    found: Sequence[Found], resident: Mapping[str, Doc], stored: Mapping[str, str], report: IndexReport
+) -> tuple[dict[str, tuple[Found, str]], list[tuple[Found, str]]]:
     """Split files into (reusable from the database by uri, to tokenize); count the unchanged."""
     to_load, to_tokenize = {}, []
     for item in found:
@@ -67,16 +67,22 @@ def classify(found: Sequence[Found], resident: Mapping[str, Doc], stored: Mappin
 
 
 def reuse(rows: Sequence[StoredDocument], to_load: Mapping[str, tuple[Found, str]], tick: int) -> list[Doc]:
-    return [Doc(row.uri, to_load[row.uri][0].text, row.token_ids, row.version, to_load[row.uri][1], tick)
-            for row in rows]
+    return [
+        Doc(row.uri, to_load[row.uri][0].text, row.token_ids, row.version, to_load[row.uri][1], tick) for row in rows
+    ]
 
 
-def tokenize(adapter: TokenizerAdapter, items: Sequence[tuple[Found, str]], tick: int, report: IndexReport,
-             progress: Callable[[int], None] | None = None) -> list[Doc]:
+def tokenize(
+    adapter: TokenizerAdapter,
+    items: Sequence[tuple[Found, str]],
+    tick: int,
+    report: IndexReport,
+    progress: Callable[[int], None] | None = None,
+) -> list[Doc]:
     docs = []
     started = time.perf_counter()
     for batch_start in range(0, len(items), BATCH_FILES):
-        batch = items[batch_start:batch_start + BATCH_FILES]
+        batch = items[batch_start : batch_start + BATCH_FILES]
         arrays = adapter.encode_batch([item.text for item, _ in batch])
         for (item, digest), tokens in zip(batch, arrays):
             doc = Doc(item.uri, item.text, tokens, 0, digest, tick)

@@ -61,10 +61,21 @@ class Candidate:
 
 
 class WorkspaceIndex:
-    def __init__(self, tokenizer, db_path: str | Path | None = None, max_ngram: int = 8, min_ngram: int = 2,
-                 memory_budget_tokens: int | None = None, *, trie_depth: int = 2,
-                 overlay_tokens: int = 131_072, hot_documents: int = 4, history_tokens: int = 131_072,
-                 flush_seconds: float = 1.0, background_tokens: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        db_path: str | Path | None = None,
+        max_ngram: int = 8,
+        min_ngram: int = 2,
+        memory_budget_tokens: int | None = None,
+        *,
+        trie_depth: int = 2,
+        overlay_tokens: int = 131_072,
+        hot_documents: int = 4,
+        history_tokens: int = 131_072,
+        flush_seconds: float = 1.0,
+        background_tokens: int = 1 << 20,
+    ) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.adapter = TokenizerAdapter(tokenizer)
@@ -77,10 +88,20 @@ class WorkspaceIndex:
         self._clock = 0
         self._docs: OrderedDict[str, Doc] = OrderedDict()  # resident documents, least recently used first
         self._evicted: dict[str, tuple[str, int]] = {}  # uri -> (text, version) when evicted without a database
-        self._levels = LevelSet(self.adapter, max_ngram, min_ngram, trie_depth, overlay_tokens, self.db,
-                                hot_documents, self._lock, background_tokens)
-        self._history = {k: HistoryBuffer(k, self.adapter.dtype, self.adapter.sep, history_tokens)
-                         for k in HISTORY_KINDS}
+        self._levels = LevelSet(
+            self.adapter,
+            max_ngram,
+            min_ngram,
+            trie_depth,
+            overlay_tokens,
+            self.db,
+            hot_documents,
+            self._lock,
+            background_tokens,
+        )
+        self._history = {
+            k: HistoryBuffer(k, self.adapter.dtype, self.adapter.sep, history_tokens) for k in HISTORY_KINDS
+        }
         self._stats: dict[str, list[int]] = {}
         self._pending_stats: dict[str, list[int]] = {}
         self._last_flush = time.monotonic()
@@ -213,8 +234,9 @@ class WorkspaceIndex:
                 buffers = list(self._history.values())
             else:
                 buffers = [self._history[kind]] if kind in self._history else []
-            dated = [(entry.tick, record) for buffer in buffers
-                     for entry, record in zip(buffer.entries, buffer.records())]
+            dated = [
+                (entry.tick, record) for buffer in buffers for entry, record in zip(buffer.entries, buffer.records())
+            ]
             return [record for _, record in sorted(dated, key=lambda pair: pair[0])]
 
     def clear_history(self) -> None:
@@ -241,8 +263,16 @@ class WorkspaceIndex:
             return drafted, accepted
 
     # -- lookup ---------------------------------------------------------------------------------
-    def lookup(self, context: Sequence[int], max_len: int, uri: str | None = None, cursor: int | None = None,
-               max_candidates: int = 4, *, skip: int | None | EllipsisType = ...) -> list[Candidate]:
+    def lookup(
+        self,
+        context: Sequence[int],
+        max_len: int,
+        uri: str | None = None,
+        cursor: int | None = None,
+        max_candidates: int = 4,
+        *,
+        skip: int | None | EllipsisType = ...,
+    ) -> list[Candidate]:
         """Continuations after the longest suffix match of ``context`` (at most ``max_ngram``
         tokens, at least ``min_ngram``), best first. ``cursor`` is a token offset in ``uri`` that
         locality ranks around. The occurrence whose continuation starts at ``skip`` (default: the
@@ -251,14 +281,15 @@ class WorkspaceIndex:
         passes the completion's own position as ``skip``."""
         with self._lock:
             vocab = self.adapter.vocab_size
-            reversed_context = [t if 0 <= t < vocab else -1 for t in map(int, context[-self.max_ngram:])][::-1]
+            reversed_context = [t if 0 <= t < vocab else -1 for t in map(int, context[-self.max_ngram :])][::-1]
             if len(reversed_context) < self.min_ngram or max_len <= 0 or max_candidates <= 0:
                 return []
             same = self._docs.get(uri) if uri is not None else None
             if same is not None:
                 self._touch(same)
             found: list[tuple[int, Any, np.ndarray]] = self._levels.match(
-                reversed_context, same, cursor, PER_SOURCE_CAP, cursor if skip is ... else skip)
+                reversed_context, same, cursor, PER_SOURCE_CAP, cursor if skip is ... else skip
+            )
             for buffer in self._history.values():
                 match = buffer.match(reversed_context, self.max_ngram, self.min_ngram)
                 if match.length:
@@ -271,14 +302,22 @@ class WorkspaceIndex:
                 if length == best:
                     occurrences.extend(occurrences_at(source, positions, max_len, same, cursor))
             ranked = rank(occurrences, max_candidates, self._clock)
-            return [Candidate(r.occurrence.continuation, best, r.occurrence.source, r.occurrence.position, r.score)
-                    for r in ranked]
+            return [
+                Candidate(r.occurrence.continuation, best, r.occurrence.source, r.occurrence.position, r.score)
+                for r in ranked
+            ]
 
     # -- workspace ------------------------------------------------------------------------------
-    def index_workspace(self, roots: list[Path], exclude: Sequence[str] = (), max_file_bytes: int = 1_000_000,
-                        progress: Callable[[int, int], None] | None = None, *,
-                        adapter: TokenizerAdapter | None = None,
-                        cancel: Callable[[], bool] | None = None) -> IndexReport:
+    def index_workspace(
+        self,
+        roots: list[Path],
+        exclude: Sequence[str] = (),
+        max_file_bytes: int = 1_000_000,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        adapter: TokenizerAdapter | None = None,
+        cancel: Callable[[], bool] | None = None,
+    ) -> IndexReport:
         """Index every source file under ``roots`` (see :mod:`index.discovery`). Files whose
         content hash matches the database reuse its tokens; nothing unchanged is re-tokenized.
 
@@ -324,7 +363,7 @@ class WorkspaceIndex:
                 for batch_start in range(0, len(wanted), scan.BATCH_FILES):
                     assert self.db is not None  # documents to load come from the database
                     with self._lock:  # the reader connection is used under the lock: one batch per hold
-                        batch = list(self.db.load_documents(wanted[batch_start:batch_start + scan.BATCH_FILES]))
+                        batch = list(self.db.load_documents(wanted[batch_start : batch_start + scan.BATCH_FILES]))
                     rows += batch
                     advance(len(batch))
                 fresh = scan.reuse(rows, to_load, tick)
@@ -357,8 +396,13 @@ class WorkspaceIndex:
                     self._levels.install(fresh, built, fingerprint, dead)
                 report.removed = self._prune(roots, {item.uri for item in found}, stored_now)
                 if self.db is not None:
-                    self.db.save_documents([(d.uri, d.hash, d.version, d.text, d.tokens)
-                                            for n, d in enumerate(fresh) if d.unsaved and n not in dead])
+                    self.db.save_documents(
+                        [
+                            (d.uri, d.hash, d.version, d.text, d.tokens)
+                            for n, d in enumerate(fresh)
+                            if d.unsaved and n not in dead
+                        ]
+                    )
                 for doc in fresh:
                     doc.unsaved = False
                 report.tokens = sum(len(d.tokens) for d in self._docs.values())
@@ -396,8 +440,11 @@ class WorkspaceIndex:
             for buffer in self._history.values():
                 buffer.check()
             evictable = sum(1 for d in self._docs.values() if not d.from_editor)  # the last one used may stay
-            if self.memory_budget_tokens is not None and self._levels.live_tokens() > self.memory_budget_tokens \
-                    and evictable > 1:
+            if (
+                self.memory_budget_tokens is not None
+                and self._levels.live_tokens() > self.memory_budget_tokens
+                and evictable > 1
+            ):
                 raise AssertionError("resident tokens exceed the memory budget")
             if self.db is not None:
                 self.db.check()
@@ -452,8 +499,9 @@ class WorkspaceIndex:
 
     def _history_buffer(self, kind: str) -> HistoryBuffer:
         if kind not in self._history:
-            self._history[kind] = HistoryBuffer(kind, self.adapter.dtype, self.adapter.sep,
-                                                self._history["accepted"].max_tokens)
+            self._history[kind] = HistoryBuffer(
+                kind, self.adapter.dtype, self.adapter.sep, self._history["accepted"].max_tokens
+            )
         return self._history[kind]
 
     def _install(self, doc: Doc, overlay: bool = True) -> None:

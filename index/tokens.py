@@ -45,8 +45,9 @@ _PROBE_TEXT = "def f(x):\n    return x + 1  # é ü 中文 \U0001f600\n\n\tclass
 def unicode_to_byte() -> dict[str, int]:
     """GPT-2's bytes_to_unicode table inverted (printable stand-in char -> byte value), the map
     every byte-level BPE vocabulary is written in. ``proposers.token_bytes`` uses it too."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     chars = printable[:]
     extra = 0
     for byte in range(256):
@@ -87,23 +88,40 @@ def split_rule(config: dict | None) -> tuple[str, re.Pattern]:
     if config is None:
         return "heuristic", SPLIT_ANCHORS["heuristic"]
     normalizer = config.get("normalizer")
-    if normalizer is not None and normalizer.get("type") not in ("NFC",) and not (
-            normalizer.get("type") == "Sequence" and not normalizer.get("normalizers")):
+    if (
+        normalizer is not None
+        and normalizer.get("type") not in ("NFC",)
+        and not (normalizer.get("type") == "Sequence" and not normalizer.get("normalizers"))
+    ):
         return "heuristic", SPLIT_ANCHORS["heuristic"]  # NFC composes only onto non-spaces: harmless
     pre = config.get("pre_tokenizer") or {}
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
     kinds = [step.get("type") for step in steps]
-    if kinds and kinds[-1] == "ByteLevel" and steps[-1].get("use_regex", True) \
-            and not steps[-1].get("add_prefix_space", False) and set(kinds[:-1]) <= {"Digits"}:
+    if (
+        kinds
+        and kinds[-1] == "ByteLevel"
+        and steps[-1].get("use_regex", True)
+        and not steps[-1].get("add_prefix_space", False)
+        and set(kinds[:-1]) <= {"Digits"}
+    ):
         return "gpt2", SPLIT_ANCHORS["gpt2"]  # Digits before it only splits more
-    if kinds == ["Split", "ByteLevel"] and not steps[1].get("use_regex", True) \
-            and not steps[1].get("add_prefix_space", False) and steps[0].get("behavior") == "Isolated" \
-            and not steps[0].get("invert") and (steps[0].get("pattern") or {}).get("Regex") in _LETTER_REGEXES:
+    if (
+        kinds == ["Split", "ByteLevel"]
+        and not steps[1].get("use_regex", True)
+        and not steps[1].get("add_prefix_space", False)
+        and steps[0].get("behavior") == "Isolated"
+        and not steps[0].get("invert")
+        and (steps[0].get("pattern") or {}).get("Regex") in _LETTER_REGEXES
+    ):
         return "letters-digits", SPLIT_ANCHORS["letters-digits"]
     first = steps[0] if steps else {}
-    if first.get("type") == "Split" and (first.get("pattern") or {}).get("Regex") in ("[\r\n]", r"[\r\n]") \
-            and first.get("behavior") == "Isolated" and not first.get("invert") \
-            and not any(step.get("type") == "ByteLevel" and step.get("add_prefix_space") for step in steps):
+    if (
+        first.get("type") == "Split"
+        and (first.get("pattern") or {}).get("Regex") in ("[\r\n]", r"[\r\n]")
+        and first.get("behavior") == "Isolated"
+        and not first.get("invert")
+        and not any(step.get("type") == "ByteLevel" and step.get("add_prefix_space") for step in steps)
+    ):
         return "line-breaks", SPLIT_ANCHORS["line-breaks"]
     return "heuristic", SPLIT_ANCHORS["heuristic"]
 
@@ -148,9 +166,12 @@ class TokenizerAdapter:
         self.split_rule, self.split_anchor = split_rule(config)
         if self.fingerprint not in _REPORTED:
             _REPORTED.add(self.fingerprint)
-            log.info("index: bulk encoding through %s (%s); %s token arrays",
-                     "the pre-token cache" if self.encoding == PRETOKEN_CACHE else "the tokenizer's batch encode",
-                     self.encoding_reason, self.dtype.name)
+            log.info(
+                "index: bulk encoding through %s (%s); %s token arrays",
+                "the pre-token cache" if self.encoding == PRETOKEN_CACHE else "the tokenizer's batch encode",
+                self.encoding_reason,
+                self.dtype.name,
+            )
 
     # -- encoding -------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -217,12 +238,15 @@ class TokenizerAdapter:
         decoder = self._backend.get_added_tokens_decoder() if hasattr(self._backend, "get_added_tokens_decoder") else {}
         added = [t.content for t in decoder.values()]
         # The separator must not swallow the whitespace beside it (an lstrip / rstrip token would).
-        special = [(t.content, i) for i, t in decoder.items()
-                   if t.special and t.content and not t.lstrip and not t.rstrip]
+        special = [
+            (t.content, i) for i, t in decoder.items() if t.special and t.content and not t.lstrip and not t.rstrip
+        ]
         cache = PretokenCache(self._backend_ids, added, self.dtype, special[0] if special else None)
         if not cache.verify():
-            self.encoding_reason = ("pre-token cache not used: configured like GPT-2's byte-level BPE, but "
-                                    "it disagrees with the tokenizer's own encode on probe texts")
+            self.encoding_reason = (
+                "pre-token cache not used: configured like GPT-2's byte-level BPE, but "
+                "it disagrees with the tokenizer's own encode on probe texts"
+            )
             return None
         self.encoding, self.encoding_reason = PRETOKEN_CACHE, "GPT-2-style byte-level BPE, verified on probe texts"
         return cache
@@ -233,16 +257,20 @@ class TokenizerAdapter:
             return None
         table = np.zeros(self.vocab_size, dtype=np.int64)
         vocab = self._backend.get_vocab(with_added_tokens=True)
-        added = {t.content for t in self._backend.get_added_tokens_decoder().values()} \
-            if hasattr(self._backend, "get_added_tokens_decoder") else set()
+        added = (
+            {t.content for t in self._backend.get_added_tokens_decoder().values()}
+            if hasattr(self._backend, "get_added_tokens_decoder")
+            else set()
+        )
         pieces = [(piece, token_id) for piece, token_id in vocab.items() if token_id < self.vocab_size]
         plain = [(piece, token_id) for piece, token_id in pieces if piece not in added]
         # One set operation over every piece instead of a check per character (151,936 pieces).
         if not set("".join(piece for piece, _ in plain)) <= unicode_to_byte().keys():
             return None
         if plain:
-            table[np.fromiter((i for _, i in plain), np.int64, len(plain))] = \
-                np.fromiter((len(piece) for piece, _ in plain), np.int64, len(plain))
+            table[np.fromiter((i for _, i in plain), np.int64, len(plain))] = np.fromiter(
+                (len(piece) for piece, _ in plain), np.int64, len(plain)
+            )
         for piece, token_id in pieces:
             if piece in added:
                 table[token_id] = len(piece.encode("utf-8"))

@@ -33,8 +33,7 @@ def default_token_file() -> Path:
     return base / "codespec-ws-token"
 
 
-def resolve_token(cli_token: str | None, token_file: Path | None = None,
-                  environ: dict | None = None) -> TokenSource:
+def resolve_token(cli_token: str | None, token_file: Path | None = None, environ: dict | None = None) -> TokenSource:
     """--token, else $CODESPEC_TOKEN, else a fresh random token written to a 0600 file."""
     environ = os.environ if environ is None else environ
     if cli_token:

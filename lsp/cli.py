@@ -14,65 +14,111 @@ from codespec.prompts import FORMAT_NAMES
 
 
 def _model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=None,
-                        help="local model directory or cached hub id (default: the shipped model)")
+    parser.add_argument(
+        "--model", default=None, help="local model directory or cached hub id (default: the shipped model)"
+    )
     parser.add_argument("--draft", default=None, help="draft model sharing the target's tokenizer")
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), or a torch device")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--prompt-format", default="auto", choices=("auto", *FORMAT_NAMES),
-                        help="how the model spells fill-in-the-middle and rewrites (default: detected from "
-                             "its tokenizer's special tokens; plain = no FIM tokens)")
-    parser.add_argument("--proposer", default="auto",
-                        help="auto (policy), context, index, reference, draft, early-exit, or none")
-    parser.add_argument("--max-draft", type=int, default=32, help="K: most draft tokens verified per forward (default 32)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for torch (default: half the cores, at most 8)")
+    parser.add_argument(
+        "--prompt-format",
+        default="auto",
+        choices=("auto", *FORMAT_NAMES),
+        help="how the model spells fill-in-the-middle and rewrites (default: detected from "
+        "its tokenizer's special tokens; plain = no FIM tokens)",
+    )
+    parser.add_argument(
+        "--proposer", default="auto", help="auto (policy), context, index, reference, draft, early-exit, or none"
+    )
+    parser.add_argument(
+        "--max-draft", type=int, default=32, help="K: most draft tokens verified per forward (default 32)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="CPU threads for torch (default: half the cores, at most 8)"
+    )
 
 
 def add_serve_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "serve", help="language server (stdio; --tcp), websocket endpoint (--ws), OpenAI-compatible HTTP API (--http)",
+        "serve",
+        help="language server (stdio; --tcp), websocket endpoint (--ws), OpenAI-compatible HTTP API (--http)",
         description="Serve completions and edits. Default: LSP over stdio (editors launch this). "
-                    "--ws: the websocket protocol of docs/protocol.md; --http: the OpenAI-compatible HTTP API of "
-                    "docs/http.md (both: token required, loopback only by default). --ws and --http combine with "
-                    "each other and with the LSP (--stdio or --tcp): one process, one model, one index.")
+        "--ws: the websocket protocol of docs/protocol.md; --http: the OpenAI-compatible HTTP API of "
+        "docs/http.md (both: token required, loopback only by default). --ws and --http combine with "
+        "each other and with the LSP (--stdio or --tcp): one process, one model, one index.",
+    )
     _model_arguments(parser)
     lsp = parser.add_mutually_exclusive_group()
-    lsp.add_argument("--stdio", action="store_true",
-                     help="LSP over stdio (the default without --ws / --http; accepted because LSP clients such "
-                          "as vscode-languageclient pass it; with --ws / --http it runs the LSP beside them)")
+    lsp.add_argument(
+        "--stdio",
+        action="store_true",
+        help="LSP over stdio (the default without --ws / --http; accepted because LSP clients such "
+        "as vscode-languageclient pass it; with --ws / --http it runs the LSP beside them)",
+    )
     lsp.add_argument("--tcp", action="store_true", help="LSP over TCP instead of stdio")
     # Transports other LSP clients may ask for: refused with a message instead of argparse's usage line.
     for flag in ("--node-ipc", "--pipe", "--socket"):
         lsp.add_argument(flag, nargs="?", const=True, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ws", action="store_true", help="websocket endpoint (docs/protocol.md)")
     parser.add_argument("--http", action="store_true", help="OpenAI-compatible HTTP API (docs/http.md)")
-    parser.add_argument("--clientProcessId", "--client-process-id", dest="client_process_id", type=int,
-                        default=None, metavar="PID",
-                        help="the editor's process id (LSP clients pass it): the server exits when it is gone")
+    parser.add_argument(
+        "--clientProcessId",
+        "--client-process-id",
+        dest="client_process_id",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="the editor's process id (LSP clients pass it): the server exits when it is gone",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
-    parser.add_argument("--port", type=int, default=None,
-                        help="port of the one network endpoint asked for (--http default 8000, --ws 8765, "
-                             "--tcp 2087; 0 = any free port)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="port of the one network endpoint asked for (--http default 8000, --ws 8765, "
+        "--tcp 2087; 0 = any free port)",
+    )
     parser.add_argument("--http-port", type=int, default=None, help="--http port when several endpoints run")
     parser.add_argument("--ws-port", type=int, default=None, help="--ws port when several endpoints run")
-    parser.add_argument("--token", default=None,
-                        help="--ws / --http token (default: $CODESPEC_TOKEN, else generated into a 0600 file)")
+    parser.add_argument(
+        "--token", default=None, help="--ws / --http token (default: $CODESPEC_TOKEN, else generated into a 0600 file)"
+    )
     parser.add_argument("--token-file", type=Path, default=None, help="where a generated token is written")
-    parser.add_argument("--allow-origin", action="append", default=[],
-                        help="browser Origin allowed to call --ws / --http (repeatable; none by default)")
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        help="browser Origin allowed to call --ws / --http (repeatable; none by default)",
+    )
     parser.add_argument("--max-message-bytes", type=int, default=1 << 20)
     parser.add_argument("--max-in-flight", type=int, default=4, help="concurrent requests per --ws connection")
-    parser.add_argument("--http-max-body-bytes", type=int, default=4 << 20,
-                        help="--http: largest request body (default 4 MiB; larger: 413)")
-    parser.add_argument("--http-max-requests", type=int, default=16,
-                        help="--http: generations running at once (default 16; one more: 429)")
-    parser.add_argument("--workspace", type=Path, action="append", default=[],
-                        help="--ws / --http without the LSP: folder to index at start (repeatable; the LSP "
-                             "indexes its editor's workspace folders)")
-    parser.add_argument("--index-max-tokens", type=int, default=None,
-                        help="resident tokens the index keeps before evicting least recently used documents "
-                             "(about 26 bytes each; default 32 M; clients may set index.maxTokens)")
+    parser.add_argument(
+        "--http-max-body-bytes",
+        type=int,
+        default=4 << 20,
+        help="--http: largest request body (default 4 MiB; larger: 413)",
+    )
+    parser.add_argument(
+        "--http-max-requests",
+        type=int,
+        default=16,
+        help="--http: generations running at once (default 16; one more: 429)",
+    )
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        action="append",
+        default=[],
+        help="--ws / --http without the LSP: folder to index at start (repeatable; the LSP "
+        "indexes its editor's workspace folders)",
+    )
+    parser.add_argument(
+        "--index-max-tokens",
+        type=int,
+        default=None,
+        help="resident tokens the index keeps before evicting least recently used documents "
+        "(about 26 bytes each; default 32 M; clients may set index.maxTokens)",
+    )
     parser.set_defaults(run=run_serve)
 
 
@@ -80,8 +126,10 @@ def unsupported_transport(args) -> str | None:
     """The message for a transport flag codespec does not speak, or None."""
     for flag in ("node_ipc", "pipe", "socket"):
         if getattr(args, flag, None) is not None:
-            return (f"--{flag.replace('_', '-')}: codespec serve speaks LSP over stdio (the default, "
-                    f"or --stdio) or --tcp; configure the client's transport as stdio")
+            return (
+                f"--{flag.replace('_', '-')}: codespec serve speaks LSP over stdio (the default, "
+                f"or --stdio) or --tcp; configure the client's transport as stdio"
+            )
     return None
 
 
@@ -101,8 +149,10 @@ def plan_endpoints(args) -> Endpoints:
     lsp = "tcp" if args.tcp else "stdio" if (args.stdio or not (args.ws or args.http)) else None
     network = [name for name, wanted in (("--tcp", lsp == "tcp"), ("--ws", args.ws), ("--http", args.http)) if wanted]
     if args.port is not None and len(network) > 1:
-        raise CodespecError(f"--port is ambiguous with {' and '.join(network)}: use --http-port / --ws-port "
-                            f"(--tcp then listens on 2087)")
+        raise CodespecError(
+            f"--port is ambiguous with {' and '.join(network)}: use --http-port / --ws-port "
+            f"(--tcp then listens on 2087)"
+        )
     if args.port is not None and not network:
         raise CodespecError("--port needs --tcp, --ws or --http")
     port = args.port
@@ -113,9 +163,12 @@ def plan_endpoints(args) -> Endpoints:
             raise CodespecError(f"port {chosen} is out of range")
         return chosen
 
-    return Endpoints(lsp, pick(None, 2087) if lsp == "tcp" else 2087,
-                     pick(args.ws_port, 8765) if args.ws else None,
-                     pick(args.http_port, 8000) if args.http else None)
+    return Endpoints(
+        lsp,
+        pick(None, 2087) if lsp == "tcp" else 2087,
+        pick(args.ws_port, 8765) if args.ws else None,
+        pick(args.http_port, 8000) if args.http else None,
+    )
 
 
 def run_serve(args) -> int:
@@ -135,9 +188,16 @@ def run_serve(args) -> int:
 
     if args.index_max_tokens is not None and args.index_max_tokens < 1:
         raise CodespecError(f"--index-max-tokens must be >= 1, got {args.index_max_tokens}")
-    options = ServerOptions(model=args.model, draft=args.draft, device=args.device, dtype=args.dtype,
-                            prompt_format=args.prompt_format, proposer=args.proposer, max_draft=args.max_draft,
-                            threads=args.threads)
+    options = ServerOptions(
+        model=args.model,
+        draft=args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        prompt_format=args.prompt_format,
+        proposer=args.proposer,
+        max_draft=args.max_draft,
+        threads=args.threads,
+    )
     if args.index_max_tokens is not None:
         options = dataclasses.replace(options, index_max_tokens=args.index_max_tokens)
     if endpoints.lsp is None:  # network endpoints only: one event loop here
@@ -202,22 +262,35 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
         from lsp.options import WsLimits
         from lsp.ws import bound_port, start_ws_server
 
-        limits = WsLimits(max_message_bytes=args.max_message_bytes, max_in_flight=args.max_in_flight,
-                          allowed_origins=tuple(args.allow_origin))
+        limits = WsLimits(
+            max_message_bytes=args.max_message_bytes,
+            max_in_flight=args.max_in_flight,
+            allowed_origins=tuple(args.allow_origin),
+        )
         ws = await start_ws_server(service, source.token, args.host, endpoints.ws_port, options, limits)
         servers.append(ws)
-        print(f"codespec: websocket on ws://{_url_host(args.host)}:{bound_port(ws)}/  token {where}",
-              file=sys.stderr, flush=True)
+        print(
+            f"codespec: websocket on ws://{_url_host(args.host)}:{bound_port(ws)}/  token {where}",
+            file=sys.stderr,
+            flush=True,
+        )
     if endpoints.http_port is not None:
         from lsp.http import HttpLimits, start_http_server
 
-        limits = HttpLimits(max_body_bytes=args.http_max_body_bytes, max_requests=args.http_max_requests,
-                            allowed_origins=tuple(args.allow_origin))
-        http = await start_http_server(service, source.token, args.host, endpoints.http_port, options, limits,
-                                       draft=_draft_name(options))
+        limits = HttpLimits(
+            max_body_bytes=args.http_max_body_bytes,
+            max_requests=args.http_max_requests,
+            allowed_origins=tuple(args.allow_origin),
+        )
+        http = await start_http_server(
+            service, source.token, args.host, endpoints.http_port, options, limits, draft=_draft_name(options)
+        )
         servers.append(http)
-        print(f"codespec: HTTP API on http://{_url_host(args.host)}:{http.port}/v1  token {where}",
-              file=sys.stderr, flush=True)
+        print(
+            f"codespec: HTTP API on http://{_url_host(args.host)}:{http.port}/v1  token {where}",
+            file=sys.stderr,
+            flush=True,
+        )
     return servers
 
 
@@ -269,20 +342,34 @@ async def _serve_network(args, options, endpoints: Endpoints) -> int:
 
 def add_complete_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "complete", help="complete at FILE:LINE:COL once, end to end, with stats and speedup",
+        "complete",
+        help="complete at FILE:LINE:COL once, end to end, with stats and speedup",
         description="Index the workspace, complete at the position through the same engine service the "
-                    "servers use, then decode the same prompt plainly to measure the speedup. "
-                    "LINE and COL count from 1; COL counts characters.")
+        "servers use, then decode the same prompt plainly to measure the speedup. "
+        "LINE and COL count from 1; COL counts characters.",
+    )
     parser.add_argument("location", help="FILE:LINE:COL (1-based)")
     _model_arguments(parser)
-    parser.add_argument("--workspace", type=Path, default=None,
-                        help="folder to index first (default: none; the completion drafts from its context)")
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        default=None,
+        help="folder to index first (default: none; the completion drafts from its context)",
+    )
     parser.add_argument("--max-tokens", type=int, default=None, help="token budget (default: by context)")
-    parser.add_argument("--mode", choices=("auto", "line", "block"), default="auto",
-                        help="finish the line, write lines, or decide by the cursor's line (default)")
+    parser.add_argument(
+        "--mode",
+        choices=("auto", "line", "block"),
+        default="auto",
+        help="finish the line, write lines, or decide by the cursor's line (default)",
+    )
     parser.add_argument("--no-baseline", action="store_true", help="skip the plain-decoding comparison")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="runs of each configuration, alternating, cold caches; the median is reported")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs of each configuration, alternating, cold caches; the median is reported",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run_complete)
 

@@ -51,22 +51,41 @@ def complete_once(args) -> int:
     except OSError as error:
         raise CodespecError(f"cannot read {path}: {error}") from None
     offset = cursor_offset(text, line, column)
-    options = ServerOptions(model=args.model, draft=args.draft, device=args.device, dtype=args.dtype,
-                            prompt_format=args.prompt_format, proposer=args.proposer, max_draft=args.max_draft,
-                            mode=args.mode, threads=args.threads)
+    options = ServerOptions(
+        model=args.model,
+        draft=args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        prompt_format=args.prompt_format,
+        proposer=args.proposer,
+        max_draft=args.max_draft,
+        mode=args.mode,
+        threads=args.threads,
+    )
     started = time.perf_counter()
     service = start_service(options)
     loaded_s = time.perf_counter() - started
-    report: dict = {"model": service.target.name, "prompt_format": service.prompts.format.name,
-                    "model_load_s": round(loaded_s, 3)}
+    report: dict = {
+        "model": service.target.name,
+        "prompt_format": service.prompts.format.name,
+        "model_load_s": round(loaded_s, 3),
+    }
     try:
         if args.workspace is not None:
             started = time.perf_counter()
             index = index_folders(service, [args.workspace], options, quiet=args.json)
             report["index_s"] = round(time.perf_counter() - started, 3) if index is not None else None
         uri = path.resolve().as_uri()
-        base, context = completion_request(text, offset, options, service.windows_for(options), invoked=True,
-                                           uri=uri, max_tokens=args.max_tokens, deadline=False)
+        base, context = completion_request(
+            text,
+            offset,
+            options,
+            service.windows_for(options),
+            invoked=True,
+            uri=uri,
+            max_tokens=args.max_tokens,
+            deadline=False,
+        )
 
         def request(proposer: str | None, key: str) -> GenerationRequest:
             return dataclasses.replace(base, cache_key=key, proposer=proposer)
@@ -112,12 +131,17 @@ def _median_run(runs: list):
 
 def _describe(result, label: str) -> dict:
     stats = result.stats
-    return {f"{label}_ms": round(result.elapsed_s * 1e3, 2), f"{label}_tokens": stats["tokens"],
-            f"{label}_target_forwards": stats["target_forwards"],
-            f"{label}_tokens_per_forward": round(stats["tokens_per_forward"], 3),
-            f"{label}_ttft_ms": stats["ttft_ms"], f"{label}_tokens_per_s": stats["tokens_per_s"],
-            f"{label}_coverage": stats["coverage"], f"{label}_proposer": result.proposer,
-            f"{label}_finish_reason": result.reason}
+    return {
+        f"{label}_ms": round(result.elapsed_s * 1e3, 2),
+        f"{label}_tokens": stats["tokens"],
+        f"{label}_target_forwards": stats["target_forwards"],
+        f"{label}_tokens_per_forward": round(stats["tokens_per_forward"], 3),
+        f"{label}_ttft_ms": stats["ttft_ms"],
+        f"{label}_tokens_per_s": stats["tokens_per_s"],
+        f"{label}_coverage": stats["coverage"],
+        f"{label}_proposer": result.proposer,
+        f"{label}_finish_reason": result.reason,
+    }
 
 
 def _ratio(numerator, denominator) -> float | None:
@@ -140,10 +164,15 @@ def _summary(report: dict) -> str:
         decode = report["speedup_decode"]
         lines.append(
             f"plain decoding, same prompt, same run: {report['plain_tokens']} tokens in {report['plain_ms']:.0f} ms"
-            f" -> speedup {wall:.2f}x wall time" if wall else "plain decoding: no tokens")
+            f" -> speedup {wall:.2f}x wall time"
+            if wall
+            else "plain decoding: no tokens"
+        )
         if decode:
-            lines[-1] += (f", {decode:.2f}x decode rate ({report['speculative_tokens_per_s']:.0f} vs "
-                          f"{report['plain_tokens_per_s']:.0f} tokens/s)")
+            lines[-1] += (
+                f", {decode:.2f}x decode rate ({report['speculative_tokens_per_s']:.0f} vs "
+                f"{report['plain_tokens_per_s']:.0f} tokens/s)"
+            )
         lines.append(f"output identical to plain greedy decoding: {'yes' if report['identical_output'] else 'NO'}")
     index = f"; index built in {report['index_s']:.2f} s" if report.get("index_s") is not None else ""
     lines.append(f"model {report['model']} loaded in {report['model_load_s']:.2f} s{index}")

@@ -45,8 +45,14 @@ class Document:
             return False
         return len(self.text.encode("utf-8", "surrogatepass")) > limit
 
-    def apply_change(self, start: tuple[int, int] | None, end: tuple[int, int] | None, new_text: str,
-                     version: int | None, encoding: str = "utf-16") -> None:
+    def apply_change(
+        self,
+        start: tuple[int, int] | None,
+        end: tuple[int, int] | None,
+        new_text: str,
+        version: int | None,
+        encoding: str = "utf-16",
+    ) -> None:
         """Apply one content change; ``start``/``end`` None replaces the whole text."""
         if start is None or end is None:
             self.text = new_text
@@ -93,8 +99,9 @@ class DocumentStore:
 class Debouncer:
     """Run ``callback(key)`` once ``delay_s`` after the last ``touch(key)``; ``flush`` runs it now."""
 
-    def __init__(self, delay_s: float, callback: Callable[[str], None],
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self, delay_s: float, callback: Callable[[str], None], loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
         self.delay_s = delay_s
         self.callback = callback
         self.loop = loop

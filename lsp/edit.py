@@ -57,8 +57,9 @@ def plan_edit(text: str, raw: dict, encoding: str, budget: int) -> EditPlan:
     rng = raw.get("range")
     if not isinstance(rng, dict):
         raise EditParamsError("an edit needs a range {start, end}")
-    start, end = range_offsets(text, _position(rng.get("start"), "range.start"),
-                               _position(rng.get("end"), "range.end"), encoding=encoding)
+    start, end = range_offsets(
+        text, _position(rng.get("start"), "range.start"), _position(rng.get("end"), "range.end"), encoding=encoding
+    )
     instruction = _optional_text(raw, "instruction")
     prediction = _optional_text(raw, "prediction")
     original = text[start:end]
@@ -67,8 +68,7 @@ def plan_edit(text: str, raw: dict, encoding: str, budget: int) -> EditPlan:
 
 def plan_text_edit(original: str, instruction: str | None, prediction: str | None, budget: int) -> EditPlan:
     """An edit of free text (the websocket ``edit`` message)."""
-    return EditPlan(original, instruction, prediction if prediction is not None else original, 0, len(original),
-                    budget)
+    return EditPlan(original, instruction, prediction if prediction is not None else original, 0, len(original), budget)
 
 
 def _optional_text(raw: dict, key: str) -> str | None:

@@ -134,7 +134,7 @@ def peek_id(data: bytes | str, max_tokens: int = 100_000) -> tuple[str, Any]:
     pos = space.match(data, 0).end()
     if pos >= len(data):
         return UNKNOWN, None
-    if data[pos:pos + 1] != open_object:
+    if data[pos : pos + 1] != open_object:
         return ABSENT, None
     pos += 1
     depth = 1
@@ -144,7 +144,7 @@ def peek_id(data: bytes | str, max_tokens: int = 100_000) -> tuple[str, Any]:
         pos = space.match(data, pos).end()
         if pos >= len(data):
             return UNKNOWN, None
-        char = data[pos:pos + 1]
+        char = data[pos : pos + 1]
         if char == quote:
             match = string.match(data, pos)
             if match is None:
@@ -219,7 +219,9 @@ def decode(data: bytes) -> Message | Problem:
         return Message(json.loads(data), len(data))
     except RecursionError:
         state, request_id = peek_id(data)
-        message = "the message is nested too deeply to decode; LSP messages are never nested more than a few dozen levels"
+        message = (
+            "the message is nested too deeply to decode; LSP messages are never nested more than a few dozen levels"
+        )
         if state == FOUND or (state == ABSENT and data.lstrip()[:1] == b"{"):  # a request / a notification
             return Problem(INVALID_PARAMS, message, request_id, state == FOUND)
         return Problem(PARSE_ERROR, message)  # not even an object: answered with "id": null
@@ -258,8 +260,13 @@ class FrameReader:
     option may change once the client's initializationOptions arrive).
     """
 
-    def __init__(self, fill: Callable[[], Awaitable[bytes]], max_bytes: int | Callable[[], int] = DEFAULT_MAX_MESSAGE_BYTES,
-                 initial: bytes = b"", stall_s: float = STALL_S) -> None:
+    def __init__(
+        self,
+        fill: Callable[[], Awaitable[bytes]],
+        max_bytes: int | Callable[[], int] = DEFAULT_MAX_MESSAGE_BYTES,
+        initial: bytes = b"",
+        stall_s: float = STALL_S,
+    ) -> None:
         self._fill = fill
         self._max_bytes = max_bytes
         self.buf = bytearray(initial)
@@ -306,8 +313,8 @@ class FrameReader:
         while True:
             end = self.buf.find(b"\n", scanned, MAX_HEADER_LINE + 1)
             if end != -1:
-                line = bytes(self.buf[:end + 1])
-                del self.buf[:end + 1]
+                line = bytes(self.buf[: end + 1])
+                del self.buf[: end + 1]
                 return line
             if len(self.buf) > MAX_HEADER_LINE:
                 return b""
@@ -369,8 +376,11 @@ class FrameReader:
                     # header on the same line: that body was answered; read on from the header.
                     self._quiet = False
                     return None
-                what = "JSON without a Content-Length header" if line.lstrip()[:1] in (b"{", b"[") \
+                what = (
+                    "JSON without a Content-Length header"
+                    if line.lstrip()[:1] in (b"{", b"[")
                     else f"not a header line: {clip(line.decode('utf-8', 'replace').rstrip(), 80)!r}"
+                )
                 self._start_garbage(what)
                 self._quiet = False
                 return None
@@ -383,7 +393,9 @@ class FrameReader:
                 continue  # Content-Type and anything else: ignored
             value = match.group(2)
             if not value.isdigit():
-                self._start_garbage(f"Content-Length {clip(value.decode('utf-8', 'replace'), 40)!r} is not a byte count")
+                self._start_garbage(
+                    f"Content-Length {clip(value.decode('utf-8', 'replace'), 40)!r} is not a byte count"
+                )
                 return None
             number = int(value) if len(value) <= 30 else 1 << 100
             if length is not None and number != length:
@@ -407,7 +419,7 @@ class FrameReader:
         for match in GLUED_HEADER.finditer(line):
             glued = match  # the last one: the header is what ends the line
         if glued is not None and glued.start() > 0:
-            self.buf[:0] = line[glued.start():]
+            self.buf[:0] = line[glued.start() :]
             return True
         if line.lstrip()[:1] in (b"{", b"["):
             self.buf[:0] = line
@@ -454,8 +466,12 @@ class FrameReader:
             state, request_id = peek_id(data)
             has_id = state == FOUND
             self._quiet = ends_open(data)
-        return Problem(PARSE_ERROR, f"the message ended after {len(data)} bytes, before its Content-Length "
-                       f"of {claimed}", request_id, has_id)
+        return Problem(
+            PARSE_ERROR,
+            f"the message ended after {len(data)} bytes, before its Content-Length of {claimed}",
+            request_id,
+            has_id,
+        )
 
     async def _skip_step(self):
         skip = self._skip
@@ -466,14 +482,14 @@ class FrameReader:
             ended = cut is not None
             take = cut if ended else min(left, len(self.buf) if len(self.buf) >= left else max(0, len(self.buf) - TAIL))
             if len(skip.head) < HEAD_BYTES:
-                skip.head += self.buf[:min(take, HEAD_BYTES - len(skip.head))]
+                skip.head += self.buf[: min(take, HEAD_BYTES - len(skip.head))]
             del self.buf[:take]
             skip.seen += take
             self.stats.skipped_bytes += take
             done = ended or skip.seen >= skip.total
             problem = None
             if not skip.answered:
-                view = bytes(skip.head) + bytes(self.buf[:max(0, min(HEAD_BYTES - len(skip.head), left - take))])
+                view = bytes(skip.head) + bytes(self.buf[: max(0, min(HEAD_BYTES - len(skip.head), left - take))])
                 state, request_id = peek_id(view)
                 if state != UNKNOWN or len(skip.head) >= HEAD_BYTES or done:
                     problem = self._refusal(skip, limit, request_id, state == FOUND)
@@ -488,13 +504,17 @@ class FrameReader:
                     if skip.answered:
                         return _EOF
                 left = skip.total - skip.seen  # stalled or ended: answer with what is known
-                state, request_id = peek_id(bytes(skip.head) + bytes(self.buf[:max(0, min(HEAD_BYTES, left))]))
+                state, request_id = peek_id(bytes(skip.head) + bytes(self.buf[: max(0, min(HEAD_BYTES, left))]))
                 return self._refusal(skip, limit, request_id, state == FOUND)
 
     def _refusal(self, skip: _Skip, limit: int, request_id: Any, has_id: bool) -> Problem:
         skip.answered = True
-        return Problem(INVALID_REQUEST, f"the message is {skip.total} bytes; the limit is {limit} "
-                       f"(initializationOptions.maxMessageBytes); skipped", request_id if has_id else None, has_id)
+        return Problem(
+            INVALID_REQUEST,
+            f"the message is {skip.total} bytes; the limit is {limit} (initializationOptions.maxMessageBytes); skipped",
+            request_id if has_id else None,
+            has_id,
+        )
 
     async def _garbage_step(self):
         garbage = self._garbage
@@ -504,8 +524,9 @@ class FrameReader:
             end = match.start() if match is not None else len(self.buf)
             final = match is not None or self.eof or judged == len(self.buf)
             if not garbage.answered:
-                problem, used = self._judge(garbage, bytes(self.buf[:min(end, DECODE_LIMIT)]),
-                                            final or end >= DECODE_LIMIT)
+                problem, used = self._judge(
+                    garbage, bytes(self.buf[: min(end, DECODE_LIMIT)]), final or end >= DECODE_LIMIT
+                )
                 if problem is not None:
                     del self.buf[:used]
                     self.stats.skipped_bytes += used
@@ -517,7 +538,7 @@ class FrameReader:
                     judged = len(self.buf) if not await self._more(timeout=self.stall_s) and not self.eof else -1
                     continue
             if match is not None:
-                del self.buf[:match.start()]
+                del self.buf[: match.start()]
                 self.stats.skipped_bytes += match.start()
                 self._garbage = None
                 return None
@@ -534,8 +555,9 @@ class FrameReader:
         stripped = region.lstrip()
         if not stripped:
             if final:  # a broken header and nothing after it
-                return Problem(PARSE_ERROR, f"invalid frame: {garbage.reason}; skipped to the next "
-                               f"Content-Length header"), len(region)
+                return Problem(
+                    PARSE_ERROR, f"invalid frame: {garbage.reason}; skipped to the next Content-Length header"
+                ), len(region)
             return None, 0
         message = f"invalid frame: {garbage.reason}; skipped to the next Content-Length header"
         if stripped[:1] in (b"{", b"["):
@@ -590,6 +612,8 @@ def _resolve(future: asyncio.Future, data: bytes) -> None:
 
 def stream_source(reader: asyncio.StreamReader, chunk: int = CHUNK) -> Callable[[], Awaitable[bytes]]:
     """``fill`` over an asyncio stream (a TCP connection)."""
+
     async def fill() -> bytes:
         return await reader.read(chunk)
+
     return fill

@@ -58,24 +58,49 @@ class Guard:
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
         origin = headers.get("origin")
         if origin is not None and origin not in self.allowed:
-            await send_json(send, 403, error_body(f"origin {origin!r} is not allowed (see --allow-origin)",
-                                                  "invalid_request_error", None, "origin_not_allowed"))
+            await send_json(
+                send,
+                403,
+                error_body(
+                    f"origin {origin!r} is not allowed (see --allow-origin)",
+                    "invalid_request_error",
+                    None,
+                    "origin_not_allowed",
+                ),
+            )
             return
         cors = {} if origin is None else {"access-control-allow-origin": origin, "vary": "Origin"}
         if origin is not None and scope["method"] == "OPTIONS":
-            await send({"type": "http.response.start", "status": 204, "headers": [
-                (key.encode(), value.encode()) for key, value in {
-                    **cors, "access-control-allow-methods": "GET, POST, OPTIONS",
-                    "access-control-allow-headers": "Authorization, Content-Type",
-                    "access-control-max-age": "600"}.items()]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 204,
+                    "headers": [
+                        (key.encode(), value.encode())
+                        for key, value in {
+                            **cors,
+                            "access-control-allow-methods": "GET, POST, OPTIONS",
+                            "access-control-allow-headers": "Authorization, Content-Type",
+                            "access-control-max-age": "600",
+                        }.items()
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         offered = presented_token("", headers.get("authorization"))  # the header only: no token in URLs
         if offered is None or not hmac.compare_digest(offered.encode(), self.token):
-            message = ("missing token: send Authorization: Bearer TOKEN" if offered is None else
-                       "wrong token (Authorization: Bearer TOKEN)")
-            await send_json(send, 401, error_body(message, "invalid_request_error", None, "invalid_api_key"),
-                            {**cors, "www-authenticate": "Bearer"})
+            message = (
+                "missing token: send Authorization: Bearer TOKEN"
+                if offered is None
+                else "wrong token (Authorization: Bearer TOKEN)"
+            )
+            await send_json(
+                send,
+                401,
+                error_body(message, "invalid_request_error", None, "invalid_api_key"),
+                {**cors, "www-authenticate": "Bearer"},
+            )
             return
         if not cors:
             await self.app(scope, receive, send)
@@ -90,8 +115,13 @@ class Guard:
         await self.app(scope, receive, send_with_cors)
 
 
-def build_app(service: EngineService, token: str, options: ServerOptions = ServerOptions(),
-              limits: HttpLimits = HttpLimits(), draft: str | None = None):
+def build_app(
+    service: EngineService,
+    token: str,
+    options: ServerOptions = ServerOptions(),
+    limits: HttpLimits = HttpLimits(),
+    draft: str | None = None,
+):
     """The ASGI app (Starlette behind :class:`Guard`)."""
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
@@ -114,8 +144,12 @@ def build_app(service: EngineService, token: str, options: ServerOptions = Serve
         return parse_json(b"".join(chunks))
 
     def _too_large(size: int) -> ApiError:
-        return ApiError(413, f"the request body is {size} bytes or more; the limit is {limits.max_body_bytes} "
-                        f"(--http-max-body-bytes)", None, "request_too_large")
+        return ApiError(
+            413,
+            f"the request body is {size} bytes or more; the limit is {limits.max_body_bytes} (--http-max-body-bytes)",
+            None,
+            "request_too_large",
+        )
 
     async def models(request: Request):
         return JSONResponse(models_response(door.model_id, door.draft_id, door.created))
@@ -124,41 +158,68 @@ def build_app(service: EngineService, token: str, options: ServerOptions = Serve
         body = parse_completion(await read_json(request))
         generation = door.completion(body)
         door.acquire()
-        return Generation(door, generation, Envelope(new_id("cmpl"), door.model_id, "text_completion"),
-                          body.sampling.stream, body.sampling.include_usage, body.prediction)
+        return Generation(
+            door,
+            generation,
+            Envelope(new_id("cmpl"), door.model_id, "text_completion"),
+            body.sampling.stream,
+            body.sampling.include_usage,
+            body.prediction,
+        )
 
     async def chat_completions(request: Request):
         body = parse_chat(await read_json(request))
         generation = await door.chat(body)
         door.acquire()
-        return Generation(door, generation, Envelope(new_id("chatcmpl"), door.model_id, "chat.completion"),
-                          body.sampling.stream, body.sampling.include_usage, body.prediction)
+        return Generation(
+            door,
+            generation,
+            Envelope(new_id("chatcmpl"), door.model_id, "chat.completion"),
+            body.sampling.stream,
+            body.sampling.include_usage,
+            body.prediction,
+        )
 
     async def api_error(request: Request, error: ApiError):
         return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
     async def http_error(request: Request, error: HTTPException):
         codes = {404: "not_found", 405: "method_not_allowed"}
-        message = (f"no route {request.method} {request.url.path}" if error.status_code == 404 else
-                   f"{request.method} is not allowed on {request.url.path}" if error.status_code == 405 else
-                   str(error.detail))
-        return JSONResponse(error_body(message, "invalid_request_error", None, codes.get(error.status_code)),
-                            status_code=error.status_code, headers=error.headers)
+        message = (
+            f"no route {request.method} {request.url.path}"
+            if error.status_code == 404
+            else f"{request.method} is not allowed on {request.url.path}"
+            if error.status_code == 405
+            else str(error.detail)
+        )
+        return JSONResponse(
+            error_body(message, "invalid_request_error", None, codes.get(error.status_code)),
+            status_code=error.status_code,
+            headers=error.headers,
+        )
 
     async def gone(request: Request, error: ClientDisconnect):
         return JSONResponse(error_body("the client went away", "invalid_request_error"), status_code=400)
 
     async def internal(request: Request, error: Exception):
         log.error("HTTP request failed", exc_info=error)
-        return JSONResponse(error_body(f"internal error ({type(error).__name__}); see the server log", "server_error"),
-                            status_code=500)
+        return JSONResponse(
+            error_body(f"internal error ({type(error).__name__}); see the server log", "server_error"), status_code=500
+        )
 
-    app = Starlette(routes=[
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-    ], exception_handlers={ApiError: api_error, HTTPException: http_error, ClientDisconnect: gone,
-                           Exception: internal})
+    app = Starlette(
+        routes=[
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        ],
+        exception_handlers={
+            ApiError: api_error,
+            HTTPException: http_error,
+            ClientDisconnect: gone,
+            Exception: internal,
+        },
+    )
     guard = Guard(app, token, limits.allowed_origins)
     guard.door = door
     return guard
@@ -174,8 +235,16 @@ class HttpServer:
         self.socket = sock
         self.port = sock.getsockname()[1]
         self.door: HttpDoor | None = getattr(app, "door", None)
-        config = uvicorn.Config(app, http="h11", ws="none", lifespan="off", log_level="warning",
-                                access_log=False, server_header=False, timeout_graceful_shutdown=5)
+        config = uvicorn.Config(
+            app,
+            http="h11",
+            ws="none",
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+            timeout_graceful_shutdown=5,
+        )
         self.server = uvicorn.Server(config)
         self.task: asyncio.Task | None = None
 
@@ -213,9 +282,15 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def start_http_server(service: EngineService, token: str, host: str = "127.0.0.1", port: int = 0,
-                            options: ServerOptions = ServerOptions(), limits: HttpLimits = HttpLimits(),
-                            draft: str | None = None) -> HttpServer:
+async def start_http_server(
+    service: EngineService,
+    token: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    options: ServerOptions = ServerOptions(),
+    limits: HttpLimits = HttpLimits(),
+    draft: str | None = None,
+) -> HttpServer:
     """Serve the API on ``host:port`` (0: any free port; ``server.port`` says which)."""
     server = HttpServer(build_app(service, token, options, limits, draft), bind(host, port))
     await server.start()

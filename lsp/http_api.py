@@ -26,8 +26,15 @@ COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error", headers: dict | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+        headers: dict | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -40,8 +47,9 @@ class ApiError(Exception):
         return error_body(self.message, self.kind, self.param, self.code)
 
 
-def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
-               code: str | None = None) -> dict:
+def error_body(
+    message: str, kind: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> dict:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
@@ -188,9 +196,10 @@ def _refuse_unsupported(data: dict, chat: bool) -> None:
             if data.get(key):
                 raise unsupported(key, f"{key} (tool calling) is not supported")
         response_format = data.get("response_format")
-        if response_format is not None and not (isinstance(response_format, dict)
-                                                and response_format.get("type") == "text"):
-            raise unsupported("response_format", "only response_format {\"type\": \"text\"} is supported")
+        if response_format is not None and not (
+            isinstance(response_format, dict) and response_format.get("type") == "text"
+        ):
+            raise unsupported("response_format", 'only response_format {"type": "text"} is supported')
         modalities = data.get("modalities")
         if modalities not in (None, ["text"]):
             raise unsupported("modalities", "only text output is supported")
@@ -214,11 +223,17 @@ def _sampling(data: dict, max_tokens: int | None) -> Sampling:
     proposer = _text(data, "proposer")
     if proposer is not None and proposer not in PROPOSERS:
         raise invalid("proposer", f"proposer must be one of {', '.join(PROPOSERS)}")
-    return Sampling(max_tokens=max_tokens,
-                    temperature=_number(data, "temperature", 0.0, 0.0, 2.0),
-                    top_p=_number(data, "top_p", 1.0, 0.0, 1.0, low_open=True),
-                    seed=_integer(data, "seed"), stop=_stop(data), stream=stream,
-                    include_usage=stream and include_usage, proposer=proposer, path=_text(data, "path"))
+    return Sampling(
+        max_tokens=max_tokens,
+        temperature=_number(data, "temperature", 0.0, 0.0, 2.0),
+        top_p=_number(data, "top_p", 1.0, 0.0, 1.0, low_open=True),
+        seed=_integer(data, "seed"),
+        stop=_stop(data),
+        stream=stream,
+        include_usage=stream and include_usage,
+        proposer=proposer,
+        path=_text(data, "path"),
+    )
 
 
 def _content_text(value: Any, param: str) -> str:
@@ -246,8 +261,9 @@ def _prediction(data: dict, allow_string: bool) -> str | None:
     if allow_string and isinstance(value, str):
         return value
     if not isinstance(value, dict) or value.get("type") != "content" or "content" not in value:
-        raise invalid("prediction", 'prediction must be {"type": "content", "content": string or text parts}',
-                      "invalid_type")
+        raise invalid(
+            "prediction", 'prediction must be {"type": "content", "content": string or text parts}', "invalid_type"
+        )
     return _content_text(value["content"], "prediction.content")
 
 
@@ -309,17 +325,27 @@ def rewrite_parts(messages: tuple[dict, ...], prediction: str | None) -> tuple[s
     if blocks:
         block = blocks[-1]
         region = block.group(1)
-        rest = (user[:block.start()] + user[block.end():]).strip()
+        rest = (user[: block.start()] + user[block.end() :]).strip()
         return region, rest or None
     if prediction is not None:
         return prediction, user.strip() or None
-    raise invalid("messages", "this model has no chat template: put the code to rewrite in a fenced block "
-                  "(```) of the last user message, or send it as the prediction")
+    raise invalid(
+        "messages",
+        "this model has no chat template: put the code to rewrite in a fenced block "
+        "(```) of the last user message, or send it as the prediction",
+    )
 
 
 # ---- responses ------------------------------------------------------------------------------
-FINISH_REASONS = {"eos": "stop", "stop": "stop", "repetition": "stop", "length": "length", "context": "length",
-                  "deadline": "length", "cancelled": "stop"}
+FINISH_REASONS = {
+    "eos": "stop",
+    "stop": "stop",
+    "repetition": "stop",
+    "length": "length",
+    "context": "length",
+    "deadline": "length",
+    "cancelled": "stop",
+}
 
 
 def finish_reason(reason: str) -> str:
@@ -333,12 +359,17 @@ def new_id(prefix: str) -> str:
 def usage_body(usage, accepted: int | None = None, rejected: int | None = None) -> dict:
     """OpenAI's usage object from an ``lsp.jobs.Usage``; ``accepted`` / ``rejected``: the prediction
     tokens as OpenAI counts them (None: no prediction was sent)."""
-    body = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens},
-            "completion_tokens_details": {"accepted_prediction_tokens": accepted or 0,
-                                          "rejected_prediction_tokens": rejected or 0,
-                                          "reasoning_tokens": 0}}
+    body = {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens},
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": accepted or 0,
+            "rejected_prediction_tokens": rejected or 0,
+            "reasoning_tokens": 0,
+        },
+    }
     return body
 
 
@@ -355,21 +386,38 @@ class Envelope:
         return "text_completion" if self.object == "text_completion" else "chat.completion.chunk"
 
     def head(self, chunk: bool = False) -> dict:
-        return {"id": self.id, "object": self.chunk_object() if chunk else self.object, "created": self.created,
-                "model": self.model, "system_fingerprint": "codespec"}
+        return {
+            "id": self.id,
+            "object": self.chunk_object() if chunk else self.object,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": "codespec",
+        }
 
 
 def completion_response(envelope: Envelope, text: str, reason: str, usage: dict, extra: dict) -> dict:
-    return {**envelope.head(), "choices": [{"text": text, "index": 0, "logprobs": None,
-                                            "finish_reason": finish_reason(reason)}],
-            "usage": usage, "codespec": extra}
+    return {
+        **envelope.head(),
+        "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason(reason)}],
+        "usage": usage,
+        "codespec": extra,
+    }
 
 
 def chat_response(envelope: Envelope, text: str, reason: str, usage: dict, extra: dict) -> dict:
-    return {**envelope.head(), "choices": [{"index": 0, "message": {"role": "assistant", "content": text,
-                                                                     "refusal": None},
-                                            "logprobs": None, "finish_reason": finish_reason(reason)}],
-            "usage": usage, "codespec": extra}
+    return {
+        **envelope.head(),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": finish_reason(reason),
+            }
+        ],
+        "usage": usage,
+        "codespec": extra,
+    }
 
 
 def text_chunk(envelope: Envelope, text: str, reason: str | None = None, first: bool = False) -> dict:
@@ -393,8 +441,11 @@ def sse(data: dict | str) -> bytes:
 
 
 def models_response(target: str, draft: str | None, created: int) -> dict:
-    models = [{"id": target, "object": "model", "created": created, "owned_by": "codespec", "codespec": {"role": "target"}}]
+    models = [
+        {"id": target, "object": "model", "created": created, "owned_by": "codespec", "codespec": {"role": "target"}}
+    ]
     if draft:
-        models.append({"id": draft, "object": "model", "created": created, "owned_by": "codespec",
-                       "codespec": {"role": "draft"}})
+        models.append(
+            {"id": draft, "object": "model", "created": created, "owned_by": "codespec", "codespec": {"role": "draft"}}
+        )
     return {"object": "list", "data": models}

@@ -43,8 +43,11 @@ from lsp.service import EngineService
 
 log = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json")]
-SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-               (b"x-accel-buffering", b"no")]
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 
 
 @dataclass(frozen=True)
@@ -58,8 +61,9 @@ class HttpDoor:
     """The engine service as the HTTP handlers see it: request building, prediction counting,
     the count of running generations."""
 
-    def __init__(self, service: EngineService, options: ServerOptions, limits: HttpLimits,
-                 draft: str | None = None) -> None:
+    def __init__(
+        self, service: EngineService, options: ServerOptions, limits: HttpLimits, draft: str | None = None
+    ) -> None:
         self.service = service
         self.options = options
         self.limits = limits
@@ -80,14 +84,35 @@ class HttpDoor:
         s = body.sampling
         key = f"http:{s.path}" if s.path else None
         if body.suffix is None:
-            return prompt_request(body.prompt, s.max_tokens or 16, stop=s.stop, temperature=s.temperature,
-                                  top_p=s.top_p, seed=s.seed, reference=body.prediction, cache_key=key,
-                                  uri=s.path, proposer=s.proposer)
-        request, _ = completion_request(body.prompt + body.suffix, len(body.prompt), self.options,
-                                        self.service.windows_for(self.options), invoked=True, uri=s.path,
-                                        cache_key=key, reference=body.prediction, max_tokens=s.max_tokens,
-                                        stop=s.stop, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-                                        proposer=s.proposer, deadline=False)
+            return prompt_request(
+                body.prompt,
+                s.max_tokens or 16,
+                stop=s.stop,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                seed=s.seed,
+                reference=body.prediction,
+                cache_key=key,
+                uri=s.path,
+                proposer=s.proposer,
+            )
+        request, _ = completion_request(
+            body.prompt + body.suffix,
+            len(body.prompt),
+            self.options,
+            self.service.windows_for(self.options),
+            invoked=True,
+            uri=s.path,
+            cache_key=key,
+            reference=body.prediction,
+            max_tokens=s.max_tokens,
+            stop=s.stop,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
+            proposer=s.proposer,
+            deadline=False,
+        )
         return request
 
     async def chat(self, body: ChatBody) -> GenerationRequest:
@@ -98,13 +123,32 @@ class HttpDoor:
         max_tokens = s.max_tokens or self.service.target.max_context  # the service caps it at the context
         if self.service.prompts.chat:
             prompt = await self._render_chat(body.messages)
-            return prompt_request(prompt, max_tokens, chat=True, stop=s.stop, temperature=s.temperature,
-                                  top_p=s.top_p, seed=s.seed, reference=body.prediction, cache_key=key,
-                                  uri=s.path, proposer=s.proposer)
+            return prompt_request(
+                prompt,
+                max_tokens,
+                chat=True,
+                stop=s.stop,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                seed=s.seed,
+                reference=body.prediction,
+                cache_key=key,
+                uri=s.path,
+                proposer=s.proposer,
+            )
         region, instruction = rewrite_parts(body.messages, body.prediction)
         plan = plan_text_edit(region, instruction, body.prediction, max_tokens)
-        return edit_request(plan, temperature=s.temperature, top_p=s.top_p, seed=s.seed, stop=s.stop,
-                            cache_key=key, uri=s.path, proposer=s.proposer, whole_budget=True)
+        return edit_request(
+            plan,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
+            stop=s.stop,
+            cache_key=key,
+            uri=s.path,
+            proposer=s.proposer,
+            whole_budget=True,
+        )
 
     async def _render_chat(self, messages) -> str:
         tokenizer = await self.tokenizer()
@@ -116,8 +160,9 @@ class HttpDoor:
         try:
             return await asyncio.to_thread(render)
         except Exception as error:  # the template refuses these messages (roles, order)
-            raise ApiError(400, f"the model's chat template refused these messages: {error}", "messages",
-                           "invalid_value") from None
+            raise ApiError(
+                400, f"the model's chat template refused these messages: {error}", "messages", "invalid_value"
+            ) from None
 
     async def tokenizer(self):
         """A private copy of the target's tokenizer, made once on the engine thread."""
@@ -148,9 +193,15 @@ class HttpDoor:
     # ---- the limit on running generations ---------------------------------------------------
     def acquire(self) -> None:
         if self.running >= self.limits.max_requests:
-            raise ApiError(429, f"{self.running} requests are running, the most this server takes at once "
-                           f"(--http-max-requests); retry shortly", None, "rate_limit_exceeded",
-                           kind="rate_limit_error", headers={"retry-after": "1"})
+            raise ApiError(
+                429,
+                f"{self.running} requests are running, the most this server takes at once "
+                f"(--http-max-requests); retry shortly",
+                None,
+                "rate_limit_exceeded",
+                kind="rate_limit_error",
+                headers={"retry-after": "1"},
+            )
         self.running += 1
 
     def release(self) -> None:
@@ -161,8 +212,15 @@ class Generation:
     """One generation, sent as JSON or as server-sent events (an ASGI app of its own, so it can
     listen for the client's disconnect while the engine works)."""
 
-    def __init__(self, door: HttpDoor, request: GenerationRequest, envelope: Envelope, stream: bool,
-                 include_usage: bool, prediction: str | None) -> None:
+    def __init__(
+        self,
+        door: HttpDoor,
+        request: GenerationRequest,
+        envelope: Envelope,
+        stream: bool,
+        include_usage: bool,
+        prediction: str | None,
+    ) -> None:
         self.door = door
         self.request = request
         self.envelope = envelope
@@ -267,10 +325,15 @@ class Generation:
         if self.prediction is not None:
             accepted, rejected = await self.door.prediction_tokens(self.prediction, job_result.text)
         usage = usage_body(job_result.usage, accepted, rejected)
-        extra = {"finish_reason": job_result.reason, "proposer": job_result.proposer,
-                 "speculation": {"accepted_prediction_tokens": job_result.usage.accepted_prediction_tokens,
-                                 "rejected_prediction_tokens": job_result.usage.rejected_prediction_tokens},
-                 "stats": job_result.stats}
+        extra = {
+            "finish_reason": job_result.reason,
+            "proposer": job_result.proposer,
+            "speculation": {
+                "accepted_prediction_tokens": job_result.usage.accepted_prediction_tokens,
+                "rejected_prediction_tokens": job_result.usage.rejected_prediction_tokens,
+            },
+            "stats": job_result.stats,
+        }
         return usage, extra
 
 
@@ -280,8 +343,9 @@ def _failure(result: asyncio.Future) -> ApiError | None:
     error = result.exception()
     if error is None:
         if result.result().reason == "cancelled":
-            return ApiError(503, "the server is shutting down; the request was cancelled", None, "unavailable",
-                            kind="server_error")
+            return ApiError(
+                503, "the server is shutting down; the request was cancelled", None, "unavailable", kind="server_error"
+            )
         return None
     if isinstance(error, InvalidRequestError):
         code = "context_length_exceeded" if "context" in str(error) else "invalid_value"
@@ -289,8 +353,9 @@ def _failure(result: asyncio.Future) -> ApiError | None:
     if isinstance(error, CodespecError):
         return ApiError(503 if "closed" in str(error) else 500, str(error), None, None, kind="server_error")
     log.error("HTTP generation failed", exc_info=error)
-    return ApiError(500, f"internal error ({type(error).__name__}); see the server log", None, None,
-                    kind="server_error")
+    return ApiError(
+        500, f"internal error ({type(error).__name__}); see the server log", None, None, kind="server_error"
+    )
 
 
 async def disconnected(receive) -> None:
@@ -301,6 +366,11 @@ async def disconnected(receive) -> None:
 async def send_json(send, status: int, body: dict, headers: dict | None = None) -> None:
     payload = json.dumps(body, ensure_ascii=False).encode()
     extra = [(key.encode(), value.encode()) for key, value in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*JSON_HEADERS, (b"content-length", str(len(payload)).encode()), *extra]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*JSON_HEADERS, (b"content-length", str(len(payload)).encode()), *extra],
+        }
+    )
     await send({"type": "http.response.body", "body": payload, "more_body": False})

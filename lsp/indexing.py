@@ -73,8 +73,9 @@ class Scan(concurrent.futures.Future):
     normal outcome rather than a CancelledError. ``asyncio.wrap_future`` calls it when the
     awaiting task is cancelled, so that stops the scan too."""
 
-    def __init__(self, roots: list[Path], exclude: tuple[str, ...], max_file_bytes: int,
-                 progress: Progress | None) -> None:
+    def __init__(
+        self, roots: list[Path], exclude: tuple[str, ...], max_file_bytes: int, progress: Progress | None
+    ) -> None:
         super().__init__()
         self.roots, self.exclude, self.max_file_bytes, self.progress = roots, exclude, max_file_bytes, progress
         self.stopped = threading.Event()
@@ -98,8 +99,9 @@ class WorkspaceIndexer:
         self._thread = threading.Thread(target=self._run, name="codespec-indexer", daemon=True)
         self._thread.start()
 
-    def submit(self, roots: list[Path], exclude: tuple[str, ...], max_file_bytes: int,
-               progress: Progress | None = None) -> Scan:
+    def submit(
+        self, roots: list[Path], exclude: tuple[str, ...], max_file_bytes: int, progress: Progress | None = None
+    ) -> Scan:
         from index.ingest import ScanCancelled
 
         scan = Scan(list(roots), tuple(exclude), max_file_bytes, progress)
@@ -129,9 +131,13 @@ class WorkspaceIndexer:
                 if self.closing.is_set() or scan.stopped.is_set():
                     raise ScanCancelled("workspace scan cancelled before it started")
                 report = self.index.index_workspace(
-                    [str(root) for root in scan.roots], exclude=list(scan.exclude),
-                    max_file_bytes=scan.max_file_bytes, progress=scan.progress, adapter=self.adapter,
-                    cancel=lambda: self.closing.is_set() or scan.stopped.is_set())
+                    [str(root) for root in scan.roots],
+                    exclude=list(scan.exclude),
+                    max_file_bytes=scan.max_file_bytes,
+                    progress=scan.progress,
+                    adapter=self.adapter,
+                    cancel=lambda: self.closing.is_set() or scan.stopped.is_set(),
+                )
             except BaseException as error:  # handed to whoever awaits the scan
                 scan.set_exception(error)
             else:
@@ -152,8 +158,12 @@ def open_index(service, db_path: Path, memory_budget_tokens: int | None = None):
 
     def create():
         db_path.parent.mkdir(parents=True, exist_ok=True)
-        index = WorkspaceIndex(service.target.tokenizer, str(db_path), memory_budget_tokens=memory_budget_tokens,
-                               background_tokens=BACKGROUND_TOKENS)
+        index = WorkspaceIndex(
+            service.target.tokenizer,
+            str(db_path),
+            memory_budget_tokens=memory_budget_tokens,
+            background_tokens=BACKGROUND_TOKENS,
+        )
         service.index = index
         return index, thread_adapter(index.adapter)
 
@@ -166,8 +176,9 @@ def open_index(service, db_path: Path, memory_budget_tokens: int | None = None):
     return index
 
 
-def index_workspace(service, roots: list[Path], exclude: tuple[str, ...], max_file_bytes: int,
-                    progress: Progress | None = None) -> Scan:
+def index_workspace(
+    service, roots: list[Path], exclude: tuple[str, ...], max_file_bytes: int, progress: Progress | None = None
+) -> Scan:
     """Scan the roots on the indexing thread (engine requests keep running meanwhile);
     ``progress(done, total)`` is called from that thread. Returns the scan (a Future of the
     index's report); ``scan.cancel()`` stops it."""
@@ -191,8 +202,12 @@ def index_folders(service, folders: list[Path], options, quiet: bool = False):
 
     def progress(done: int, total: int) -> None:
         if not quiet and (done == total or done % 50 == 0):
-            print(f"\rcodespec: indexed {done}/{total} files", end="" if done < total else "\n",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\rcodespec: indexed {done}/{total} files",
+                end="" if done < total else "\n",
+                file=sys.stderr,
+                flush=True,
+            )
 
     index_workspace(service, roots, options.exclude, options.max_file_bytes, progress).result()
     return index

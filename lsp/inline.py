@@ -35,12 +35,17 @@ def default_windows(device_type: str) -> tuple[int, int]:
     return CPU_WINDOWS if device_type == "cpu" else GPU_WINDOWS
 
 
-def resolve_windows(prefix_chars: int | None, suffix_chars: int | None, device_type: str, max_context: int,
-                    max_tokens: int) -> tuple[int, int]:
+def resolve_windows(
+    prefix_chars: int | None, suffix_chars: int | None, device_type: str, max_context: int, max_tokens: int
+) -> tuple[int, int]:
     """The windows a request uses: the user's sizes or the device's defaults, fitted to the model."""
     default_prefix, default_suffix = default_windows(device_type)
-    return fit_windows(default_prefix if prefix_chars is None else prefix_chars,
-                       default_suffix if suffix_chars is None else suffix_chars, max_context, max_tokens)
+    return fit_windows(
+        default_prefix if prefix_chars is None else prefix_chars,
+        default_suffix if suffix_chars is None else suffix_chars,
+        max_context,
+        max_tokens,
+    )
 
 
 def fit_windows(prefix_chars: int, suffix_chars: int, max_context: int, max_tokens: int) -> tuple[int, int]:
@@ -81,9 +86,16 @@ def window_start(cursor: int, text: str, max_chars: int, chunk: int = WINDOW_CHU
     return newline + 1 if newline != -1 else boundary
 
 
-def completion_context(text: str, offset: int, line_tokens: int, block_tokens: int,
-                       prefix_chars: int, suffix_chars: int, invoked: bool = False,
-                       mode: str = "auto") -> CompletionContext:
+def completion_context(
+    text: str,
+    offset: int,
+    line_tokens: int,
+    block_tokens: int,
+    prefix_chars: int,
+    suffix_chars: int,
+    invoked: bool = False,
+    mode: str = "auto",
+) -> CompletionContext:
     """The FIM request for a cursor at code point ``offset`` in ``text``.
 
     ``mode``: "auto" (by the cursor's line), "line" (always finish one line), "block" (always lines).
@@ -95,16 +107,23 @@ def completion_context(text: str, offset: int, line_tokens: int, block_tokens: i
     after = text[offset:line_end]
     # A block when nothing but indentation precedes the cursor on its line; otherwise finish the line.
     multiline = not before.strip() if mode == "auto" else mode == "block"
-    prefix = text[window_start(offset, text, prefix_chars):offset]
-    suffix = text[offset:offset + suffix_chars]
+    prefix = text[window_start(offset, text, prefix_chars) : offset]
+    suffix = text[offset : offset + suffix_chars]
     if multiline:
         stop = ("\n\n",)  # a block ends at a blank line (and, as every request, at the format's end markers)
         max_tokens = block_tokens
     else:
         stop = ("\n",)
         max_tokens = line_tokens
-    return CompletionContext(prefix, suffix, multiline, stop, max_tokens,
-                             before_code=multiline and bool(after.strip()), indent=before if multiline else "")
+    return CompletionContext(
+        prefix,
+        suffix,
+        multiline,
+        stop,
+        max_tokens,
+        before_code=multiline and bool(after.strip()),
+        indent=before if multiline else "",
+    )
 
 
 def warm_prompt(text: str, prefix_chars: int, prompts: PromptRenderer) -> str | None:
@@ -114,7 +133,7 @@ def warm_prompt(text: str, prefix_chars: int, prompts: PromptRenderer) -> str | 
     if not head.strip():
         return None
     full = prompts.render(Fim(head, "")).text
-    return full[:full.find(head) + len(head)]
+    return full[: full.find(head) + len(head)]
 
 
 def completion_prompt(context: CompletionContext, prompts: PromptRenderer) -> str:
@@ -150,5 +169,5 @@ def typed_along(shown: Suggestion | None, document_text: str, offset: int) -> st
     typed = document_text[anchor:offset]
     if not shown.text.startswith(typed):
         return None
-    rest = shown.text[len(typed):]
+    rest = shown.text[len(typed) :]
     return rest or None

@@ -106,8 +106,7 @@ class Submitter(Protocol):
 class AsyncJob:
     """A Job seen from an event loop: deltas arrive as loop callbacks, the result is awaitable."""
 
-    def __init__(self, service: Submitter, request: GenerationRequest,
-                 on_delta: DeltaCallback | None = None) -> None:
+    def __init__(self, service: Submitter, request: GenerationRequest, on_delta: DeltaCallback | None = None) -> None:
         loop = asyncio.get_running_loop()
 
         def deliver(text: str) -> None:

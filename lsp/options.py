@@ -60,6 +60,7 @@ def _bounded_int(low: int, high: int) -> Callable[[Any], int]:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ValueError(f"expected an integer in [{low}, {high}]")
         return value
+
     return check
 
 
@@ -84,6 +85,7 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
         if value not in allowed:
             raise ValueError(f"expected one of {', '.join(allowed)}")
         return value
+
     return check
 
 

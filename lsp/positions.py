@@ -73,8 +73,12 @@ class LineIndex:
         the line (editors send such positions after deletions); without it that is an error. A
         line past the end and a position inside a surrogate pair are errors either way.
         """
-        if not isinstance(line, int) or not isinstance(character, int) or isinstance(line, bool) \
-                or isinstance(character, bool):
+        if (
+            not isinstance(line, int)
+            or not isinstance(character, int)
+            or isinstance(line, bool)
+            or isinstance(character, bool)
+        ):
             raise PositionError(f"a position is two integers, got line={line!r}, character={character!r}")
         if line < 0 or character < 0:
             raise PositionError(f"negative position (line {line}, character {character})")
@@ -103,15 +107,16 @@ class LineIndex:
         if not 0 <= offset <= len(self.text):
             raise PositionError(f"offset {offset} is outside the text (length {len(self.text)})")
         line = bisect.bisect_right(self.starts, offset) - 1
-        return Position(line, sum(_units(ch, self.encoding) for ch in self.text[self.starts[line]:offset]))
+        return Position(line, sum(_units(ch, self.encoding) for ch in self.text[self.starts[line] : offset]))
 
 
 def position_at(text: str, offset: int, encoding: str = "utf-16") -> Position:
     return LineIndex(text, encoding).position(offset)
 
 
-def range_offsets(text: str, start: tuple[int, int], end: tuple[int, int], clamp: bool = False,
-                  encoding: str = "utf-16") -> tuple[int, int]:
+def range_offsets(
+    text: str, start: tuple[int, int], end: tuple[int, int], clamp: bool = False, encoding: str = "utf-16"
+) -> tuple[int, int]:
     """Code point offsets of an LSP range given as (line, character) pairs; start must not follow end."""
     index = LineIndex(text, encoding)
     start_offset = index.offset(*start, clamp=clamp)
@@ -133,4 +138,4 @@ def changed_span(old: str, new: str) -> tuple[int, int, str]:
     tail = 0
     while tail < limit - start and old[len(old) - 1 - tail] == new[len(new) - 1 - tail]:
         tail += 1
-    return start, len(old) - tail, new[start:len(new) - tail]
+    return start, len(old) - tail, new[start : len(new) - tail]

@@ -15,50 +15,110 @@ from lsp.jobs import GenerationRequest
 from lsp.options import ServerOptions
 
 
-def completion_request(text: str, offset: int, options: ServerOptions, windows: tuple[int, int], *,
-                       invoked: bool, uri: str | None = None, cache_key: str | None = None,
-                       reference: str | None = None, max_tokens: int | None = None,
-                       stop: tuple[str, ...] | None = None, temperature: float = 0.0, top_p: float = 1.0,
-                       seed: int | None = None, proposer: str | None = None,
-                       deadline: bool = True) -> tuple[GenerationRequest, CompletionContext]:
+def completion_request(
+    text: str,
+    offset: int,
+    options: ServerOptions,
+    windows: tuple[int, int],
+    *,
+    invoked: bool,
+    uri: str | None = None,
+    cache_key: str | None = None,
+    reference: str | None = None,
+    max_tokens: int | None = None,
+    stop: tuple[str, ...] | None = None,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    proposer: str | None = None,
+    deadline: bool = True,
+) -> tuple[GenerationRequest, CompletionContext]:
     """A completion at code point ``offset`` of ``text``; ``windows`` from ``EngineService.windows``.
 
     ``stop`` replaces the cursor's stop rule (a newline for a line, a blank line for a block);
     ``reference`` is a reference draft (the rest of a shown suggestion, a client's prediction).
     ``deadline``: stop at ``options.deadline_ms`` (an editor no longer waits for a late completion).
     """
-    context = completion_context(text, offset, options.line_tokens, options.block_tokens, *windows,
-                                 invoked=invoked, mode=options.mode)
+    context = completion_context(
+        text, offset, options.line_tokens, options.block_tokens, *windows, invoked=invoked, mode=options.mode
+    )
     request = GenerationRequest(
-        prompt=Fim(context.prefix, context.suffix), max_tokens=max_tokens or context.max_tokens,
-        stop=context.stop if stop is None else tuple(stop), temperature=temperature, top_p=top_p, seed=seed,
-        reference=reference, cache_key=cache_key, uri=uri, cursor=offset, proposer=proposer,
-        deadline_s=options.deadline_ms / 1000 if deadline else None)
+        prompt=Fim(context.prefix, context.suffix),
+        max_tokens=max_tokens or context.max_tokens,
+        stop=context.stop if stop is None else tuple(stop),
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        reference=reference,
+        cache_key=cache_key,
+        uri=uri,
+        cursor=offset,
+        proposer=proposer,
+        deadline_s=options.deadline_ms / 1000 if deadline else None,
+    )
     return request, context
 
 
-def edit_request(plan: EditPlan, *, temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
-                 stop: tuple[str, ...] = (), cache_key: str | None = None, uri: str | None = None,
-                 cursor: int | None = None, proposer: str | None = None,
-                 whole_budget: bool = False) -> GenerationRequest:
+def edit_request(
+    plan: EditPlan,
+    *,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    stop: tuple[str, ...] = (),
+    cache_key: str | None = None,
+    uri: str | None = None,
+    cursor: int | None = None,
+    proposer: str | None = None,
+    whole_budget: bool = False,
+) -> GenerationRequest:
     """A rewrite of ``plan``'s region: its text (or the client's prediction) is the reference draft.
 
     ``plan.max_tokens`` is a budget on top of the reference's length (a rewrite is about as long as
     its region), or with ``whole_budget`` the whole budget (OpenAI's ``max_tokens``).
     """
-    return GenerationRequest(prompt=Rewrite(plan.original, plan.instruction), max_tokens=plan.max_tokens,
-                             kind="chat" if whole_budget else "edit", stop=tuple(stop), temperature=temperature,
-                             top_p=top_p, seed=seed,
-                             reference=plan.reference, cache_key=cache_key, uri=uri, cursor=cursor,
-                             proposer=proposer)
+    return GenerationRequest(
+        prompt=Rewrite(plan.original, plan.instruction),
+        max_tokens=plan.max_tokens,
+        kind="chat" if whole_budget else "edit",
+        stop=tuple(stop),
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        reference=plan.reference,
+        cache_key=cache_key,
+        uri=uri,
+        cursor=cursor,
+        proposer=proposer,
+    )
 
 
-def prompt_request(prompt: str, max_tokens: int, *, chat: bool = False, stop: tuple[str, ...] = (),
-                   temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None,
-                   reference: str | None = None, cache_key: str | None = None, uri: str | None = None,
-                   proposer: str | None = None) -> GenerationRequest:
+def prompt_request(
+    prompt: str,
+    max_tokens: int,
+    *,
+    chat: bool = False,
+    stop: tuple[str, ...] = (),
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    reference: str | None = None,
+    cache_key: str | None = None,
+    uri: str | None = None,
+    proposer: str | None = None,
+) -> GenerationRequest:
     """A prompt the client rendered itself (an OpenAI plain completion, a chat rendered by the
     model's template), sent as it is; ``chat`` ends it without the completion's loop stop."""
-    return GenerationRequest(prompt=prompt, max_tokens=max_tokens, kind="chat" if chat else "complete",
-                             stop=tuple(stop), temperature=temperature, top_p=top_p, seed=seed, reference=reference,
-                             cache_key=cache_key, uri=uri, proposer=proposer)
+    return GenerationRequest(
+        prompt=prompt,
+        max_tokens=max_tokens,
+        kind="chat" if chat else "complete",
+        stop=tuple(stop),
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        reference=reference,
+        cache_key=cache_key,
+        uri=uri,
+        proposer=proposer,
+    )

@@ -57,8 +57,16 @@ METHOD_NOT_FOUND = -32601
 INTERNAL_ERROR = -32603
 SERVER_NOT_INITIALIZED = -32002
 MAX_DEPTH = 64  # params nested deeper than this are refused (LSP's own types nest about 10 levels)
-CLIENT_ERROR_CODES = {PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, SERVER_NOT_INITIALIZED,
-                      -32800, -32801, -32803}  # + RequestCancelled, ContentModified, RequestFailed
+CLIENT_ERROR_CODES = {
+    PARSE_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    INVALID_PARAMS,
+    SERVER_NOT_INITIALIZED,
+    -32800,
+    -32801,
+    -32803,
+}  # + RequestCancelled, ContentModified, RequestFailed
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _MISSING = object()
 
@@ -142,11 +150,13 @@ def describe_structure_error(error: BaseException) -> str:
 def strict_scalars(converter) -> None:
     """cattrs turns ``5`` into ``"5"`` for a str field, ``"7"`` or ``7.9`` into ``7`` for an int and
     ``"false"`` into True: a wrong type must be an error naming the field instead."""
+
     def check(kind: type, name: str):
         def hook(value, _type):
             if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
                 raise TypeError(f"expected {name}, got {type(value).__name__}")
             return float(value) if kind is not bool and name == "a number" else value
+
         return hook
 
     converter.register_structure_hook(str, check(str, "a string"))
@@ -180,18 +190,28 @@ class CodespecProtocol(LanguageServerProtocol):
             body = json.dumps(data, default=self._serialize_message)
         except Exception as error:
             msg_id = data.get("id") if isinstance(data, dict) else getattr(data, "id", None)
-            is_response = (isinstance(data, dict) and "method" not in data) or hasattr(data, "result") \
-                or hasattr(data, "error")
+            is_response = (
+                (isinstance(data, dict) and "method" not in data) or hasattr(data, "result") or hasattr(data, "error")
+            )
             log.error("a message could not be serialized: %s", clip(f"{type(error).__name__}: {error}"))
             if not is_response:
                 return
-            body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "error": {
-                "code": INTERNAL_ERROR, "message": f"internal error: the result could not be serialized "
-                                                  f"({clip(f'{type(error).__name__}: {error}')})"}})
+            body = json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": msg_id,
+                    "error": {
+                        "code": INTERNAL_ERROR,
+                        "message": f"internal error: the result could not be serialized "
+                        f"({clip(f'{type(error).__name__}: {error}')})",
+                    },
+                }
+            )
         payload = body.encode(self.CHARSET)
         if self._include_headers:
-            payload = (f"Content-Length: {len(payload)}\r\nContent-Type: {self.CONTENT_TYPE}; "
-                       f"charset={self.CHARSET}\r\n\r\n").encode("ascii") + payload
+            payload = (
+                f"Content-Length: {len(payload)}\r\nContent-Type: {self.CONTENT_TYPE}; charset={self.CHARSET}\r\n\r\n"
+            ).encode("ascii") + payload
         try:
             result = self.writer.write(payload)
             if inspect.isawaitable(result):
@@ -226,8 +246,9 @@ class CodespecProtocol(LanguageServerProtocol):
 
     def _receive(self, value: Any) -> None:
         if isinstance(value, list):
-            self.reply_error(None, INVALID_REQUEST, "batch messages (JSON arrays) are not part of LSP: "
-                                                    "send one message per frame")
+            self.reply_error(
+                None, INVALID_REQUEST, "batch messages (JSON arrays) are not part of LSP: send one message per frame"
+            )
             return
         if not isinstance(value, dict):
             self.reply_error(None, INVALID_REQUEST, f"a JSON-RPC message is an object, not {type(value).__name__}")
@@ -258,8 +279,10 @@ class CodespecProtocol(LanguageServerProtocol):
             return
         params = value.get("params")
         if params is not None and not isinstance(params, (dict, list)):
-            refuse(INVALID_PARAMS, f"params of {clip(method, 80)} must be an object or an array, "
-                                   f"not {type(params).__name__}")
+            refuse(
+                INVALID_PARAMS,
+                f"params of {clip(method, 80)} must be an object or an array, not {type(params).__name__}",
+            )
             return
         if self._shutdown and method != types.EXIT:
             refuse(INVALID_REQUEST, f"the server has shut down: only exit is accepted, not {clip(method, 80)}")
@@ -306,7 +329,7 @@ class CodespecProtocol(LanguageServerProtocol):
         self.handle_message(message)
 
     def _kind(self, method: str) -> str | None:
-        """"request", "notification", "either" (a custom method), or None: not implemented."""
+        """ "request", "notification", "either" (a custom method), or None: not implemented."""
         if method not in self.fm.features and method not in self.fm.builtin_features:
             return None
         message_type = self.get_message_type(method)
@@ -318,8 +341,12 @@ class CodespecProtocol(LanguageServerProtocol):
         message_type = self.get_message_type(method)
         if message_type is None:  # a custom method: pygls's generic message, params as namedtuples
             message_type = JsonRPCRequestMessage if has_id else JsonRPCNotification
-            value = {"jsonrpc": "2.0", "method": method, "params": value.get("params"),
-                     **({"id": value["id"]} if has_id else {})}
+            value = {
+                "jsonrpc": "2.0",
+                "method": method,
+                "params": value.get("params"),
+                **({"id": value["id"]} if has_id else {}),
+            }
         try:
             return self._converter.structure(value, message_type)
         except Exception as error:
@@ -339,8 +366,9 @@ class CodespecProtocol(LanguageServerProtocol):
                 result_type = self._result_types.pop(value["id"], None) or JsonRPCResponseMessage
                 message = self._converter.structure(value, result_type)
         except Exception as error:
-            log.warning("dropped a malformed response %s: %s", clip(value.get("id"), 60),
-                        describe_structure_error(error))
+            log.warning(
+                "dropped a malformed response %s: %s", clip(value.get("id"), 60), describe_structure_error(error)
+            )
             return
         self.handle_message(message)
 
@@ -360,6 +388,7 @@ class CodespecProtocol(LanguageServerProtocol):
         """pygls's, but the future it files under ``msg_id`` is dropped once done: pygls drops it
         only for requests, so every notification and command step run as a coroutine or a
         generator (didOpen, didChange, executeCommand) left one behind for good."""
+
         def done(future) -> None:
             if self._request_futures.get(msg_id) is future:
                 del self._request_futures[msg_id]
@@ -378,8 +407,12 @@ class CodespecProtocol(LanguageServerProtocol):
         try:
             handler = self._get_handler(method_name)
             self._ctx_msg_id.set(msg_id)
-            self._execute_handler(msg_id=msg_id, handler=handler, args=(params,),
-                                  callback=partial(self._send_handler_result, msg_id=msg_id))
+            self._execute_handler(
+                msg_id=msg_id,
+                handler=handler,
+                args=(params,),
+                callback=partial(self._send_handler_result, msg_id=msg_id),
+            )
         except JsonRpcException as error:
             log.info("request %s (%s) failed: %s", clip(msg_id, 60), method_name, clip(error.message))
             self._send_response(msg_id, None, error.to_response_error())
@@ -391,19 +424,23 @@ class CodespecProtocol(LanguageServerProtocol):
     def _handle_notification(self, method_name: str, params: Any) -> None:
         try:
             handler = self._get_handler(method_name)
-            self._execute_handler(msg_id=str(uuid.uuid4()), handler=handler, args=(params,),
-                                  callback=self._check_handler_result)
+            self._execute_handler(
+                msg_id=str(uuid.uuid4()), handler=handler, args=(params,), callback=self._check_handler_result
+            )
         except Exception as error:
-            log.error("notification %s failed: %s", method_name, clip(f"{type(error).__name__}: {error}"),
-                      exc_info=True)
+            log.error(
+                "notification %s failed: %s", method_name, clip(f"{type(error).__name__}: {error}"), exc_info=True
+            )
             self._server._report_server_error(error, FeatureNotificationError)
 
     def _send_handler_result(self, future: Future, *, msg_id) -> None:
         self._request_futures.pop(msg_id, None)
         try:
             if future.cancelled():
-                self._send_response(msg_id, error=JsonRpcRequestCancelled(
-                    f"request {clip(msg_id, 60)} was cancelled").to_response_error())
+                self._send_response(
+                    msg_id,
+                    error=JsonRpcRequestCancelled(f"request {clip(msg_id, 60)} was cancelled").to_response_error(),
+                )
                 return
             result = future.result()
         except JsonRpcException as error:
@@ -412,12 +449,14 @@ class CodespecProtocol(LanguageServerProtocol):
             self._send_response(msg_id, error=error.to_response_error())
             return
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-            self._send_response(msg_id, error=JsonRpcRequestCancelled(
-                f"request {clip(msg_id, 60)} was cancelled").to_response_error())
+            self._send_response(
+                msg_id, error=JsonRpcRequestCancelled(f"request {clip(msg_id, 60)} was cancelled").to_response_error()
+            )
             return
         except Exception as error:
-            log.error("request %s failed: %s", clip(msg_id, 60), clip(f"{type(error).__name__}: {error}"),
-                      exc_info=True)
+            log.error(
+                "request %s failed: %s", clip(msg_id, 60), clip(f"{type(error).__name__}: {error}"), exc_info=True
+            )
             self._send_response(msg_id, error=JsonRpcInternalError.of(sys.exc_info()).to_response_error())
             self._server._report_server_error(error, FeatureRequestError)
             return

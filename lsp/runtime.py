@@ -38,8 +38,17 @@ _shared_users = 0
 _shared_options: ServerOptions | None = None
 # The options that decide which model is loaded and how it decodes: a door that asks for others
 # while a service is shared is told it gets the shared one.
-_MODEL_FIELDS = ("model", "draft", "device", "dtype", "prompt_format", "proposer", "max_draft", "threads",
-                 "cached_documents")
+_MODEL_FIELDS = (
+    "model",
+    "draft",
+    "device",
+    "dtype",
+    "prompt_format",
+    "proposer",
+    "max_draft",
+    "threads",
+    "cached_documents",
+)
 
 
 def share_service(service: EngineService, options: ServerOptions) -> None:
@@ -86,11 +95,14 @@ def start_service(options: ServerOptions) -> EngineService:
     with _shared_lock:
         if _shared is not None:
             _shared_users += 1
-            differing = [name for name in _MODEL_FIELDS
-                         if getattr(options, name) != getattr(_shared_options, name)]
+            differing = [name for name in _MODEL_FIELDS if getattr(options, name) != getattr(_shared_options, name)]
             if differing:
-                print(f"codespec: this process serves one model, loaded from the command line; "
-                      f"{', '.join(differing)} from the client ignored", file=sys.stderr, flush=True)
+                print(
+                    f"codespec: this process serves one model, loaded from the command line; "
+                    f"{', '.join(differing)} from the client ignored",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return _shared
     return load_service(options)
 
@@ -108,8 +120,9 @@ def load_service(options: ServerOptions) -> EngineService:
     from proposers.setup import DraftConfig, ProposerConfig
 
     proposer_config = ProposerConfig(draft=DraftConfig(path=options.draft))
-    service = EngineService(target, options.proposer, options.max_draft, options.cached_documents,
-                            proposer_config=proposer_config)
+    service = EngineService(
+        target, options.proposer, options.max_draft, options.cached_documents, proposer_config=proposer_config
+    )
     service.warm_up()
     return service
 

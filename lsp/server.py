@@ -66,8 +66,9 @@ class CodespecServer(LanguageServer):
     def __init__(self, base_options: ServerOptions = ServerOptions()) -> None:
         from codespec import __version__
 
-        super().__init__("codespec", __version__ if isinstance(__version__, str) else "0",
-                         protocol_cls=CodespecProtocol)
+        super().__init__(
+            "codespec", __version__ if isinstance(__version__, str) else "0", protocol_cls=CodespecProtocol
+        )
         self.base_options = base_options
         self.options = base_options
         self.service: EngineService | None = None
@@ -107,8 +108,11 @@ class CodespecServer(LanguageServer):
         """A failed notification handler: the user sees it (clipped); failed requests are answered."""
         if source == FeatureRequestError:
             return
-        self.window_show_message(types.ShowMessageParams(
-            message=f"codespec: error in the server: {clip(str(error))}", type=types.MessageType.Error))
+        self.window_show_message(
+            types.ShowMessageParams(
+                message=f"codespec: error in the server: {clip(str(error))}", type=types.MessageType.Error
+            )
+        )
 
     # ---- helpers ----------------------------------------------------------------------------
     def tell_user(self, message: str, kind: types.MessageType = types.MessageType.Warning) -> None:
@@ -142,9 +146,12 @@ class CodespecServer(LanguageServer):
         start, end, new_text = change
         version = document.version
         document.indexed_text = document.text
-        log_failure(service.call(lambda: service.index.update_document(uri, start, end, new_text, version),
-                                 idle=True, document=uri),
-                    f"index update of {uri}")
+        log_failure(
+            service.call(
+                lambda: service.index.update_document(uri, start, end, new_text, version), idle=True, document=uri
+            ),
+            f"index update of {uri}",
+        )
 
 
 def client_errors(handler):
@@ -170,6 +177,7 @@ def client_errors(handler):
             raise JsonRpcInvalidParams(clip(str(error).strip("'\""), 500)) from None
         except CodespecError as error:
             raise JsonRpcException(clip(str(error), 500), code=REQUEST_FAILED) from None
+
     return wrapped
 
 
@@ -183,8 +191,11 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
             ls.tell_user(message)
         encoding = getattr(ls.workspace, "position_encoding", None) or "utf-16"
         ls.encoding = str(getattr(encoding, "value", encoding)).lower()
-        ls.roots = [path for path in (indexing.uri_to_path(folder.uri) for folder in params.workspace_folders or [])
-                    if path is not None]
+        ls.roots = [
+            path
+            for path in (indexing.uri_to_path(folder.uri) for folder in params.workspace_folders or [])
+            if path is not None
+        ]
         if not ls.roots and params.root_uri and (root := indexing.uri_to_path(params.root_uri)) is not None:
             ls.roots = [root]
         ls.debouncer = Debouncer(ls.options.debounce_ms / 1000, ls.sync_index)
@@ -222,13 +233,20 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
             try:
                 if isinstance(change, types.TextDocumentContentChangePartial):
                     rng = change.range
-                    document.apply_change((rng.start.line, rng.start.character),
-                                          (rng.end.line, rng.end.character), change.text, None, ls.encoding)
+                    document.apply_change(
+                        (rng.start.line, rng.start.character),
+                        (rng.end.line, rng.end.character),
+                        change.text,
+                        None,
+                        ls.encoding,
+                    )
                 else:
                     document.apply_change(None, None, change.text, None)
             except PositionError as error:  # out of sync with the client: say so, keep serving
-                ls.tell_user(f"codespec: could not apply an edit to {clip(document.uri)} ({clip(str(error))}); "
-                             f"completions there may be off until the file is reopened")
+                ls.tell_user(
+                    f"codespec: could not apply an edit to {clip(document.uri)} ({clip(str(error))}); "
+                    f"completions there may be off until the file is reopened"
+                )
                 break
         document.version = params.text_document.version
         if ls.debouncer is not None:
@@ -262,11 +280,13 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         if found is None:
             return []
         text, position = found
-        return [types.InlineCompletionItem(
-            insert_text=text,
-            range=types.Range(position, position),
-            command=accepted_command(params.text_document.uri, text),
-        )]
+        return [
+            types.InlineCompletionItem(
+                insert_text=text,
+                range=types.Range(position, position),
+                command=accepted_command(params.text_document.uri, text),
+            )
+        ]
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
     @client_errors
@@ -278,11 +298,19 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
             return types.CompletionList(is_incomplete=True, items=[])
         text, position = found
         label = next((line.strip() for line in text.splitlines() if line.strip()), text)[:80]
-        return types.CompletionList(is_incomplete=True, items=[types.CompletionItem(
-            label=label, kind=types.CompletionItemKind.Text, detail="codespec",
-            filter_text=label, text_edit=types.TextEdit(types.Range(position, position), text),
-            command=accepted_command(params.text_document.uri, text),
-        )])
+        return types.CompletionList(
+            is_incomplete=True,
+            items=[
+                types.CompletionItem(
+                    label=label,
+                    kind=types.CompletionItemKind.Text,
+                    detail="codespec",
+                    filter_text=label,
+                    text_edit=types.TextEdit(types.Range(position, position), text),
+                    command=accepted_command(params.text_document.uri, text),
+                )
+            ],
+        )
 
     @server.feature(EDIT_METHOD)
     @client_errors
@@ -311,7 +339,8 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
             index = service.index
             snapshot["documents"] = [
                 {"uri": uri, "indexed": index is not None and _index_text(index, uri) == text}
-                for uri, text in open_texts.items()]
+                for uri, text in open_texts.items()
+            ]
             snapshot["index_documents"] = len(index.documents()) if index is not None else 0
             snapshot["index_health"] = index.health() if index is not None else None
             return snapshot
@@ -320,16 +349,19 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         snapshot["documents_open"] = len(open_texts)
         snapshot["pending_index_updates"] = sorted(ls.debouncer.pending) if ls.debouncer else []
         snapshot["workspace_files_indexed"] = ls.indexed_files
-        snapshot["history"] = [{"kind": kind, "uri": uri, "text": text}
-                               for kind, uri, text in list(service.history)[-20:]]
+        snapshot["history"] = [
+            {"kind": kind, "uri": uri, "text": text} for kind, uri, text in list(service.history)[-20:]
+        ]
         return snapshot
 
     @server.command(ACCEPTED_COMMAND)
     @client_errors
     async def accepted(ls: CodespecServer, uri: str, text: str) -> None:
         if len(text) > MAX_ACCEPTED_CHARS:
-            raise JsonRpcInvalidParams(f"codespec.accepted: the text is {len(text)} characters; an accepted "
-                                       f"completion is at most {MAX_ACCEPTED_CHARS}")
+            raise JsonRpcInvalidParams(
+                f"codespec.accepted: the text is {len(text)} characters; an accepted "
+                f"completion is at most {MAX_ACCEPTED_CHARS}"
+            )
         await asyncio.wrap_future(ls.service.record_history("accepted", text, uri))
 
     @server.command(REINDEX_COMMAND)
@@ -357,16 +389,24 @@ def accepted_command(uri: str, text: str) -> types.Command:
     return types.Command(title="codespec: accepted", command=ACCEPTED_COMMAND, arguments=[uri, text])
 
 
-async def complete_at(ls: CodespecServer, uri: str, position: types.Position,
-                      invoked: bool) -> tuple[str, types.Position] | None:
+async def complete_at(
+    ls: CodespecServer, uri: str, position: types.Position, invoked: bool
+) -> tuple[str, types.Position] | None:
     """The completion text at ``position`` (None when superseded, cancelled or empty)."""
     document = ls.documents.get(uri)
     text = document.text
     offset = ls.offset_of(text, position)
     options = ls.options
-    request, context = completion_request(text, offset, options, ls.service.windows_for(options), invoked=invoked,
-                                          uri=uri, cache_key=uri,
-                                          reference=typed_along(ls.suggestions.get(uri), text, offset))
+    request, context = completion_request(
+        text,
+        offset,
+        options,
+        ls.service.windows_for(options),
+        invoked=invoked,
+        uri=uri,
+        cache_key=uri,
+        reference=typed_along(ls.suggestions.get(uri), text, offset),
+    )
     cancel_warm(ls, uri)  # this request prefills what it needs itself
     previous = ls.inflight.pop(uri, None)
     if previous is not None:
@@ -420,8 +460,9 @@ def warm_document(ls: CodespecServer, document) -> None:
     prefix_chars, _ = ls.service.windows_for(ls.options)
     prompt = warm_prompt(document.text, prefix_chars, ls.service.prompts)
     if prompt is not None:
-        ls.service.submit(GenerationRequest(prompt=prompt, max_tokens=1, kind="prefill", cache_key=document.uri,
-                                            proposer="none"))
+        ls.service.submit(
+            GenerationRequest(prompt=prompt, max_tokens=1, kind="prefill", cache_key=document.uri, proposer="none")
+        )
 
 
 def note_too_large(ls: CodespecServer, document: Document) -> None:
@@ -429,8 +470,12 @@ def note_too_large(ls: CodespecServer, document: Document) -> None:
     would hold the engine for seconds and take a gigabyte: it is served without the index)."""
     if not document.size_noted:
         document.size_noted = True
-        log.warning("codespec: %s is over maxDocumentBytes (%d bytes): not indexed; completions there "
-                    "use the text around the cursor", clip(document.uri, 120), ls.options.max_document_bytes)
+        log.warning(
+            "codespec: %s is over maxDocumentBytes (%d bytes): not indexed; completions there "
+            "use the text around the cursor",
+            clip(document.uri, 120),
+            ls.options.max_document_bytes,
+        )
 
 
 def add_to_index(ls: CodespecServer, document) -> None:
@@ -444,16 +489,19 @@ def add_to_index(ls: CodespecServer, document) -> None:
         return
     uri, text, version = document.uri, document.text, document.version
     document.indexed_text = text
-    log_failure(service.call(lambda: service.index.add_document(uri, text, version), idle=True, document=uri),
-                f"indexing {uri}")
+    log_failure(
+        service.call(lambda: service.index.add_document(uri, text, version), idle=True, document=uri), f"indexing {uri}"
+    )
 
 
 def log_failure(future, what: str) -> None:
     """Fire-and-forget index work has no caller to raise to: log its error instead of losing it."""
+
     def check(done) -> None:
         error = None if done.cancelled() else done.exception()
         if error is not None:
             log.error("%s failed: %s", clip(what), clip(str(error)), exc_info=error)
+
     future.add_done_callback(check)
 
 
@@ -473,15 +521,17 @@ async def run_indexing(ls: CodespecServer) -> None:
             log.info("progress not created: %s", error)
             use_progress = False
     if use_progress:
-        ls.work_done_progress.begin(token, types.WorkDoneProgressBegin(
-            title="codespec: indexing workspace", cancellable=True, percentage=0))
+        ls.work_done_progress.begin(
+            token, types.WorkDoneProgressBegin(title="codespec: indexing workspace", cancellable=True, percentage=0)
+        )
 
     def report(done: int, total: int) -> None:
         ls.indexed_files = done
         if use_progress:
             percentage = int(100 * done / total) if total else 100
-            ls.work_done_progress.report(token, types.WorkDoneProgressReport(
-                message=f"{done}/{total} files", percentage=percentage))
+            ls.work_done_progress.report(
+                token, types.WorkDoneProgressReport(message=f"{done}/{total} files", percentage=percentage)
+            )
 
     def progress(done: int, total: int) -> None:  # the indexing thread
         loop.call_soon_threadsafe(report, done, total)

@@ -44,6 +44,7 @@ PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arrivi
 COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is a loop: stop it there
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
 
+
 class _CachePool:
     """KV caches by document key, least recently used evicted beyond ``capacity``."""
 
@@ -87,8 +88,11 @@ class ServiceStats:
         for stats in self.recent:
             merged = merged.merge(stats)
         return {
-            "requests": dict(self.requests), "finish_reasons": dict(self.reasons), "errors": self.errors,
-            "prompt_tokens": self.prompt_tokens, "cached_prompt_tokens": self.cached_prompt_tokens,
+            "requests": dict(self.requests),
+            "finish_reasons": dict(self.reasons),
+            "errors": self.errors,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "accepted_prediction_tokens": self.accepted_prediction_tokens,
             "rejected_prediction_tokens": self.rejected_prediction_tokens,
@@ -101,8 +105,15 @@ class ServiceStats:
 class EngineService:
     """Owns the target, the caches, the optional index and the scheduler thread."""
 
-    def __init__(self, target, proposer: str = "auto", max_draft: int = 16, cached_documents: int = 8,
-                 index=None, proposer_config=None) -> None:
+    def __init__(
+        self,
+        target,
+        proposer: str = "auto",
+        max_draft: int = 16,
+        cached_documents: int = 8,
+        index=None,
+        proposer_config=None,
+    ) -> None:
         self.target = target
         self.prompts = PromptRenderer(target.tokenizer, target.prompt_format)
         self.stop_token_ids = self.prompts.stop_token_ids()  # every prompt kind ends at these
@@ -166,8 +177,7 @@ class EngineService:
         """Prompt window sizes (characters) that fit this model's context; None: this device's default."""
         from lsp.inline import resolve_windows
 
-        return resolve_windows(prefix_chars, suffix_chars, self.target.device.type, self.target.max_context,
-                               max_tokens)
+        return resolve_windows(prefix_chars, suffix_chars, self.target.device.type, self.target.max_context, max_tokens)
 
     def windows_for(self, options) -> tuple[int, int]:
         """The prompt windows of ``options`` (an ``lsp.options.ServerOptions``) on this model."""
@@ -176,8 +186,13 @@ class EngineService:
     def warm_up(self) -> None:
         """One short request through the default proposer: the first forward of a fresh process is
         slow (allocations, kernel selection) and model proposers load lazily; pay that at start."""
-        request = GenerationRequest(prompt="def main():\n    return", max_tokens=4, cache_key="__warm_up__",
-                                    reference="def main():\n    return 0\n", kind="warm")  # not user history
+        request = GenerationRequest(
+            prompt="def main():\n    return",
+            max_tokens=4,
+            cache_key="__warm_up__",
+            reference="def main():\n    return 0\n",
+            kind="warm",
+        )  # not user history
         try:
             self.submit(request).wait()
         except CodespecError as error:
@@ -197,6 +212,7 @@ class EngineService:
             clear_index = getattr(self.index, "clear_history", None)
             if clear_index is not None:
                 clear_index()
+
         return self.call(clear)
 
     def close(self) -> None:
@@ -276,9 +292,14 @@ class EngineService:
             max_tokens = max(1, min(max_tokens, self.target.max_context - len(prompt_ids)))
             sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, seed=request.seed)
             stop = (*request.stop, *rendered.stop, *self.prompts.end_markers)
-            limits = GenerationLimits(max_tokens, stop, request.deadline_s, self.max_draft,
-                                      self.stop_token_ids,
-                                      COMPLETION_STOP_REPEATS if request.kind == "complete" else 0)
+            limits = GenerationLimits(
+                max_tokens,
+                stop,
+                request.deadline_s,
+                self.max_draft,
+                self.stop_token_ids,
+                COMPLETION_STOP_REPEATS if request.kind == "complete" else 0,
+            )
             job.proposer = self._make_proposer(request)
             job.cache = self._caches.take(request.cache_key)
             job.prompt_len = len(prompt_ids)
@@ -292,7 +313,7 @@ class EngineService:
     def _start_prefill(self, job: Job) -> None:
         from codespec.kv import common_prefix_len
 
-        prompt_ids = self.target.encode(self.prompts.render(job.request.prompt).text)[:self.target.max_context - 1]
+        prompt_ids = self.target.encode(self.prompts.render(job.request.prompt).text)[: self.target.max_context - 1]
         job.cache = self._caches.take(job.request.cache_key)
         job.cached_len = common_prefix_len(job.cache.token_ids, prompt_ids)
         job.cache.rollback(job.cached_len)
@@ -303,7 +324,7 @@ class EngineService:
     def _prefill_chunks(self, prompt_ids: list[int], cache):
         """One target forward of at most ``PREFILL_CHUNK`` new tokens per cycle."""
         while len(cache) < len(prompt_ids):
-            self.target.forward(prompt_ids[len(cache):len(cache) + PREFILL_CHUNK], cache)
+            self.target.forward(prompt_ids[len(cache) : len(cache) + PREFILL_CHUNK], cache)
             yield
 
     def _take_over_prefill(self, cache_key: str | None) -> None:
@@ -327,8 +348,8 @@ class EngineService:
             scale = 0.9 * budget / len(prompt_ids)
             keep = int(len(prefix) * scale)
             cut = prefix.find("\n", len(prefix) - keep)  # start the window at a line start
-            prefix = prefix[cut + 1:] if 0 <= cut < len(prefix) - 1 else prefix[len(prefix) - keep:]
-            suffix = suffix[:int(len(suffix) * scale)]
+            prefix = prefix[cut + 1 :] if 0 <= cut < len(prefix) - 1 else prefix[len(prefix) - keep :]
+            suffix = suffix[: int(len(suffix) * scale)]
             rendered = self.prompts.render(Fim(prefix, suffix))
             prompt_ids = self.target.encode(rendered.text)
             if len(prompt_ids) <= budget:
@@ -396,11 +417,21 @@ class EngineService:
         name = getattr(job.proposer, "name", "none") if job.proposer is not None else "none"
         summary = json_safe(stats.summary())
         elapsed_s = time.perf_counter() - job.submitted_s
-        totals.last_requests.append({
-            "kind": request.kind, "reason": reason, "proposer": name, "elapsed_ms": round(elapsed_s * 1e3, 3),
-            "ttft_ms": summary["ttft_ms"], "tokens": stats.tokens, "target_forwards": len(stats.steps),
-            "prompt_tokens": usage.prompt_tokens, "cached_prompt_tokens": usage.cached_prompt_tokens,
-            "accepted_prediction_tokens": accepted, "rejected_prediction_tokens": rejected})
+        totals.last_requests.append(
+            {
+                "kind": request.kind,
+                "reason": reason,
+                "proposer": name,
+                "elapsed_ms": round(elapsed_s * 1e3, 3),
+                "ttft_ms": summary["ttft_ms"],
+                "tokens": stats.tokens,
+                "target_forwards": len(stats.steps),
+                "prompt_tokens": usage.prompt_tokens,
+                "cached_prompt_tokens": usage.cached_prompt_tokens,
+                "accepted_prediction_tokens": accepted,
+                "rejected_prediction_tokens": rejected,
+            }
+        )
         result = JobResult(text, reason, usage, summary, name, elapsed_s)
         if job.future.set_running_or_notify_cancel():  # False: the caller cancelled the future itself
             job.future.set_result(result)
@@ -434,8 +465,9 @@ class EngineService:
     def _make_proposer(self, request: GenerationRequest):
         from proposers.registry import RequestContext
 
-        context = RequestContext(reference=request.reference or None, index=self.index, uri=request.uri,
-                                 cursor=request.cursor)  # the cursor in characters
+        context = RequestContext(
+            reference=request.reference or None, index=self.index, uri=request.uri, cursor=request.cursor
+        )  # the cursor in characters
         wanted = request.proposer or self.default_proposer
         chain = [wanted] + (["reference"] if request.reference else []) + ["context", "none"]
         for name in dict.fromkeys(chain):

@@ -30,12 +30,18 @@ REWRITE_INSTRUCTION = "rename width to w"
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="completions from an indexed workspace and a rewrite, each against plain decoding",
+        "demo",
+        help="completions from an indexed workspace and a rewrite, each against plain decoding",
         description="Index a workspace, complete at every line of its files and rewrite a region with an "
-                    "instruction, each decoded speculatively and plainly in the same run: speedups, tokens per "
-                    "forward, acceptance, and whether the outputs are identical.")
-    parser.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE,
-                        help=f"folder to index and complete in (default: {DEFAULT_WORKSPACE})")
+        "instruction, each decoded speculatively and plainly in the same run: speedups, tokens per "
+        "forward, acceptance, and whether the outputs are identical.",
+    )
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        default=DEFAULT_WORKSPACE,
+        help=f"folder to index and complete in (default: {DEFAULT_WORKSPACE})",
+    )
     parser.add_argument("--model", default=None, help="local model directory (default: the shipped model)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=None)
@@ -76,10 +82,19 @@ def measure(service, request, where: str, repeats: int, finish=lambda text: text
         plain.append(service.submit(replace(request, cache_key=f"demo-p-{where}-{repeat}", proposer="none")).wait())
     fast = sorted(speculative, key=lambda r: r.elapsed_s)[len(speculative) // 2]
     slow = sorted(plain, key=lambda r: r.elapsed_s)[len(plain) // 2]
-    return Pair(where, finish(fast.text), fast.elapsed_s, slow.elapsed_s, fast.stats["tokens"],
-                fast.stats["tokens_per_forward"], fast.stats["coverage"], fast.stats["acceptance_by_depth"],
-                fast.usage.accepted_prediction_tokens, fast.usage.rejected_prediction_tokens,
-                all(r.text == fast.text for r in (*speculative, *plain)))
+    return Pair(
+        where,
+        finish(fast.text),
+        fast.elapsed_s,
+        slow.elapsed_s,
+        fast.stats["tokens"],
+        fast.stats["tokens_per_forward"],
+        fast.stats["coverage"],
+        fast.stats["acceptance_by_depth"],
+        fast.usage.accepted_prediction_tokens,
+        fast.usage.rejected_prediction_tokens,
+        all(r.text == fast.text for r in (*speculative, *plain)),
+    )
 
 
 def completion_spots(workspace: Path) -> list[tuple[Path, str, int]]:
@@ -113,25 +128,40 @@ def run(args) -> int:
     started = time.perf_counter()
     options = ServerOptions(model=args.model, device=args.device, threads=args.threads)
     service = start_service(options)
-    report: dict = {"model": service.target.name, "prompt_format": service.prompts.format.name,
-                    "shipped_model": args.model is None}
+    report: dict = {
+        "model": service.target.name,
+        "prompt_format": service.prompts.format.name,
+        "shipped_model": args.model is None,
+    }
     try:
         index_folders(service, [args.workspace], options, quiet=True)
         windows = service.windows_for(options)
         completions = []
         for path, text, offset in completion_spots(args.workspace):
-            request, context = completion_request(text, offset, options, windows, invoked=True,
-                                                  uri=path.resolve().as_uri(), deadline=False)
+            request, context = completion_request(
+                text, offset, options, windows, invoked=True, uri=path.resolve().as_uri(), deadline=False
+            )
             line = text.count("\n", 0, offset) + 1
             column = offset - text.rfind("\n", 0, offset)
-            completions.append(measure(service, request, f"{path.name}:{line}:{column}", args.repeats,
-                                       lambda out, context=context: trim_completion(out, context)))
+            completions.append(
+                measure(
+                    service,
+                    request,
+                    f"{path.name}:{line}:{column}",
+                    args.repeats,
+                    lambda out, context=context: trim_completion(out, context),
+                )
+            )
         source = (args.workspace / REWRITE_FILE).read_text(encoding="utf-8")
         start = source.index(REWRITE_START)
-        region = source[start:source.index(REWRITE_END, start) + 1]
+        region = source[start : source.index(REWRITE_END, start) + 1]
         plan = plan_text_edit(region, REWRITE_INSTRUCTION, None, options.edit_tokens)
-        rewrite = measure(service, edit_request(plan, uri=(args.workspace / REWRITE_FILE).resolve().as_uri()),
-                          f"{REWRITE_FILE}: the Rectangle class, {REWRITE_INSTRUCTION!r}", args.repeats)
+        rewrite = measure(
+            service,
+            edit_request(plan, uri=(args.workspace / REWRITE_FILE).resolve().as_uri()),
+            f"{REWRITE_FILE}: the Rectangle class, {REWRITE_INSTRUCTION!r}",
+            args.repeats,
+        )
     finally:
         close_service(service)
     report["completions"] = summarize(completions)
@@ -190,8 +220,11 @@ def describe(report: dict, completions: list[Pair], rewrite: Pair) -> str:
         f"   output identical to plain greedy decoding: {'yes' if rewrite.identical else 'NO'}",
     ]
     if report["shipped_model"]:
-        lines += ["", "The shipped model is a 5M-parameter toy trained on the standard library: its text is its own "
-                      "(speculation never changes it), not a useful assistant. Point --model at a real code model."]
+        lines += [
+            "",
+            "The shipped model is a 5M-parameter toy trained on the standard library: its text is its own "
+            "(speculation never changes it), not a useful assistant. Point --model at a real code model.",
+        ]
     return "\n".join(lines)
 
 

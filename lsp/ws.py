@@ -79,8 +79,13 @@ class Session:
                 text = json.dumps(message)
             except (TypeError, ValueError) as error:  # must not end the writer: the connection would go deaf
                 log.error("a websocket message could not be serialized: %s", clip(error))
-                text = json.dumps(error_message("internal", f"the reply could not be serialized: {clip(error)}",
-                                                message.get("id") if isinstance(message, dict) else None))
+                text = json.dumps(
+                    error_message(
+                        "internal",
+                        f"the reply could not be serialized: {clip(error)}",
+                        message.get("id") if isinstance(message, dict) else None,
+                    )
+                )
             try:
                 await self.connection.send(text)
             except websockets.ConnectionClosed:
@@ -93,15 +98,20 @@ class Session:
             self.send(error_message(error.code, error.message, error.request_id))
             return
         except Exception as error:  # a bug in parsing: report it, keep the connection
-            log.error("could not parse a websocket message: %s", clip(f"{type(error).__name__}: {error}"),
-                      exc_info=True)
+            log.error(
+                "could not parse a websocket message: %s", clip(f"{type(error).__name__}: {error}"), exc_info=True
+            )
             self.send(error_message("internal", clip(f"{type(error).__name__}: {error}")))
             return
         try:
             self._route(message)
         except Exception as error:
-            log.error("websocket message %s failed: %s", clip(getattr(message, "id", None), 60),
-                      clip(f"{type(error).__name__}: {error}"), exc_info=True)
+            log.error(
+                "websocket message %s failed: %s",
+                clip(getattr(message, "id", None), 60),
+                clip(f"{type(error).__name__}: {error}"),
+                exc_info=True,
+            )
             self.jobs.pop(getattr(message, "id", None), None)
             self.send(error_message("internal", clip(f"{type(error).__name__}: {error}"), getattr(message, "id", None)))
 
@@ -122,8 +132,13 @@ class Session:
             self.send(error_message("duplicate_id", f"request {message.id!r} is still running", message.id))
             return
         if len(self.jobs) >= self.limits.max_in_flight:
-            self.send(error_message("too_many_requests", f"at most {self.limits.max_in_flight} requests may run "
-                                    f"at once on one connection", message.id))
+            self.send(
+                error_message(
+                    "too_many_requests",
+                    f"at most {self.limits.max_in_flight} requests may run at once on one connection",
+                    message.id,
+                )
+            )
             return
         self.jobs[message.id] = None
         self._spawn(self._generate(message))
@@ -158,8 +173,14 @@ class Session:
                 job.cancel()
             result = await job.result()
             text = trim_completion(result.text, context) if context is not None else result.text
-            body = {"id": request_id, "text": text, "finish_reason": result.reason,
-                    "usage": result.usage.as_dict(), "stats": result.stats, "proposer": result.proposer}
+            body = {
+                "id": request_id,
+                "text": text,
+                "finish_reason": result.reason,
+                "usage": result.usage.as_dict(),
+                "stats": result.stats,
+                "proposer": result.proposer,
+            }
             self.send({"type": "cancelled" if result.reason == "cancelled" else "done", **body})
         except CodespecError as error:
             self.send(error_message("invalid_request", clip(str(error), 500), request_id))
@@ -176,18 +197,35 @@ class Session:
         options = self.options
         key = f"ws:{message.path}" if message.path else None
         if isinstance(message, EditMessage):
-            plan = plan_text_edit(message.text, message.instruction, message.prediction,
-                                  message.max_tokens or options.edit_tokens)
-            return edit_request(plan, temperature=message.temperature, cache_key=f"edit:{key}" if key else None,
-                                uri=message.path), None
-        return completion_request(message.prefix + message.suffix, len(message.prefix), options,
-                                  self.service.windows_for(options), invoked=True, uri=message.path, cache_key=key,
-                                  reference=message.prediction, max_tokens=message.max_tokens,
-                                  stop=message.stop, temperature=message.temperature)
+            plan = plan_text_edit(
+                message.text, message.instruction, message.prediction, message.max_tokens or options.edit_tokens
+            )
+            return edit_request(
+                plan, temperature=message.temperature, cache_key=f"edit:{key}" if key else None, uri=message.path
+            ), None
+        return completion_request(
+            message.prefix + message.suffix,
+            len(message.prefix),
+            options,
+            self.service.windows_for(options),
+            invoked=True,
+            uri=message.path,
+            cache_key=key,
+            reference=message.prediction,
+            max_tokens=message.max_tokens,
+            stop=message.stop,
+            temperature=message.temperature,
+        )
 
 
-async def start_ws_server(service: EngineService, token: str, host: str = "127.0.0.1", port: int = 0,
-                          options: ServerOptions = ServerOptions(), limits: WsLimits = WsLimits()):
+async def start_ws_server(
+    service: EngineService,
+    token: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    options: ServerOptions = ServerOptions(),
+    limits: WsLimits = WsLimits(),
+):
     """Start serving; returns the websockets Server (``server.sockets[0].getsockname()`` has the port)."""
     from websockets.asyncio.server import serve
 
@@ -205,8 +243,9 @@ async def start_ws_server(service: EngineService, token: str, host: str = "127.0
     async def handler(connection) -> None:
         await Session(connection, service, options, limits).run()
 
-    return await serve(handler, host, port, process_request=process_request,
-                       max_size=limits.max_frame_bytes, max_queue=64)
+    return await serve(
+        handler, host, port, process_request=process_request, max_size=limits.max_frame_bytes, max_queue=64
+    )
 
 
 def bound_port(server) -> int:

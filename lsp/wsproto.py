@@ -72,28 +72,34 @@ def parse_message(raw: str | bytes, max_bytes: int) -> Message:
     size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
         state, request_id = peek_id(raw)  # the client learns which request it was
-        raise ProtocolError("message_too_large", f"message is {size} bytes; the limit is {max_bytes}",
-                            request_id if state == FOUND else None)
+        raise ProtocolError(
+            "message_too_large",
+            f"message is {size} bytes; the limit is {max_bytes}",
+            request_id if state == FOUND else None,
+        )
     try:
         data = json.loads(raw)
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a number of 5,000 digits
         state, request_id = peek_id(raw)
-        raise ProtocolError("invalid_json", f"message is not valid JSON: {clip(str(error))}",
-                            request_id if state == FOUND else None) from None
+        raise ProtocolError(
+            "invalid_json", f"message is not valid JSON: {clip(str(error))}", request_id if state == FOUND else None
+        ) from None
     except RecursionError:  # "[[[[..." within the size limit: the decoder recurses once per level
         state, request_id = peek_id(raw)
-        raise ProtocolError("invalid_json", "message is nested too deeply to decode",
-                            request_id if state == FOUND else None) from None
+        raise ProtocolError(
+            "invalid_json", "message is nested too deeply to decode", request_id if state == FOUND else None
+        ) from None
     if not isinstance(data, dict):
-        raise ProtocolError("invalid_request", "a message is a JSON object with a \"type\"")
+        raise ProtocolError("invalid_request", 'a message is a JSON object with a "type"')
     request_id = data.get("id")
     kind = data.get("type")
     if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
         raise ProtocolError("invalid_request", "id must be a string or an integer")
     parsers = {"complete": _complete, "edit": _edit, "cancel": _cancel, "stats": _stats}
     if kind not in parsers:
-        raise ProtocolError("unknown_type", f"unknown message type {kind!r}; expected one of "
-                            f"{', '.join(parsers)}", request_id)
+        raise ProtocolError(
+            "unknown_type", f"unknown message type {kind!r}; expected one of {', '.join(parsers)}", request_id
+        )
     if request_id is None and kind != "stats":
         raise ProtocolError("invalid_request", f"a {kind} message needs an id")
     try:
@@ -123,8 +129,10 @@ def _check_unicode(key: str, value: str) -> None:
         return
     match = _SURROGATE.search(value)
     if match is not None:
-        raise ProtocolError("invalid_request", f"{key} is not valid Unicode: a lone surrogate "
-                            f"(U+{ord(match.group()):04X}) at character {match.start()}")
+        raise ProtocolError(
+            "invalid_request",
+            f"{key} is not valid Unicode: a lone surrogate (U+{ord(match.group()):04X}) at character {match.start()}",
+        )
 
 
 def _max_tokens(data: dict) -> int | None:
@@ -138,8 +146,12 @@ def _max_tokens(data: dict) -> int | None:
 
 def _temperature(data: dict) -> float:
     value = data.get("temperature", 0.0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 <= value <= 2:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 <= value <= 2
+    ):
         raise ProtocolError("invalid_request", "temperature must be a number in [0, 2] (0 = greedy)")
     return float(value)
 
@@ -150,8 +162,11 @@ def _stop(data: dict) -> tuple[str, ...] | None:
         return None
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list) or len(value) > MAX_STOP_STRINGS or \
-            not all(isinstance(item, str) and item for item in value):
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_STOP_STRINGS
+        or not all(isinstance(item, str) and item for item in value)
+    ):
         raise ProtocolError("invalid_request", f"stop must be up to {MAX_STOP_STRINGS} non-empty strings")
     for item in value:
         _check_unicode("stop", item)
@@ -176,8 +191,16 @@ def _complete(data: dict) -> CompleteMessage:
     else:
         prefix = _text(data, "prefix", required=True)
         suffix = _text(data, "suffix") or ""
-    return CompleteMessage(data["id"], prefix, suffix, _text(data, "path"), _max_tokens(data),
-                           _temperature(data), _stop(data), _text(data, "prediction"))
+    return CompleteMessage(
+        data["id"],
+        prefix,
+        suffix,
+        _text(data, "path"),
+        _max_tokens(data),
+        _temperature(data),
+        _stop(data),
+        _text(data, "prediction"),
+    )
 
 
 def _edit(data: dict) -> EditMessage:
@@ -194,8 +217,15 @@ def _edit(data: dict) -> EditMessage:
         text = document[start:end]
     else:
         text = _text(data, "text", required=True)
-    return EditMessage(data["id"], text, _text(data, "instruction"), _text(data, "prediction"),
-                       _max_tokens(data), _temperature(data), _text(data, "path"))
+    return EditMessage(
+        data["id"],
+        text,
+        _text(data, "instruction"),
+        _text(data, "prediction"),
+        _max_tokens(data),
+        _temperature(data),
+        _text(data, "path"),
+    )
 
 
 def _cancel(data: dict) -> CancelMessage:

@@ -65,7 +65,7 @@ class ContextLookup:
         self._index_until(length - 1)  # n-grams ending before the last position have a continuation
         max_len = context.max_len if self.draft_len is None else min(self.draft_len, context.max_len)
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
-            end = self._latest_end[n].get(hash(tuple(tokens[length - n:])))
+            end = self._latest_end[n].get(hash(tuple(tokens[length - n :])))
             if end is not None:
                 return Draft(periodic_continuation(tokens, end, max_len), self.name, match=MatchInfo(n, "context", end))
         return EMPTY_DRAFT
@@ -79,7 +79,7 @@ class ContextLookup:
     def _sync(self, token_ids: Sequence[int]) -> list[int]:
         if not extends(self._tokens, token_ids):
             self.begin(())
-        self._tokens.extend(token_ids[len(self._tokens):])
+        self._tokens.extend(token_ids[len(self._tokens) :])
         return self._tokens
 
     def _index_until(self, last_end: int) -> None:
@@ -87,5 +87,5 @@ class ContextLookup:
         tables = self._latest_end
         for end in range(self._indexed_upto + 1, last_end + 1):
             for n in range(self.min_ngram, min(self.max_ngram, end) + 1):
-                tables[n][hash(tuple(tokens[end - n:end]))] = end
+                tables[n][hash(tuple(tokens[end - n : end]))] = end
         self._indexed_upto = max(self._indexed_upto, last_end)

@@ -90,7 +90,7 @@ class ModelDrafter:
         draft_rows: list[torch.Tensor] = []  # q rows, [V] each, sampling only
         with self._drafting():
             self._sync(tokens)
-            pending = list(tokens[len(self.cache):])
+            pending = list(tokens[len(self.cache) :])
             self.last_fed = len(pending)
             if max(pending) >= self.input_vocab_size:
                 return EMPTY_DRAFT  # an id this drafter cannot embed (its table is narrower than the target's)

@@ -27,16 +27,23 @@ CONTEXT_SOURCE = "context"
 class IndexLookup:
     name = "index"
 
-    def __init__(self, index, uri: str | None = None, cursor: int | None = None, max_candidates: int = 4,
-                 use_context: bool = True) -> None:
+    def __init__(
+        self,
+        index,
+        uri: str | None = None,
+        cursor: int | None = None,
+        max_candidates: int = 4,
+        use_context: bool = True,
+    ) -> None:
         """``cursor``: character offset in document ``uri`` (as editors send it)."""
         self.index = index
         self.uri = uri if uri is not None and index.has_document(uri) else None
         self.max_candidates = max_candidates
         self.context = ContextLookup(index.max_ngram, index.min_ngram) if use_context else None
         # The index's own char -> token conversion (its token starts are cached per document).
-        self._start_cursor = index.token_offset(self.uri, cursor) if self.uri is not None and cursor is not None \
-            else None
+        self._start_cursor = (
+            index.token_offset(self.uri, cursor) if self.uri is not None and cursor is not None else None
+        )
         self.begin(())
 
     @classmethod
@@ -44,8 +51,9 @@ class IndexLookup:
         request = setup.request
         if request.index is None:
             raise ValueError("the index proposer needs an index (RequestContext.index: a WorkspaceIndex)")
-        return cls(request.index, uri=request.uri, cursor=request.cursor,
-                   max_candidates=setup.config.index.max_candidates)
+        return cls(
+            request.index, uri=request.uri, cursor=request.cursor, max_candidates=setup.config.index.max_candidates
+        )
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._cursor = self._start_cursor
@@ -54,19 +62,24 @@ class IndexLookup:
             self.context.begin(prompt_ids)
 
     def propose(self, context: ProposeContext) -> Draft:
-        candidates = self.index.lookup(context.token_ids, context.max_len, self.uri, self._cursor,
-                                       self.max_candidates, skip=self._start_cursor)
+        candidates = self.index.lookup(
+            context.token_ids, context.max_len, self.uri, self._cursor, self.max_candidates, skip=self._start_cursor
+        )
         own = self.context.propose(context) if self.context is not None else EMPTY_DRAFT
         best = next((c for c in candidates if c.token_ids), None)
         own_match = own.match if own.token_ids else None  # a context draft always says where it matched
         if own_match is not None and (best is None or own_match.match_len > best.match_len):
-            self._last = Draft(own.token_ids, self.name, match=MatchInfo(own_match.match_len, CONTEXT_SOURCE,
-                                                                         own_match.position))
+            self._last = Draft(
+                own.token_ids, self.name, match=MatchInfo(own_match.match_len, CONTEXT_SOURCE, own_match.position)
+            )
         elif best is None:
             self._last = EMPTY_DRAFT
         else:
-            self._last = Draft(tuple(best.token_ids[:context.max_len]), self.name,
-                               match=MatchInfo(best.match_len, best.source, best.position))
+            self._last = Draft(
+                tuple(best.token_ids[: context.max_len]),
+                self.name,
+                match=MatchInfo(best.match_len, best.source, best.position),
+            )
         return self._last
 
     def observe(self, outcome: Outcome) -> None:

@@ -30,8 +30,13 @@ from codespec.draft import EMPTY_DRAFT, Outcome, ProposeContext, Proposer
 from codespec.stats import RequestStats, StepRecord
 
 
-def replay(proposer: Proposer, prompt_ids: Sequence[int], output_ids: Sequence[int],
-           max_draft: int, verify_cost: tuple[float, float] = (0.0, 0.0)) -> RequestStats:
+def replay(
+    proposer: Proposer,
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    max_draft: int,
+    verify_cost: tuple[float, float] = (0.0, 0.0),
+) -> RequestStats:
     """Replay ``output_ids`` after ``prompt_ids`` through ``proposer``; one StepRecord per forward.
 
     No target runs, so verification time is a model, ``a + b * k`` seconds for a draft of k
@@ -55,11 +60,14 @@ def replay(proposer: Proposer, prompt_ids: Sequence[int], output_ids: Sequence[i
             accepted = 0
             while accepted < len(draft) and draft.token_ids[accepted] == output[position + accepted]:
                 accepted += 1
-            emitted = tuple(output[position:position + accepted + 1])
+            emitted = tuple(output[position : position + accepted + 1])
             sequence.extend(emitted)
             position += len(emitted)
-            stats.steps.append(StepRecord(draft.proposer if len(draft) else "", len(draft), accepted,
-                                          len(emitted), proposal_s, verify_s, 0.0))
+            stats.steps.append(
+                StepRecord(
+                    draft.proposer if len(draft) else "", len(draft), accepted, len(emitted), proposal_s, verify_s, 0.0
+                )
+            )
             proposer.observe(Outcome(draft, accepted, emitted, len(sequence), proposal_s, verify_s))
     finally:
         proposer.end()
@@ -74,8 +82,9 @@ def ceiling_forwards(reference_ids: Sequence[int], output_ids: Sequence[int], ma
     return unaligned + sum(math.ceil(size / (max_draft + 1)) for size in blocks)
 
 
-def hindsight_forwards(prompt_ids: Sequence[int], output_ids: Sequence[int], max_draft: int,
-                       sources: Sequence[Sequence[int]] = ()) -> int:
+def hindsight_forwards(
+    prompt_ids: Sequence[int], output_ids: Sequence[int], max_draft: int, sources: Sequence[Sequence[int]] = ()
+) -> int:
     """Forwards needed if every step drafted the longest next stretch of ``output_ids`` (at most
     ``max_draft`` tokens) found in the prompt, in ``sources`` (other token streams a proposer
     copies from: the reference tokenized on its own, which need not match the prompt's ids where
@@ -90,7 +99,7 @@ def hindsight_forwards(prompt_ids: Sequence[int], output_ids: Sequence[int], max
         low, high = 0, min(max_draft, len(output) - position - 1)
         while low < high:  # a stretch that occurs has every prefix occurring: binary search
             middle = (low + high + 1) // 2
-            if available.find(output[position:position + middle]) >= 0:
+            if available.find(output[position : position + middle]) >= 0:
                 low = middle
             else:
                 high = middle - 1

@@ -46,10 +46,20 @@ CONFIRM_TOKENS = 2  # tokens matched in a row before a position becomes the re-a
 class ReferenceLookup:
     name = "reference"
 
-    def __init__(self, reference: str, encode: Any, start: int = 0, window_behind: int = 65536,
-                 window_ahead: int = 65536, min_score: float = -2.0, distance_weight: float = 0.5,
-                 replace_score: float = -2.0, own_text: bool = True, own_text_below: float = 4.0,
-                 tokenizer: Any = None) -> None:
+    def __init__(
+        self,
+        reference: str,
+        encode: Any,
+        start: int = 0,
+        window_behind: int = 65536,
+        window_ahead: int = 65536,
+        min_score: float = -2.0,
+        distance_weight: float = 0.5,
+        replace_score: float = -2.0,
+        own_text: bool = True,
+        own_text_below: float = 4.0,
+        tokenizer: Any = None,
+    ) -> None:
         """``encode``: a transformers tokenizer, an object wrapping one (TokenizerAdapter), or a
         function text -> ids (a bound ``tokenizer.encode``; else pass ``tokenizer`` too, whose
         vocabulary maps ids to bytes). ``start``: character offset in ``reference`` where the
@@ -90,8 +100,9 @@ class ReferenceLookup:
     def from_setup(cls, setup: ProposerSetup) -> ReferenceLookup:
         request = setup.request
         if request.reference is None:
-            raise ValueError("the reference proposer needs a reference (RequestContext.reference): the text being "
-                             "rewritten")
+            raise ValueError(
+                "the reference proposer needs a reference (RequestContext.reference): the text being rewritten"
+            )
         if setup.target is None:
             raise ValueError("the reference proposer needs the target (for its tokenizer)")
         return cls(request.reference, setup.target.tokenizer, start=request.reference_start)
@@ -116,9 +127,9 @@ class ReferenceLookup:
     def propose(self, context: ProposeContext) -> Draft:
         tokens = context.token_ids
         if len(tokens) < self._seen:  # a different sequence without begin(): start over
-            self.begin(tokens[:context.prompt_len])
+            self.begin(tokens[: context.prompt_len])
         self._seen = max(self._seen, context.prompt_len)
-        self._advance(tokens[self._seen:], self._seen)
+        self._advance(tokens[self._seen :], self._seen)
         self._seen = len(tokens)
         if not self._aligned:
             tail_start = max(context.prompt_len, len(tokens) - TAIL_TOKENS)
@@ -141,8 +152,9 @@ class ReferenceLookup:
         # Match length: the re-anchoring's match plus every token confirmed since, so a pointer that
         # has been copying for a while lands in a longer-match bucket of auto's acceptance table
         # than one that has just re-anchored (or guessed).
-        return Draft(tuple(draft_ids), self.name,
-                     match=MatchInfo(self._match_len + self._streak, "reference", position))
+        return Draft(
+            tuple(draft_ids), self.name, match=MatchInfo(self._match_len + self._streak, "reference", position)
+        )
 
     def _own_text_draft(self, context: ProposeContext) -> Draft:
         output = OutputView(context.token_ids, context.prompt_len)
@@ -192,7 +204,7 @@ class ReferenceLookup:
                 return
             patch.append(byte_id)
             offset += 1
-        window = self._ref[offset:offset + RETOKENIZE_BYTES]
+        window = self._ref[offset : offset + RETOKENIZE_BYTES]
         text = window.decode("utf-8", errors="ignore")  # a cut character at the window's end drops out
         for token_id in [] if offset in self._index_at else self.codec.encode(text):
             if offset in self._index_at and patch:  # the two tokenizations meet again: resume the original
@@ -208,7 +220,7 @@ class ReferenceLookup:
         """The next ``count`` reference tokens from the pointer."""
         patch = self._patch[:count]
         if len(patch) < count and self._next is not None:
-            patch += self._ids[self._next:self._next + count - len(patch)]
+            patch += self._ids[self._next : self._next + count - len(patch)]
         return patch
 
     def _consume(self) -> None:
@@ -258,8 +270,9 @@ class ReferenceLookup:
             covered += len(self.codec.token(token_id))
             if not lengths or covered > lengths[-1]:
                 lengths.append(covered)
-        score, end, length = best_anchor(self._ref, tail, lengths, self._centre, self.window_behind,
-                                          self.window_ahead, self.distance_weight)
+        score, end, length = best_anchor(
+            self._ref, tail, lengths, self._centre, self.window_behind, self.window_ahead, self.distance_weight
+        )
         self.anchor_score = score  # how convincing this re-anchoring was (-inf: a guess)
         if score < (self.replace_score if since_departure <= 1 else self.min_score):
             self.anchor_score = -math.inf
@@ -276,8 +289,9 @@ class ReferenceLookup:
         return True
 
 
-def best_anchor(text: bytes, tail: bytes, lengths: Sequence[int], centre: int, behind: int, ahead: int,
-                distance_weight: float) -> tuple[float, int, int]:
+def best_anchor(
+    text: bytes, tail: bytes, lengths: Sequence[int], centre: int, behind: int, ahead: int, distance_weight: float
+) -> tuple[float, int, int]:
     """(score, end, length): the suffix of ``tail`` (of one of ``lengths`` bytes, ascending) whose
     occurrence in ``text`` best trades length against distance from ``centre``; an occurrence
     ending at ``end`` scores length - distance_weight * log2(1 + |end - centre|)."""
@@ -316,7 +330,7 @@ class OutputView(Sequence[int]):
     def __getitem__(self, item):
         if isinstance(item, slice):
             first, stop, step = item.indices(len(self))
-            return self.tokens[self.start + first:self.start + stop:step]
+            return self.tokens[self.start + first : self.start + stop : step]
         if item < 0:
             item += len(self)
         if not 0 <= item < len(self):

@@ -111,8 +111,10 @@ OPTION_NAMES: dict[str, tuple[str, str]] = {
 def _parse(options: dict[str, Any]) -> tuple[RequestContext, ProposerConfig]:
     unknown = sorted(set(options) - set(OPTION_NAMES) - {"draft_min_confidence"})
     if unknown:
-        raise CodespecError(f"unknown proposer option(s) {', '.join(unknown)}; known: "
-                            f"{', '.join(sorted([*OPTION_NAMES, 'draft_min_confidence']))}")
+        raise CodespecError(
+            f"unknown proposer option(s) {', '.join(unknown)}; known: "
+            f"{', '.join(sorted([*OPTION_NAMES, 'draft_min_confidence']))}"
+        )
     groups: dict[str, dict[str, Any]] = {}
     for name, value in options.items():
         if name == "draft_min_confidence":  # both model drafters
@@ -126,8 +128,13 @@ def _parse(options: dict[str, Any]) -> tuple[RequestContext, ProposerConfig]:
     return request, config
 
 
-_GROUPS = {"context": ContextConfig, "index": IndexConfig, "draft": DraftConfig, "early_exit": EarlyExitConfig,
-           "auto": AutoConfig}
+_GROUPS = {
+    "context": ContextConfig,
+    "index": IndexConfig,
+    "draft": DraftConfig,
+    "early_exit": EarlyExitConfig,
+    "auto": AutoConfig,
+}
 
 
 def _value(name: str, value: Any) -> Any:
@@ -140,8 +147,10 @@ def _value(name: str, value: Any) -> Any:
         try:
             return PolicyConfig(**dict(value))
         except TypeError as error:
-            raise CodespecError(f"bad auto policy options {value!r}: {error}; known options: "
-                                f"{', '.join(PolicyConfig.__dataclass_fields__)}") from error
+            raise CodespecError(
+                f"bad auto policy options {value!r}: {error}; known options: "
+                f"{', '.join(PolicyConfig.__dataclass_fields__)}"
+            ) from error
     if name == "auto_state":
         if value not in ("shared", "fresh", True, False):
             raise CodespecError(f"auto_state must be 'shared' or 'fresh', got {value!r}")

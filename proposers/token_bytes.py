@@ -22,8 +22,11 @@ def hf_tokenizer_of(tokenizer: Any) -> Any:
     """The transformers tokenizer behind a tokenizer, an adapter, a bound ``encode`` or a model."""
     seen = 0
     while not hasattr(tokenizer, "convert_ids_to_tokens") and seen < 4:
-        inner = getattr(tokenizer, "__self__", None) or getattr(tokenizer, "tokenizer", None) \
+        inner = (
+            getattr(tokenizer, "__self__", None)
+            or getattr(tokenizer, "tokenizer", None)
             or getattr(tokenizer, "_tokenizer", None)
+        )
         if inner is None:
             break
         tokenizer, seen = inner, seen + 1

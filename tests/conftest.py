@@ -23,8 +23,9 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from bench.shapes import save_random_model
 
     directory = tmp_path_factory.mktemp("tiny-llama")
-    return save_random_model(directory, stdlib_corpus(), shape=(64, 2, 4, 2, 128), vocab_size=384,
-                             seed=1, init_std=0.25, max_context=512)
+    return save_random_model(
+        directory, stdlib_corpus(), shape=(64, 2, 4, 2, 128), vocab_size=384, seed=1, init_std=0.25, max_context=512
+    )
 
 
 @pytest.fixture(scope="session")

@@ -39,8 +39,9 @@ def logit_gap(target, prefix: Sequence[int], token_a: int, token_b: int) -> floa
     return abs(float(logits[token_a] - logits[token_b]))
 
 
-def assert_greedy_equivalent(target, prompt_ids: Sequence[int], proposer, reference: Sequence[int],
-                             max_new_tokens: int, max_draft_len: int) -> None:
+def assert_greedy_equivalent(
+    target, prompt_ids: Sequence[int], proposer, reference: Sequence[int], max_new_tokens: int, max_draft_len: int
+) -> None:
     limits = GenerationLimits(max_new_tokens=max_new_tokens, max_draft_len=max_draft_len)
     got = generate_all(target, prompt_ids, proposer, SamplingParams(), limits).token_ids
     if tuple(got) == tuple(reference):
@@ -81,31 +82,38 @@ class ScriptedProposer:
 
 def oracle(full_sequence: Sequence[int]) -> Callable:
     """Always right: drafts the true greedy continuation."""
+
     def script(sequence, max_len):
-        return full_sequence[len(sequence):len(sequence) + max_len]
+        return full_sequence[len(sequence) : len(sequence) + max_len]
+
     return script
 
 
 def always_wrong(full_sequence: Sequence[int], vocab_size: int) -> Callable:
     def script(sequence, max_len):
-        truth = full_sequence[len(sequence):len(sequence) + max_len]
+        truth = full_sequence[len(sequence) : len(sequence) + max_len]
         return [(token + 1) % vocab_size for token in truth]
+
     return script
 
 
 def random_tokens(vocab_size: int, seed: int) -> Callable:
     generator = torch.Generator().manual_seed(seed)
+
     def script(sequence, max_len):
         return torch.randint(vocab_size, (max_len,), generator=generator).tolist()
+
     return script
 
 
 def right_then_wrong(full_sequence: Sequence[int], vocab_size: int, right_steps: int) -> Callable:
     calls = [0]
+
     def script(sequence, max_len):
         calls[0] += 1
-        truth = full_sequence[len(sequence):len(sequence) + max_len]
+        truth = full_sequence[len(sequence) : len(sequence) + max_len]
         if calls[0] <= right_steps:
             return truth
         return [(token + 1) % vocab_size for token in truth]
+
     return script

@@ -58,15 +58,16 @@ def test_imports_run_one_way_between_packages():
         if module == WIRING:
             continue
         package = module.split(".")[0]
-        wrong += [f"{module} -> {other}" for other in sorted(imported)
-                  if other.split(".")[0] not in ALLOWED[package]]
+        wrong += [f"{module} -> {other}" for other in sorted(imported) if other.split(".")[0] not in ALLOWED[package]]
     assert not wrong, "imports against docs/architecture.md:\n" + "\n".join(wrong)
 
 
 def test_no_import_cycles():
     graph = import_graph()
-    graph = {module: {other for other in imported if not module.startswith(other + ".")}  # a package's own __init__
-             for module, imported in graph.items()}
+    graph = {
+        module: {other for other in imported if not module.startswith(other + ".")}  # a package's own __init__
+        for module, imported in graph.items()
+    }
     state: dict[str, int] = {}
     cycles = []
 
@@ -74,7 +75,7 @@ def test_no_import_cycles():
         state[module] = 1
         for other in sorted(graph.get(module, ())):
             if state.get(other) == 1:
-                cycles.append(" -> ".join([*trail[trail.index(other):], other]))
+                cycles.append(" -> ".join([*trail[trail.index(other) :], other]))
             elif other not in state:
                 visit(other, [*trail, other])
         state[module] = 2

@@ -16,8 +16,11 @@ def logits_of(model, prompt: list[int], drafts: list[list[int]]) -> list[torch.T
         out = [model(input_ids=torch.tensor([prompt]), cache=cache.hf_cache, use_cache=True).logits[0, -1]]
         cache.appended(prompt)
         for draft in drafts:
-            out.append(model(input_ids=torch.tensor([draft]), cache=cache.hf_cache, use_cache=True,
-                             logits_to_keep=len(draft)).logits[0])
+            out.append(
+                model(
+                    input_ids=torch.tensor([draft]), cache=cache.hf_cache, use_cache=True, logits_to_keep=len(draft)
+                ).logits[0]
+            )
             cache.appended(draft)
             cache.rollback(len(prompt))
     return out

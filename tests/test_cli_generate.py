@@ -11,22 +11,45 @@ import pytest
 
 from codespec.cli import main
 
-STATS_KEYS = {"tokens", "target_forwards", "tokens_per_forward", "mean_accepted_length", "coverage",
-              "acceptance_by_depth", "proposal_ms_p50", "verify_ms_p50", "ttft_ms", "tokens_per_s"}
+STATS_KEYS = {
+    "tokens",
+    "target_forwards",
+    "tokens_per_forward",
+    "mean_accepted_length",
+    "coverage",
+    "acceptance_by_depth",
+    "proposal_ms_p50",
+    "verify_ms_p50",
+    "ttft_ms",
+    "tokens_per_s",
+}
 PROMPT = "def area(width, height):\n    return width * height\n\n\ndef area(width, height):\n"
 
 
 def codespec(*args, env_extra=None):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "codespec.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "codespec.cli", *args], capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def test_json_output_and_baseline(tiny_model_dir):
     runs = {}
     for proposer in ("none", "context"):
-        result = codespec("generate", "--model", str(tiny_model_dir), "--prompt", PROMPT,
-                          "--max-new-tokens", "24", "--proposer", proposer, "--draft-len", "4", "--json")
+        result = codespec(
+            "generate",
+            "--model",
+            str(tiny_model_dir),
+            "--prompt",
+            PROMPT,
+            "--max-new-tokens",
+            "24",
+            "--proposer",
+            proposer,
+            "--draft-len",
+            "4",
+            "--json",
+        )
         assert result.returncode == 0, result.stderr
         runs[proposer] = json.loads(result.stdout)
     for run in runs.values():
@@ -46,8 +69,24 @@ def test_streams_text_and_reports_stats(tiny_model_dir):
 def test_prompt_file_and_sampling(tiny_model_dir, tmp_path):
     prompt_file = tmp_path / "prompt.py"
     prompt_file.write_text(PROMPT, encoding="utf-8")
-    args = ("generate", "--model", str(tiny_model_dir), "--prompt-file", str(prompt_file), "--max-new-tokens", "10",
-            "--temperature", "0.8", "--top-p", "0.9", "--top-k", "50", "--seed", "3", "--json")
+    args = (
+        "generate",
+        "--model",
+        str(tiny_model_dir),
+        "--prompt-file",
+        str(prompt_file),
+        "--max-new-tokens",
+        "10",
+        "--temperature",
+        "0.8",
+        "--top-p",
+        "0.9",
+        "--top-k",
+        "50",
+        "--seed",
+        "3",
+        "--json",
+    )
     first, second = codespec(*args), codespec(*args)
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["token_ids"] == json.loads(second.stdout)["token_ids"]
@@ -63,13 +102,35 @@ def test_bad_values_and_missing_model_exit_with_a_message(tiny_model_dir):
 
 
 def test_reference_file_drives_the_copy_pointer(tiny_model_dir, tmp_path):
-    baseline = codespec("generate", "--model", str(tiny_model_dir), "--prompt", PROMPT, "--max-new-tokens", "20",
-                        "--proposer", "none", "--json")
+    baseline = codespec(
+        "generate",
+        "--model",
+        str(tiny_model_dir),
+        "--prompt",
+        PROMPT,
+        "--max-new-tokens",
+        "20",
+        "--proposer",
+        "none",
+        "--json",
+    )
     expected = json.loads(baseline.stdout)["text"]
     reference = tmp_path / "reference.txt"
     reference.write_text(expected, encoding="utf-8")  # a perfect prediction of the output
-    result = codespec("generate", "--model", str(tiny_model_dir), "--prompt", PROMPT, "--max-new-tokens", "20",
-                      "--proposer", "reference", "--reference-file", str(reference), "--json")
+    result = codespec(
+        "generate",
+        "--model",
+        str(tiny_model_dir),
+        "--prompt",
+        PROMPT,
+        "--max-new-tokens",
+        "20",
+        "--proposer",
+        "reference",
+        "--reference-file",
+        str(reference),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     run = json.loads(result.stdout)
     assert run["token_ids"] == json.loads(baseline.stdout)["token_ids"]
@@ -88,8 +149,10 @@ def test_index_and_auto_draft_from_a_workspace_and_keep_greedy_output(tmp_path, 
     (workspace / "ranges.py").write_text(f"{prompt}{baseline['text']}\n", encoding="utf-8")
     reference = tmp_path / "reference.txt"
     reference.write_text(baseline["text"][:12] + "  # edited" + baseline["text"][12:], encoding="utf-8")
-    for extra in (["--proposer", "index", "--workspace", str(workspace)],
-                  ["--proposer", "auto", "--workspace", str(workspace), "--reference-file", str(reference)]):
+    for extra in (
+        ["--proposer", "index", "--workspace", str(workspace)],
+        ["--proposer", "auto", "--workspace", str(workspace), "--reference-file", str(reference)],
+    ):
         assert main([*argv, *extra]) == 0
         captured = capsys.readouterr()
         run = json.loads(captured.out)
@@ -98,15 +161,18 @@ def test_index_and_auto_draft_from_a_workspace_and_keep_greedy_output(tmp_path, 
         assert "[index] 1 files" in captured.err
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--proposer", "index"], "pass --workspace"),
-    (["--proposer", "reference"], "pass --reference-file"),
-    (["--workspace", "/nonexistent/workspace"], "not a directory"),
-    (["--dtype", "bogus"], "unknown dtype"),
-    (["--device", "nodevice"], "unknown device"),
-    (["--prompt-file", "/nonexistent/prompt.txt"], "--prompt-file"),
-    (["--prompt", "x", "--reference-file", "/nonexistent/reference.txt"], "--reference-file"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--proposer", "index"], "pass --workspace"),
+        (["--proposer", "reference"], "pass --reference-file"),
+        (["--workspace", "/nonexistent/workspace"], "not a directory"),
+        (["--dtype", "bogus"], "unknown dtype"),
+        (["--device", "nodevice"], "unknown device"),
+        (["--prompt-file", "/nonexistent/prompt.txt"], "--prompt-file"),
+        (["--prompt", "x", "--reference-file", "/nonexistent/reference.txt"], "--reference-file"),
+    ],
+)
 def test_bad_options_are_an_error_message_not_a_traceback(tiny_model_dir, capsys, extra, message):
     argv = ["generate", "--model", str(tiny_model_dir), *extra]
     if "--prompt-file" not in extra and "--prompt" not in extra:

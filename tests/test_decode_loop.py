@@ -58,8 +58,9 @@ def test_eos_inside_a_draft_ends_the_request_there(tiny_target, prompt, referenc
     tiny_target.eos_token_ids = frozenset({eos})
     try:
         proposer = ScriptedProposer("oracle", oracle([*prompt, *reference]))
-        finished = generate_all(tiny_target, prompt, proposer, SamplingParams(),
-                                GenerationLimits(max_new_tokens=40, max_draft_len=16))
+        finished = generate_all(
+            tiny_target, prompt, proposer, SamplingParams(), GenerationLimits(max_new_tokens=40, max_draft_len=16)
+        )
     finally:
         tiny_target.eos_token_ids = original
     assert finished.reason == "eos"
@@ -70,13 +71,20 @@ def test_eos_inside_a_draft_ends_the_request_there(tiny_target, prompt, referenc
 def test_stop_string_spanning_tokens_is_never_streamed(tiny_target, prompt, reference):
     text = tiny_target.decode(reference)
     boundary = len(tiny_target.decode(reference[:6]))
-    stop = text[boundary - 2: boundary + 2]  # straddles the boundary between tokens 6 and 7
+    stop = text[boundary - 2 : boundary + 2]  # straddles the boundary between tokens 6 and 7
     if len(stop) < 4 or not stop.strip():
         pytest.skip("degenerate reference text")
     cut = text.index(stop)
     proposer = ScriptedProposer("oracle", oracle([*prompt, *reference]))
-    events = list(generate(tiny_target, prompt, proposer, SamplingParams(),
-                           GenerationLimits(max_new_tokens=40, max_draft_len=8, stop=(stop,))))
+    events = list(
+        generate(
+            tiny_target,
+            prompt,
+            proposer,
+            SamplingParams(),
+            GenerationLimits(max_new_tokens=40, max_draft_len=8, stop=(stop,)),
+        )
+    )
     streamed = "".join(event.text for event in events if isinstance(event, TextDelta))
     finished = events[-1]
     assert finished.reason == "stop"
@@ -85,8 +93,9 @@ def test_stop_string_spanning_tokens_is_never_streamed(tiny_target, prompt, refe
 
 def test_max_new_tokens_caps_drafts_and_output(tiny_target, prompt, reference):
     proposer = ScriptedProposer("oracle", oracle([*prompt, *reference]))
-    finished = generate_all(tiny_target, prompt, proposer, SamplingParams(),
-                            GenerationLimits(max_new_tokens=7, max_draft_len=16))
+    finished = generate_all(
+        tiny_target, prompt, proposer, SamplingParams(), GenerationLimits(max_new_tokens=7, max_draft_len=16)
+    )
     assert finished.token_ids == tuple(reference[:7]) and finished.reason == "length"
     assert all(len(outcome.draft) <= 6 for outcome in proposer.outcomes)  # budget 7 = 6 drafts + 1
 
@@ -102,8 +111,9 @@ class CancelAfter:
 def test_cancellation_returns_within_one_cycle_with_what_was_produced(tiny_target, prompt, reference):
     cancel = CancelAfter(3)
     events = []
-    for event in generate(tiny_target, prompt, NoDraft(), SamplingParams(),
-                          GenerationLimits(max_new_tokens=40), cancel=cancel):
+    for event in generate(
+        tiny_target, prompt, NoDraft(), SamplingParams(), GenerationLimits(max_new_tokens=40), cancel=cancel
+    ):
         events.append(event)
         if isinstance(event, StepEvent):
             cancel.seen += 1
@@ -114,15 +124,17 @@ def test_cancellation_returns_within_one_cycle_with_what_was_produced(tiny_targe
 
 
 def test_deadline_stops_the_request(tiny_target, prompt):
-    finished = generate_all(tiny_target, prompt, NoDraft(), SamplingParams(),
-                            GenerationLimits(max_new_tokens=40, deadline_s=1e-9))
+    finished = generate_all(
+        tiny_target, prompt, NoDraft(), SamplingParams(), GenerationLimits(max_new_tokens=40, deadline_s=1e-9)
+    )
     assert finished.reason == "deadline" and finished.token_ids == ()
 
 
 def test_context_window_ends_the_request(tiny_target):
     prompt = tiny_target.encode("x = 1\n" * 200)[: tiny_target.max_context - 5]
-    finished = generate_all(tiny_target, prompt, NoDraft(), SamplingParams(),
-                            GenerationLimits(max_new_tokens=40, max_draft_len=8))
+    finished = generate_all(
+        tiny_target, prompt, NoDraft(), SamplingParams(), GenerationLimits(max_new_tokens=40, max_draft_len=8)
+    )
     assert finished.reason == "context" and len(prompt) + len(finished.token_ids) == tiny_target.max_context
 
 
@@ -131,8 +143,9 @@ def test_drafting_up_to_the_context_window_stops_where_plain_decoding_does(tiny_
     plain = plain_greedy(tiny_target, prompt, 40)
     assert len(prompt) + len(plain) == tiny_target.max_context
     proposer = ScriptedProposer("oracle", oracle([*prompt, *plain]))
-    finished = generate_all(tiny_target, prompt, proposer, SamplingParams(),
-                            GenerationLimits(max_new_tokens=40, max_draft_len=8))
+    finished = generate_all(
+        tiny_target, prompt, proposer, SamplingParams(), GenerationLimits(max_new_tokens=40, max_draft_len=8)
+    )
     assert finished.reason == "context"
     assert finished.token_ids == plain  # no bonus token past the last position the model has
     assert sum(outcome.accepted for outcome in proposer.outcomes) > 0
@@ -149,8 +162,9 @@ def test_prompt_cache_reuse_gives_the_same_output(tiny_target, prompt, reference
 
 
 def test_plain_decoding_is_one_token_per_forward(tiny_target, prompt):
-    stats = generate_all(tiny_target, prompt, NoDraft(), SamplingParams(),
-                         GenerationLimits(max_new_tokens=10)).stats.summary()
+    stats = generate_all(
+        tiny_target, prompt, NoDraft(), SamplingParams(), GenerationLimits(max_new_tokens=10)
+    ).stats.summary()
     assert stats["tokens"] == stats["target_forwards"] == 10
     assert stats["tokens_per_forward"] == 1.0 and stats["coverage"] == 0.0
 
@@ -158,8 +172,13 @@ def test_plain_decoding_is_one_token_per_forward(tiny_target, prompt):
 def test_stop_token_ids_end_the_output_like_eos(tiny_target, prompt, reference):
     marker = reference[4]
     first = reference.index(marker)
-    finished = generate_all(tiny_target, prompt, NoDraft(), SamplingParams(),
-                            GenerationLimits(max_new_tokens=40, stop_token_ids=frozenset({marker})))
+    finished = generate_all(
+        tiny_target,
+        prompt,
+        NoDraft(),
+        SamplingParams(),
+        GenerationLimits(max_new_tokens=40, stop_token_ids=frozenset({marker})),
+    )
     assert finished.reason == "eos" and finished.token_ids == tuple(reference[: first + 1])
 
 

@@ -67,12 +67,15 @@ def test_both_models_load_offline_in_a_fresh_process():
     assert info["draft_layers"] < info["target_layers"]
 
 
-@pytest.mark.parametrize("text", [
-    "def naïve(café):\n\treturn '日本語 ✓ 🐍'\r\n",
-    "\t\tx = 1\r\n\r\n    y = '\\t'\n",
-    "s = \"\\u00e9\"  # é ß Ω\n\n\n",
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "def naïve(café):\n\treturn '日本語 ✓ 🐍'\r\n",
+        "\t\tx = 1\r\n\r\n    y = '\\t'\n",
+        's = "\\u00e9"  # é ß Ω\n\n\n',
+        "",
+    ],
+)
 def test_tokenizer_round_trips_source_text(target, text):
     assert target.decode(target.encode(text)) == text
 
@@ -134,7 +137,7 @@ def test_copy_rescue_identity_rows_put_the_loss_on_the_copy_only():
     ids, targets = maker.identity_row()
     assert len(ids) == len(targets)
     prompt_len = len(maker.encode(prompts.rewrite_prompt(function)))
-    assert all(t == IGNORE for t in targets[:prompt_len - 1])
+    assert all(t == IGNORE for t in targets[: prompt_len - 1])
     trained = [t for t in targets if t != IGNORE]
     assert tokenizer.decode(trained).endswith(function + prompts.END_OF_TEXT)
     assert len(trained) <= len(ids) - prompt_len + 1
@@ -160,8 +163,10 @@ def test_fim_middle_rows_put_the_loss_on_the_middle_only():
     from training.examples import IGNORE, ExampleMaker
 
     tokenizer = AutoTokenizer.from_pretrained(str(target_path()))
-    function = ("def area(width, height):\n    if width < 0:\n        raise ValueError(width)\n\n"
-                "    return width * height  # square units\n")
+    function = (
+        "def area(width, height):\n    if width < 0:\n        raise ValueError(width)\n\n"
+        "    return width * height  # square units\n"
+    )
     maker = ExampleMaker(tokenizer, ["x = 1\n"], [function], [5, 6, 7], [5, 6, 7], random.Random(0))
     maker.region = lambda max_chars=600: function
     mid_line = 0
@@ -176,7 +181,7 @@ def test_fim_middle_rows_put_the_loss_on_the_middle_only():
     assert text.startswith(prompts.FIM_PREFIX) and text.endswith(prompts.END_OF_TEXT)
     assert ids[len(ids) - len(trained) - 1] == tokenizer.convert_tokens_to_ids(prompts.FIM_MIDDLE)
     middle = tokenizer.decode(trained, skip_special_tokens=False)
-    assert middle.endswith(prompts.END_OF_TEXT) and middle[:-len(prompts.END_OF_TEXT)] in function
+    assert middle.endswith(prompts.END_OF_TEXT) and middle[: -len(prompts.END_OF_TEXT)] in function
 
 
 def test_finishing_lr_warms_up_then_decays_to_the_floor():

@@ -22,24 +22,30 @@ def test_prompt_longer_than_context(tiny_target):
         generate_all(tiny_target, [5] * 600)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"temperature": -1.0}, "temperature"),
-    ({"temperature": float("nan")}, "temperature"),
-    ({"top_p": 0.0}, "top_p"),
-    ({"top_p": 1.5}, "top_p"),
-    ({"top_k": -3}, "top_k"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"temperature": -1.0}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": -3}, "top_k"),
+    ],
+)
 def test_invalid_sampling_values(kwargs, message):
     with pytest.raises(InvalidRequestError, match=message):
         SamplingParams(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"max_new_tokens": 0}, "max_new_tokens"),
-    ({"stop": ("",)}, "stop"),
-    ({"deadline_s": 0}, "deadline"),
-    ({"max_draft_len": -1}, "draft length"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"stop": ("",)}, "stop"),
+        ({"deadline_s": 0}, "deadline"),
+        ({"max_draft_len": -1}, "draft length"),
+    ],
+)
 def test_invalid_limits(kwargs, message):
     with pytest.raises(InvalidRequestError, match=message):
         GenerationLimits(**kwargs)

@@ -30,7 +30,7 @@ def make_prompts(target, count: int = 50) -> list[list[int]]:
     prompts = []
     for index in range(count):
         start = rng.randrange(0, len(text) - 400)
-        window = text[start:start + rng.randrange(40, 240)]
+        window = text[start : start + rng.randrange(40, 240)]
         if index % 2:
             window = window + "\n" + window[: len(window) // 2]  # repeat: the model may copy
         prompts.append(target.encode(window) or [1])
@@ -49,9 +49,13 @@ def test_plain_engine_matches_transformers_generate(tiny_target, cases):
     eos = sorted(tiny_target.eos_token_ids) or None
     for prompt, reference in zip(prompts, references):
         output = tiny_target.model.generate(
-            torch.tensor([prompt]), do_sample=False, max_new_tokens=MAX_NEW, eos_token_id=eos,
-            pad_token_id=0, attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-        )[0, len(prompt):].tolist()
+            torch.tensor([prompt]),
+            do_sample=False,
+            max_new_tokens=MAX_NEW,
+            eos_token_id=eos,
+            pad_token_id=0,
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        )[0, len(prompt) :].tolist()
         if eos:  # transformers pads after EOS; the engine stops there
             output = output[: len(reference)]
         assert tuple(output) == tuple(reference)

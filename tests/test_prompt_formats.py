@@ -11,16 +11,29 @@ from codespec.errors import InvalidRequestError
 from codespec.prompts import FORMATS, Fim, PromptRenderer, Rewrite, detect_format, resolve_format
 
 FAMILY_TOKENS = {
-    "qwen2.5-coder": ["<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|file_sep|>",
-                      "<|repo_name|>"],
+    "qwen2.5-coder": [
+        "<|fim_prefix|>",
+        "<|fim_middle|>",
+        "<|fim_suffix|>",
+        "<|fim_pad|>",
+        "<|file_sep|>",
+        "<|repo_name|>",
+    ],
     "starcoder2": ["<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>", "<file_sep>", "<repo_name>"],
-    "deepseek-coder": ["<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", "<｜end▁of▁sentence｜>",
-                       "<｜begin▁of▁sentence｜>"],
+    "deepseek-coder": [
+        "<｜fim▁begin｜>",
+        "<｜fim▁hole｜>",
+        "<｜fim▁end｜>",
+        "<｜end▁of▁sentence｜>",
+        "<｜begin▁of▁sentence｜>",
+    ],
     "codellama": ["▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>", "<s>", "</s>"],
     "plain": [],
 }
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +58,9 @@ def test_fim_layouts_as_the_model_cards_give_them(tokenizers):
     rendered = {family: PromptRenderer(tok, detect_format(tok)).render(fim).text for family, tok in tokenizers.items()}
     assert rendered["qwen2.5-coder"] == "<|fim_prefix|>def f(x):\n    <|fim_suffix|>\n    return y\n<|fim_middle|>"
     assert rendered["starcoder2"] == "<fim_prefix>def f(x):\n    <fim_suffix>\n    return y\n<fim_middle>"
-    assert rendered["deepseek-coder"] == ("<｜begin▁of▁sentence｜><｜fim▁begin｜>def f(x):\n    <｜fim▁hole｜>"
-                                          "\n    return y\n<｜fim▁end｜>")
+    assert rendered["deepseek-coder"] == (
+        "<｜begin▁of▁sentence｜><｜fim▁begin｜>def f(x):\n    <｜fim▁hole｜>\n    return y\n<｜fim▁end｜>"
+    )
     assert rendered["codellama"] == "<s>▁<PRE> def f(x):\n     ▁<SUF>\n    return y\n ▁<MID>"
     assert rendered["plain"] == "def f(x):\n    "  # no FIM tokens: prefix-only completion
 
@@ -68,7 +82,9 @@ def test_rewrites_use_the_family_layout_without_a_chat_template(tokenizers):
     qwen = PromptRenderer(tokenizers["qwen2.5-coder"], FORMATS["qwen2.5-coder"]).render(rewrite)
     assert qwen.text == "<|file_sep|>original.py\nx = 1\n<|file_sep|>instruction.txt\nrename x\n<|file_sep|>edited.py\n"
     starcoder = PromptRenderer(tokenizers["starcoder2"], FORMATS["starcoder2"]).render(rewrite)
-    assert starcoder.text.startswith("<file_sep>original.py\nx = 1\n") and starcoder.text.endswith("<file_sep>edited.py\n")
+    assert starcoder.text.startswith("<file_sep>original.py\nx = 1\n") and starcoder.text.endswith(
+        "<file_sep>edited.py\n"
+    )
     plain = PromptRenderer(tokenizers["plain"], FORMATS["plain"]).render(Rewrite("x = 1\n"))
     assert plain.text == "# Original:\nx = 1\n\n# Rewritten:\n" and plain.stop == ()
 
@@ -78,8 +94,9 @@ def test_a_chat_template_renders_rewrites_and_the_closing_fence_stops(tokenizers
     tokenizer.chat_template = CHAT_TEMPLATE
     renderer = PromptRenderer(tokenizer, detect_format(tokenizer))
     rendered = renderer.render(Rewrite("x = 1", "rename x to y"))
-    assert rendered.text == ("<|im_start|>user\nrename x to y\n\n```\nx = 1\n```<|im_end|>\n"
-                             "<|im_start|>assistant\n```\n")
+    assert rendered.text == (
+        "<|im_start|>user\nrename x to y\n\n```\nx = 1\n```<|im_end|>\n<|im_start|>assistant\n```\n"
+    )
     assert rendered.stop == ("```",)
     assert "<|im_end|>" in renderer.end_markers
     # FIM is unchanged by the chat template

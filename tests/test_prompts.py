@@ -14,11 +14,13 @@ def test_fim_prompt_is_prefix_suffix_middle_like_qwen():
 def test_rewrite_prompt_without_and_with_instruction():
     original = "def f():\n    return 1\n"
     assert prompts.rewrite_prompt(original) == (
-        "<|file_sep|>original.py\ndef f():\n    return 1\n<|file_sep|>edited.py\n")
+        "<|file_sep|>original.py\ndef f():\n    return 1\n<|file_sep|>edited.py\n"
+    )
     with_instruction = prompts.rewrite_prompt(original, "  rename f to g \n")
     assert with_instruction == (
         "<|file_sep|>original.py\ndef f():\n    return 1\n"
-        "<|file_sep|>instruction.txt\nrename f to g\n<|file_sep|>edited.py\n")
+        "<|file_sep|>instruction.txt\nrename f to g\n<|file_sep|>edited.py\n"
+    )
     # An empty instruction is the same as none (the model then copies).
     assert prompts.rewrite_prompt(original, "") == prompts.rewrite_prompt(original)
 

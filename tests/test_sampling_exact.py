@@ -130,9 +130,14 @@ class LookupDraft:
 
     name = "lookup"
 
-    def begin(self, prompt_ids): pass
-    def observe(self, outcome): pass
-    def end(self): pass
+    def begin(self, prompt_ids):
+        pass
+
+    def observe(self, outcome):
+        pass
+
+    def end(self):
+        pass
 
     def propose(self, context):
         return Draft(tuple((len(context.token_ids) * 5 + i) % VOCAB for i in range(context.max_len)), self.name)
@@ -143,9 +148,14 @@ class ModelDraft:
 
     name = "model"
 
-    def begin(self, prompt_ids): pass
-    def observe(self, outcome): pass
-    def end(self): pass
+    def begin(self, prompt_ids):
+        pass
+
+    def observe(self, outcome):
+        pass
+
+    def end(self):
+        pass
 
     def propose(self, context):
         draft_probs = torch.tensor([[0.05, 0.4, 0.1, 0.25, 0.15, 0.05]] * context.max_len)  # [K, V]
@@ -188,8 +198,9 @@ def test_plain_model_with_kv_cache_matches_too(small_vocab_target, joint):
 
 def test_the_check_rejects_a_wrong_acceptance_rule(memo_target, joint, monkeypatch):
     def always_accept(draft_ids, target_probs, generator):
-        return verify_module.Verdict(len(draft_ids), verify_module.sample(target_probs[len(draft_ids)], generator),
-                                     len(draft_ids))
+        return verify_module.Verdict(
+            len(draft_ids), verify_module.sample(target_probs[len(draft_ids)], generator), len(draft_ids)
+        )
 
     monkeypatch.setattr(verify_module, "verify_lookup_sampling", always_accept)
     counts = sample_outputs(memo_target, LookupDraft(), draft_len=2)

@@ -8,8 +8,9 @@ from codespec.stats import RequestStats, StepRecord, acceptance_by_depth, percen
 
 
 def step(draft_len, accepted, emitted=None):
-    return StepRecord("p" if draft_len else "", draft_len, accepted,
-                      accepted + 1 if emitted is None else emitted, 0.001, 0.002, 0.0)
+    return StepRecord(
+        "p" if draft_len else "", draft_len, accepted, accepted + 1 if emitted is None else emitted, 0.001, 0.002, 0.0
+    )
 
 
 def test_acceptance_by_depth_is_conditional():

@@ -13,8 +13,16 @@ from training.trainer import Shape, TrainConfig, build_llama, lr_at, train
 
 
 def test_mixture_lr_schedules():
-    config = replace(TrainConfig(), peak_lr=1e-3, mix_lr=5e-4, warmup_steps=10, min_lr_ratio=0.1,
-                     schedule="linear_tail", decay_fraction=0.25, total_steps=1100)
+    config = replace(
+        TrainConfig(),
+        peak_lr=1e-3,
+        mix_lr=5e-4,
+        warmup_steps=10,
+        min_lr_ratio=0.1,
+        schedule="linear_tail",
+        decay_fraction=0.25,
+        total_steps=1100,
+    )
     assert lr_at(50, None, config) == 1e-3  # curriculum: the curriculum's peak
     assert lr_at(100, 100, config) == lr_at(849, 100, config) == 5e-4  # constant before the tail
     assert lr_at(975, 100, config) == pytest.approx(5e-4 * (1 - 0.9 * 0.5))
@@ -35,8 +43,10 @@ def tokenizer():
 def tiny_maker(tokenizer):
     from training.examples import ExampleMaker
 
-    functions = ["def area(width, height):\n    return width * height\n",
-                 "def greet(name):\n    print('hello', name)\n    return name\n"]
+    functions = [
+        "def area(width, height):\n    return width * height\n",
+        "def greet(name):\n    print('hello', name)\n    return name\n",
+    ]
     files = ["import os\n\n\n" + "\n".join(functions)]
     stream = tokenizer.encode(files[0], add_special_tokens=False) * 20
     frequent = sorted(set(stream))
@@ -48,9 +58,18 @@ def test_train_runs_every_phase_and_keeps_the_best_probed_weights(tokenizer, tmp
     target = build_llama(shape, len(tokenizer), tokenizer.eos_token_id, 256, 0)
     draft = build_llama(shape, len(tokenizer), tokenizer.eos_token_id, 256, 1)
     draft_before = {k: v.clone() for k, v in draft.state_dict().items()}
-    config = TrainConfig(copy_stages=((16, 0.0, 3), (64, 0.0, 2)), copy_batch=(2, 32), mix_batch=(2, 64),
-                         bridge_stages=((64, 2, 2, 32),), mix_steps=6, probe_every=2, draft_every=2,
-                         warmup_steps=2, checkpoint_every=1000, log_every=1000)
+    config = TrainConfig(
+        copy_stages=((16, 0.0, 3), (64, 0.0, 2)),
+        copy_batch=(2, 32),
+        mix_batch=(2, 64),
+        bridge_stages=((64, 2, 2, 32),),
+        mix_steps=6,
+        probe_every=2,
+        draft_every=2,
+        warmup_steps=2,
+        checkpoint_every=1000,
+        log_every=1000,
+    )
     scores = iter([0.2, 0.9, 0.3])
     snapshots = []
 

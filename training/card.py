@@ -22,8 +22,11 @@ def machine_description(threads: int) -> str:
 
     import torch
 
-    where = (f"a {torch.cuda.get_device_name(0)} GPU" if torch.cuda.is_available() else
-             f"a CPU machine with {os.cpu_count()} cores ({platform.machine()}), {threads} torch thread(s)")
+    where = (
+        f"a {torch.cuda.get_device_name(0)} GPU"
+        if torch.cuda.is_available()
+        else f"a CPU machine with {os.cpu_count()} cores ({platform.machine()}), {threads} torch thread(s)"
+    )
     return where
 
 
@@ -31,16 +34,25 @@ def _block(text: str) -> str:
     return "```python\n" + text.rstrip("\n") + "\n```"
 
 
-def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict, params: dict,
-               threads: int, rescue: RescueConfig | None = None, finish: FinishConfig | None = None,
-               context: ContextCopyConfig | None = None) -> None:
+def write_card(
+    path: Path,
+    result: TrainResult,
+    metrics: dict,
+    corpus_info: dict,
+    params: dict,
+    threads: int,
+    rescue: RescueConfig | None = None,
+    finish: FinishConfig | None = None,
+    context: ContextCopyConfig | None = None,
+) -> None:
     config = TrainConfig()
     losses, agreement = metrics["loss_nats"], metrics["top1_agreement"]
     layers = TARGET_SHAPE.layers
     loss_rows = "\n".join(
         f"| target exit after layer {l}{' (full model)' if l == layers else ''} | {losses[f'exit_{l}']:.3f} | "
         f"{_pct(agreement[f'exit_{l}']) if l < layers else '100% (itself)'} |"
-        for l in range(1, layers + 1))
+        for l in range(1, layers + 1)
+    )
     samples = metrics["samples"]
     total_s = result.wall_s + result.rescue_wall_s + result.finish_wall_s + result.context_wall_s
     mixture = ", ".join(f"{kind} {round(100 * share)}%" for kind, share in config.mixture)
@@ -48,19 +60,27 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
     stages = ", then ".join(f"{vocab:,}" for vocab, _, _ in config.copy_stages)
     bridge = "; ".join(f"{v:,} tokens, {n} steps of {r} x {l}" for v, n, r, l in config.bridge_stages)
     mix_steps = result.steps - result.copy_steps - result.bridge_steps
-    kept = (f"the weights from mixture step {result.best_step:,} were kept" if result.best_step >= 0
-            else "the last weights were kept")
+    kept = (
+        f"the weights from mixture step {result.best_step:,} were kept"
+        if result.best_step >= 0
+        else "the last weights were kept"
+    )
     rescue_line = ""
     if result.rescue_steps:
         rescue = rescue or RescueConfig()
-        rescue_line = (f"\n- Then the previous recipe's copy-rescue fine-tune (`training/rescue.py`): "
-                       f"{result.rescue_warm_steps + result.rescue_steps} steps, {result.rescue_wall_s / 60:.1f} minutes "
-                       f"(mixture {', '.join(f'{k} {round(100 * w)}%' for k, w in rescue.mixture)}).")
+        rescue_line = (
+            f"\n- Then the previous recipe's copy-rescue fine-tune (`training/rescue.py`): "
+            f"{result.rescue_warm_steps + result.rescue_steps} steps, {result.rescue_wall_s / 60:.1f} minutes "
+            f"(mixture {', '.join(f'{k} {round(100 * w)}%' for k, w in rescue.mixture)})."
+        )
     finish_line = ""
     if result.finish_steps:
         finish = finish or FinishConfig()
-        kept_finish = (f"the weights after finishing step {result.finish_best_step:,} were kept"
-                       if result.finish_best_step else "the main run's weights were kept (no probe improved on them)")
+        kept_finish = (
+            f"the weights after finishing step {result.finish_best_step:,} were kept"
+            if result.finish_best_step
+            else "the main run's weights were kept (no probe improved on them)"
+        )
         finish_line = (
             f"\n- Then the FIM finishing phase (`training/finish.py`, target only): {result.finish_steps:,} "
             f"steps of batch {finish.batch[0]} x {finish.batch[1]}, "
@@ -72,15 +92,21 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
             f"line from a cursor inside it, up to its end or up to code that follows the cursor. A probe every "
             f"{finish.probe_every} steps on {finish.probe_functions} other held-out functions (copy rate + FIM "
             f"validity) picks the weights, the starting ones included; {kept_finish} "
-            f"(probe: {', '.join(f'{score:.2f} at {step}' for step, score in result.finish_probes)}).")
-    first_line = (f"**{_pct(metrics['first_line_exact'])}** of {metrics['first_line_cases']} cases "
-                  f"(`completions-httpx`)" if "first_line_exact" in metrics else
-                  "not measured in this run (no completion records were found)")
+            f"(probe: {', '.join(f'{score:.2f} at {step}' for step, score in result.finish_probes)})."
+        )
+    first_line = (
+        f"**{_pct(metrics['first_line_exact'])}** of {metrics['first_line_cases']} cases (`completions-httpx`)"
+        if "first_line_exact" in metrics
+        else "not measured in this run (no completion records were found)"
+    )
     context_line = ""
     if result.context_steps:
         context = context or ContextCopyConfig()
-        kept_context = (f"the weights after step {result.context_best_step:,} were kept" if result.context_best_step
-                        else "the starting weights were kept (no probe improved on them)")
+        kept_context = (
+            f"the weights after step {result.context_best_step:,} were kept"
+            if result.context_best_step
+            else "the starting weights were kept (no probe improved on them)"
+        )
         context_line = (
             f"\n- Then the context-copy phase (`training/context_copy.py`, target only): {result.context_steps:,} "
             f"steps of batch {context.batch[0]} x {context.batch[1]}, "
@@ -90,12 +116,20 @@ def write_card(path: Path, result: TrainResult, metrics: dict, corpus_info: dict
             f"model copies from plain context as real code models do. It starts from the exported finish "
             f"weights; a probe of copy rate + FIM validity + plain-context copy rate picks the kept weights: "
             f"{kept_context} (probe: {', '.join(f'{score:.2f} at {step}' for step, score in result.context_probes)})."
-            + (" **This invocation ran only this phase** (`--from-shipped`), from the weights the run recorded in "
-               "`training/runs/shipped-finish.json` exported; the figures above for the earlier phases are that "
-               "run's." if result.from_shipped else ""))
-    output = samples['completion']['output']
-    completion_sample = (f"gives\n\n{_block(output)}" if output.strip() else
-                         "gives nothing: the model ends the text at once (end-of-text token).")
+            + (
+                " **This invocation ran only this phase** (`--from-shipped`), from the weights the run recorded in "
+                "`training/runs/shipped-finish.json` exported; the figures above for the earlier phases are that "
+                "run's."
+                if result.from_shipped
+                else ""
+            )
+        )
+    output = samples["completion"]["output"]
+    completion_sample = (
+        f"gives\n\n{_block(output)}"
+        if output.strip()
+        else "gives nothing: the model ends the text at once (end-of-text token)."
+    )
     text = f"""# The default model pair
 
 codespec ships a small Python code model (the default **target**) and a smaller **draft** model with the
@@ -111,8 +145,12 @@ and that the draft-model and early-exit fallbacks behave realistically; not a us
 
 | | layers | hidden | heads (kv) | MLP | parameters | decode step (CPU, 1 thread) |
 |---|---|---|---|---|---|---|
-| target | {TARGET_SHAPE.layers} | {TARGET_SHAPE.hidden} | {TARGET_SHAPE.heads} ({TARGET_SHAPE.kv_heads}) | {TARGET_SHAPE.intermediate} | {params['target']:,} | {metrics['step_ms']['target']:.1f} ms |
-| draft | {DRAFT_SHAPE.layers} | {DRAFT_SHAPE.hidden} | {DRAFT_SHAPE.heads} ({DRAFT_SHAPE.kv_heads}) | {DRAFT_SHAPE.intermediate} | {params['draft']:,} | {metrics['step_ms']['draft']:.1f} ms |
+| target | {TARGET_SHAPE.layers} | {TARGET_SHAPE.hidden} | {TARGET_SHAPE.heads} ({TARGET_SHAPE.kv_heads}) | {
+        TARGET_SHAPE.intermediate
+    } | {params["target"]:,} | {metrics["step_ms"]["target"]:.1f} ms |
+| draft | {DRAFT_SHAPE.layers} | {DRAFT_SHAPE.hidden} | {DRAFT_SHAPE.heads} ({DRAFT_SHAPE.kv_heads}) | {
+        DRAFT_SHAPE.intermediate
+    } | {params["draft"]:,} | {metrics["step_ms"]["draft"]:.1f} ms |
 
 Untied input/output embeddings, vocabulary 4,096 (byte-level BPE, `tokenizers`), RoPE, context 1,024
 (trained on rows of up to 512 tokens). The draft costs about a fifth of the target's multiply-adds per
@@ -122,9 +160,9 @@ text that literally contains one of these strings is tokenized as the special to
 
 ## Training
 
-- Data: the Python standard library's own `.py` files minus its tests ({corpus_info['train_files']} files,
-  {corpus_info['train_chars']:,} characters, {corpus_info['train_tokens']:,} tokens; PSF licence).
-  {corpus_info['heldout_files']} files are held out by a hash of their path (`training/corpus.py`);
+- Data: the Python standard library's own `.py` files minus its tests ({corpus_info["train_files"]} files,
+  {corpus_info["train_chars"]:,} characters, {corpus_info["train_tokens"]:,} tokens; PSF licence).
+  {corpus_info["heldout_files"]} files are held out by a hash of their path (`training/corpus.py`);
   every number below is measured on them. `shared/workloads` is never used.
 - Curriculum: synthetic copy in the rewrite format (random spans of 10-60 tokens) over the
   {stages} most frequent tokens, batch {config.copy_batch[0]} x {config.copy_batch[1]} (each stage until
@@ -137,7 +175,9 @@ text that literally contains one of these strings is tokenized as the special to
 - Mixture, {mix_steps:,} steps of batch {config.mix_batch[0]} x {config.mix_batch[1]}: {mixture}.
   `identity`: an unchanged rewrite of a real function or run of lines, loss on the copy only;
   `rewrite`: half unchanged, half small synthetic edits with an instruction (renamed identifier,
-  deleted, inserted or changed line); `copy`: synthetic spans of {config.mix_copy_span[0]}-{config.mix_copy_span[1]} tokens
+  deleted, inserted or changed line); `copy`: synthetic spans of {config.mix_copy_span[0]}-{
+        config.mix_copy_span[1]
+    } tokens
   over the full vocabulary; `fim`: prefix-suffix-middle (one line, part of a line, or 2-5 lines);
   `natural`: plain code. Copy work stays in the mixture from the start: a natural-code-heavy mixture
   (the previous recipe) erased the copy circuit the curriculum formed, and restoring it afterwards
@@ -155,62 +195,69 @@ text that literally contains one of these strings is tokenized as the special to
   (probe: {probes}).{rescue_line}{finish_line}{context_line}
 - Tokens seen: {result.tokens_seen:,} (target). Steps: {result.steps:,}.
 - **Wall time: {total_s / 60:.1f} minutes** of training ({total_s:.0f} s: main run {result.wall_s / 60:.1f}{
-  f", finishing {result.finish_wall_s / 60:.1f}" if result.finish_steps else ""}{
-  f", context copy {result.context_wall_s / 60:.1f}" if result.context_steps else ""}{
-  f", rescue {result.rescue_wall_s / 60:.1f}" if result.rescue_steps else ""}) on {machine_description(threads)}, plus about a
+        f", finishing {result.finish_wall_s / 60:.1f}" if result.finish_steps else ""
+    }{f", context copy {result.context_wall_s / 60:.1f}" if result.context_steps else ""}{
+        f", rescue {result.rescue_wall_s / 60:.1f}" if result.rescue_steps else ""
+    }) on {machine_description(threads)}, plus about a
   minute of preparation (tokenizer, corpus) and a few minutes of evaluation.{
-  " The main run and the phases after it ran as two invocations: `codespec train-default`, then"
-  " `codespec train-default --resume` on its checkpoint; each part's time is its own measured wall time."
-  if result.resumed else
-  " The main run and the finishing phase are the recorded run's (`training/runs/shipped-finish.json`); this"
-  " invocation (`codespec train-default --from-shipped`) ran the context-copy phase, measured here."
-  if result.from_shipped else " One uninterrupted run of `codespec train-default`."}
+        " The main run and the phases after it ran as two invocations: `codespec train-default`, then"
+        " `codespec train-default --resume` on its checkpoint; each part's time is its own measured wall time."
+        if result.resumed
+        else " The main run and the finishing phase are the recorded run's (`training/runs/shipped-finish.json`); this"
+        " invocation (`codespec train-default --from-shipped`) ran the context-copy phase, measured here."
+        if result.from_shipped
+        else " One uninterrupted run of `codespec train-default`."
+    }
 
 ## Held-out quality
 
 | model | loss (nats/token) | greedy top-1 agreement with the target |
 |---|---|---|
 {loss_rows}
-| draft | {losses['draft']:.3f} | {_pct(agreement['draft'])} |
+| draft | {losses["draft"]:.3f} | {_pct(agreement["draft"])} |
 
-Measured over {metrics['positions']:,} held-out token positions (512-token windows).
+Measured over {metrics["positions"]:,} held-out token positions (512-token windows).
 
 - **Copy rate** (rewrite prompt, no instruction, greedy output identical to the input then EOS):
-  **{_pct(metrics['copy_rate'])}** of {metrics['copy_functions']} held-out functions.
+  **{_pct(metrics["copy_rate"])}** of {metrics["copy_functions"]} held-out functions.
 - **FIM** (one body line of a held-out function removed): completion is valid Python
-  **{_pct(metrics['fim_valid_rate'])}**, exact **{_pct(metrics['fim_exact_rate'])}** of {metrics['fim_functions']}.
+  **{_pct(metrics["fim_valid_rate"])}**, exact **{_pct(metrics["fim_exact_rate"])}** of {metrics["fim_functions"]}.
 - **Plain-context copy rate** (no template: the function, two blank lines and its header again;
-  the first {PLAIN_COPY_CHARS} characters of the body written exactly): **{_pct(metrics['plain_copy_rate'])}** of
-  {metrics['copy_functions']} held-out functions.
+  the first {PLAIN_COPY_CHARS} characters of the body written exactly): **{_pct(metrics["plain_copy_rate"])}** of
+  {metrics["copy_functions"]} held-out functions.
 - **First-line exact match on completion records** (cursor at the recorded position, 800 / 200
   character windows as the server uses on a CPU): {first_line}.
 - **Next-line exact match** (greedy, from up to 1,500 characters of preceding text ending before the
   previous line's newline; the line after the first generated newline, stripped):
-  **{_pct(metrics['next_line_exact'])}** of 100 held-out lines.
+  **{_pct(metrics["next_line_exact"])}** of 100 held-out lines.
 
 Capability bars checked by `tests/test_default_model.py` on these weights, over the first 30 of
-the functions above: copy rate >= 80% (here {_pct(metrics.get('copy_rate_tested', metrics['copy_rate']))}:
-{'met' if metrics.get('copy_rate_tested', metrics['copy_rate']) >= 0.8 else 'NOT met'}; {_pct(metrics['copy_rate'])} over all 40), FIM validity >= 50%
-(here {_pct(metrics.get('fim_valid_rate_tested', metrics['fim_valid_rate']))}: {'met' if metrics.get('fim_valid_rate_tested', metrics['fim_valid_rate']) >= 0.5 else 'NOT met'}). How the recipe was chosen, and how much runs of one
+the functions above: copy rate >= 80% (here {_pct(metrics.get("copy_rate_tested", metrics["copy_rate"]))}:
+{"met" if metrics.get("copy_rate_tested", metrics["copy_rate"]) >= 0.8 else "NOT met"}; {
+        _pct(metrics["copy_rate"])
+    } over all 40), FIM validity >= 50%
+(here {_pct(metrics.get("fim_valid_rate_tested", metrics["fim_valid_rate"]))}: {
+        "met" if metrics.get("fim_valid_rate_tested", metrics["fim_valid_rate"]) >= 0.5 else "NOT met"
+    }). How the recipe was chosen, and how much runs of one
 recipe differ, is in [training-sweep.md](training-sweep.md).
 
 ## Samples (greedy)
 
 Completion of
 
-{_block(samples['completion']['prompt'])}
+{_block(samples["completion"]["prompt"])}
 
 {completion_sample}
 
 FIM: prefix
 
-{_block(samples['fim']['prefix'])}
+{_block(samples["fim"]["prefix"])}
 
 suffix
 
-{_block(samples['fim']['suffix'])}
+{_block(samples["fim"]["suffix"])}
 
-expected line `{samples['fim']['expected'].rstrip()}`, model's line `{samples['fim']['output'].rstrip()}`.
+expected line `{samples["fim"]["expected"].rstrip()}`, model's line `{samples["fim"]["output"].rstrip()}`.
 
 ## Reproduce
 

@@ -9,43 +9,90 @@ def add_parser(subparsers) -> None:
     from training.evaluate import DEFAULT_COMPLETIONS
 
     parser = subparsers.add_parser(
-        "train-default", help="train the shipped default target + draft models (CPU, deterministic)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="model directory root (default: the package's codespec/models/default)")
-    parser.add_argument("--work", type=Path, default=Path("train-default-work"),
-                        help="checkpoints and the training log go here")
-    parser.add_argument("--mix-steps", type=int, default=3200,
-                        help="optimizer steps on the mixture after the copy curriculum and the bridge")
-    parser.add_argument("--finish-steps", type=int, default=None,
-                        help="steps of the FIM finishing phase after the main run (0: skip; default: FinishConfig's)")
-    parser.add_argument("--rescue-steps", type=int, default=0,
-                        help="steps of the (previous recipe's) copy-rescue fine-tune after the main run (0: skip)")
-    parser.add_argument("--rescue-decay", type=float, default=None,
-                        help="fraction of the fine-tune's steps spent in its final linear LR decay (default: RescueConfig's)")
-    parser.add_argument("--probe-functions", type=int, default=None,
-                        help="held-out functions in the fine-tune's copy probe (default: RescueConfig's)")
-    parser.add_argument("--context-steps", type=int, default=None,
-                        help="steps of the context-copy phase after the finishing phase (default: 0, off: it "
-                             "teaches plain-context copying but lowers FIM validity below its bar, see "
-                             "docs/training-sweep.md; with --from-shipped: ContextCopyConfig's)")
-    parser.add_argument("--from-shipped", action="store_true",
-                        help="run only the context-copy phase, from the finish weights in --out (a full run "
-                             "exports exactly those before the phase), and write the card")
-    parser.add_argument("--resume", action="store_true",
-                        help="skip the main run: restore its checkpoint in --work, then run the phases after it")
+        "train-default", help="train the shipped default target + draft models (CPU, deterministic)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="model directory root (default: the package's codespec/models/default)"
+    )
+    parser.add_argument(
+        "--work", type=Path, default=Path("train-default-work"), help="checkpoints and the training log go here"
+    )
+    parser.add_argument(
+        "--mix-steps",
+        type=int,
+        default=3200,
+        help="optimizer steps on the mixture after the copy curriculum and the bridge",
+    )
+    parser.add_argument(
+        "--finish-steps",
+        type=int,
+        default=None,
+        help="steps of the FIM finishing phase after the main run (0: skip; default: FinishConfig's)",
+    )
+    parser.add_argument(
+        "--rescue-steps",
+        type=int,
+        default=0,
+        help="steps of the (previous recipe's) copy-rescue fine-tune after the main run (0: skip)",
+    )
+    parser.add_argument(
+        "--rescue-decay",
+        type=float,
+        default=None,
+        help="fraction of the fine-tune's steps spent in its final linear LR decay (default: RescueConfig's)",
+    )
+    parser.add_argument(
+        "--probe-functions",
+        type=int,
+        default=None,
+        help="held-out functions in the fine-tune's copy probe (default: RescueConfig's)",
+    )
+    parser.add_argument(
+        "--context-steps",
+        type=int,
+        default=None,
+        help="steps of the context-copy phase after the finishing phase (default: 0, off: it "
+        "teaches plain-context copying but lowers FIM validity below its bar, see "
+        "docs/training-sweep.md; with --from-shipped: ContextCopyConfig's)",
+    )
+    parser.add_argument(
+        "--from-shipped",
+        action="store_true",
+        help="run only the context-copy phase, from the finish weights in --out (a full run "
+        "exports exactly those before the phase), and write the card",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the main run: restore its checkpoint in --work, then run the phases after it",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu",
-                        help="torch device to train on (cuda works; the recipe is sized for the 90-minute CPU budget)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (1 is fastest on a shared 2-core machine: measured 2.0k vs "
-                             "0.2-0.6k tokens/s with 2 threads under load)")
-    parser.add_argument("--export-only", action="store_true",
-                        help="export + evaluate the last checkpoint in --work (the finished one if there is one)")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device to train on (cuda works; the recipe is sized for the 90-minute CPU budget)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (1 is fastest on a shared 2-core machine: measured 2.0k vs "
+        "0.2-0.6k tokens/s with 2 threads under load)",
+    )
+    parser.add_argument(
+        "--export-only",
+        action="store_true",
+        help="export + evaluate the last checkpoint in --work (the finished one if there is one)",
+    )
     parser.add_argument("--no-eval", action="store_true", help="skip evaluation and the model card")
     parser.add_argument("--card", type=Path, default=Path("docs/default-model.md"))
-    parser.add_argument("--completions", type=Path, default=DEFAULT_COMPLETIONS,
-                        help="completion records (JSONL: prefix, suffix, target) for the card's first-line exact "
-                             "match (default: shared/workloads/completions-httpx.jsonl beside the checkout, if there)")
+    parser.add_argument(
+        "--completions",
+        type=Path,
+        default=DEFAULT_COMPLETIONS,
+        help="completion records (JSONL: prefix, suffix, target) for the card's first-line exact "
+        "match (default: shared/workloads/completions-httpx.jsonl beside the checkout, if there)",
+    )
     parser.set_defaults(run=run)
 
 

@@ -24,7 +24,12 @@ class ContextCopyConfig(FinishConfig):
     seed: int = 1  # FinishConfig's seed offsets: rows and batches differ from the finishing phase's
     steps: int = 300
     # Runs from the shipped finish weights and what they measured: docs/training-sweep.md.
-    mixture: tuple = (("plain_copy", 0.30), ("fim_middle", 0.385), ("identity", 0.175), ("copy", 0.07),
-                      ("natural", 0.07))
+    mixture: tuple = (
+        ("plain_copy", 0.30),
+        ("fim_middle", 0.385),
+        ("identity", 0.175),
+        ("copy", 0.07),
+        ("natural", 0.07),
+    )
     lr: float = 6e-4
     probe_every: int = 100

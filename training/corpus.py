@@ -66,7 +66,7 @@ def functions(text: str) -> list[str]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.decorator_list:
-            chunk = lines[node.lineno - 1:node.end_lineno]
+            chunk = lines[node.lineno - 1 : node.end_lineno]
             indent = len(chunk[0]) - len(chunk[0].lstrip(" "))
             if all(line[:indent].strip() == "" for line in chunk):
                 body = "".join(line[indent:] if line.strip() else line.lstrip(" ") for line in chunk)
@@ -77,16 +77,22 @@ def functions(text: str) -> list[str]:
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
-def heldout_functions(count: int, min_lines: int = 3, max_chars: int = 400,
-                      files: list[SourceFile] | None = None) -> list[str]:
+def heldout_functions(
+    count: int, min_lines: int = 3, max_chars: int = 400, files: list[SourceFile] | None = None
+) -> list[str]:
     """A fixed list of short, distinct held-out functions (the copy and FIM evaluation set)."""
     if files is None:
         files = split_files(stdlib_files())[1]
     chosen, seen = [], set()
     for source in sorted(files, key=lambda f: f.path):
         for body in functions(source.text):
-            if (body.count("\n") >= min_lines and len(body) <= max_chars and body not in seen
-                    and "\t" not in body and not _NON_ASCII.search(body)):
+            if (
+                body.count("\n") >= min_lines
+                and len(body) <= max_chars
+                and body not in seen
+                and "\t" not in body
+                and not _NON_ASCII.search(body)
+            ):
                 seen.add(body)
                 chosen.append(body)
     # Interleave across files deterministically: sort by a hash so one big file does not dominate.

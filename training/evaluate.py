@@ -78,9 +78,6 @@ def read_records(path: Path | None) -> list[dict] | None:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-
-
-
 def plain_copy_check(target: TargetModel, function: str, proposer=None) -> bool:
     """Copying from plain context, no template: the prompt is ``function``, two blank lines and its
     header again; the model should write the same body (its first 60 characters, exactly).
@@ -89,15 +86,16 @@ def plain_copy_check(target: TargetModel, function: str, proposer=None) -> bool:
     indentation), so the expected text starts with that newline.
     """
     header, _, _ = function.partition("\n")
-    expected = function[len(header):][:PLAIN_COPY_CHARS]
+    expected = function[len(header) :][:PLAIN_COPY_CHARS]
     prompt_ids = target.encode(function + "\n\n" + header)
     budget = len(target.encode(expected)) + 8
     finished = generate_all(target, prompt_ids, proposer, limits=GenerationLimits(budget, max_draft_len=16))
     return finished.text.startswith(expected)
 
 
-def first_line_exact(target: TargetModel, records: list[dict], windows: tuple[int, int] = (800, 200),
-                     proposer=None) -> float:
+def first_line_exact(
+    target: TargetModel, records: list[dict], windows: tuple[int, int] = (800, 200), proposer=None
+) -> float:
     """Completion records (``prefix``, ``suffix``, ``target``): the completion's first line, as the
     server asks for it (the cursor's mode, these prompt windows, FIM in the target's format), equals
     the recorded first line (both stripped)."""
@@ -111,9 +109,14 @@ def first_line_exact(target: TargetModel, records: list[dict], windows: tuple[in
         context = completion_context(text, len(record["prefix"]), 48, 160, *windows, invoked=True)
         prompt = renderer.render(Fim(context.prefix, context.suffix))
         stops = (*context.stop, *prompt.stop, *renderer.end_markers)
-        finished = generate_all(target, target.encode(prompt.text), proposer,
-                                limits=GenerationLimits(context.max_tokens, stops, max_draft_len=16,
-                                                        stop_token_ids=renderer.stop_token_ids()))
+        finished = generate_all(
+            target,
+            target.encode(prompt.text),
+            proposer,
+            limits=GenerationLimits(
+                context.max_tokens, stops, max_draft_len=16, stop_token_ids=renderer.stop_token_ids()
+            ),
+        )
         produced = trim_completion(finished.text, context).split("\n", 1)[0].strip()
         hits += bool(produced) and produced == record["target"].split("\n", 1)[0].strip()
     return hits / max(1, len(records))
@@ -124,25 +127,27 @@ def fim_split(function: str) -> tuple[str, str, str] | None:
     lines = function.splitlines(keepends=True)
     for index in range(max(1, len(lines) // 2), len(lines)):
         if lines[index].strip() and not lines[index].lstrip().startswith(("#", '"', "'")):
-            return "".join(lines[:index]), lines[index], "".join(lines[index + 1:])
+            return "".join(lines[:index]), lines[index], "".join(lines[index + 1 :])
     return None
 
 
-def fim_check(target: TargetModel, prefix: str, removed: str, suffix: str, proposer=None,
-              max_new_tokens: int = 32) -> FimResult:
+def fim_check(
+    target: TargetModel, prefix: str, removed: str, suffix: str, proposer=None, max_new_tokens: int = 32
+) -> FimResult:
     prompt_ids = target.encode(prompts.fim_prompt(prefix, suffix))
     finished = generate_all(target, prompt_ids, proposer, limits=GenerationLimits(max_new_tokens, ("\n",)))
     line = finished.text.split("\n", 1)[0] + "\n"
     return FimResult(prefix, removed, suffix, line)
 
 
-def heldout_windows(target: TargetModel, files: list[corpus.SourceFile], length: int = 512,
-                    count: int = 40) -> torch.Tensor:
+def heldout_windows(
+    target: TargetModel, files: list[corpus.SourceFile], length: int = 512, count: int = 40
+) -> torch.Tensor:
     stream: list[int] = []
     for source in sorted(files, key=lambda f: f.path):
         stream += target.encode(source.text) + [target.tokenizer.eos_token_id]
     step = max(length, (len(stream) - length) // count)
-    windows = [stream[i:i + length] for i in range(0, len(stream) - length, step)][:count]
+    windows = [stream[i : i + length] for i in range(0, len(stream) - length, step)][:count]
     return torch.tensor(windows)  # [N, length]
 
 
@@ -172,13 +177,16 @@ def layer_metrics(target: TargetModel, draft: TargetModel, windows: torch.Tensor
         losses["draft"] += F.cross_entropy(draft_logits, labels, reduction="sum").item()
         agreement["draft"] += (draft_logits.argmax(-1) == final_top1).sum().item()
         positions += labels.numel()
-    return {"loss_nats": {k: v / positions for k, v in losses.items()},
-            "top1_agreement": {k: v / positions for k, v in agreement.items()},
-            "positions": positions}
+    return {
+        "loss_nats": {k: v / positions for k, v in losses.items()},
+        "top1_agreement": {k: v / positions for k, v in agreement.items()},
+        "positions": positions,
+    }
 
 
-def next_line_exact(target: TargetModel, files: list[corpus.SourceFile], count: int = 100,
-                    context_chars: int = 1500) -> float:
+def next_line_exact(
+    target: TargetModel, files: list[corpus.SourceFile], count: int = 100, context_chars: int = 1500
+) -> float:
     """Greedy next line from the preceding text of a held-out file, compared exactly (stripped).
 
     The context stops *before* the previous line's newline: byte-level BPE merges a newline with
@@ -190,7 +198,7 @@ def next_line_exact(target: TargetModel, files: list[corpus.SourceFile], count: 
         offset = 0
         for index, line in enumerate(lines):
             if index >= 5 and index % 7 == 0 and line.strip() and offset > 200:
-                context = source.text[:offset - 1][-context_chars:]
+                context = source.text[: offset - 1][-context_chars:]
                 cases.append((context, line.rstrip("\n")))
             offset += len(line)
     stride = max(1, len(cases) // count)
@@ -213,9 +221,14 @@ def step_latency_ms(model: TargetModel, tokens: int = 64) -> float:
     return 1000 * (time.perf_counter() - start) / tokens
 
 
-def evaluate(target_dir, draft_dir, heldout_files: list[corpus.SourceFile],
-             say: Callable[[str], None] = print, functions_count: int = 40,
-             completion_records: list[dict] | None = None) -> dict:
+def evaluate(
+    target_dir,
+    draft_dir,
+    heldout_files: list[corpus.SourceFile],
+    say: Callable[[str], None] = print,
+    functions_count: int = 40,
+    completion_records: list[dict] | None = None,
+) -> dict:
     torch.manual_seed(0)
     target = TargetModel.load(str(target_dir), device="cpu", dtype="float32")
     draft = TargetModel.load(str(draft_dir), device="cpu", dtype="float32")
@@ -253,16 +266,16 @@ def evaluate(target_dir, draft_dir, heldout_files: list[corpus.SourceFile],
     say(f"next-line exact match {metrics['next_line_exact']:.3f}")
     metrics["step_ms"] = {"target": step_latency_ms(target), "draft": step_latency_ms(draft)}
 
-    sample_prompt = "def read_lines(path):\n    \"\"\"Return the lines of the file at path.\"\"\"\n"
+    sample_prompt = 'def read_lines(path):\n    """Return the lines of the file at path."""\n'
     sample = generate_all(target, target.encode(sample_prompt), None, limits=GenerationLimits(60))
     fim = fims[0]
     metrics["samples"] = {
         "completion": {"prompt": sample_prompt, "output": sample.text},
-        "fim": {"prefix": fim.prefix, "suffix": fim.suffix, "expected": fim.removed_line,
-                "output": fim.completion},
+        "fim": {"prefix": fim.prefix, "suffix": fim.suffix, "expected": fim.removed_line, "output": fim.completion},
     }
-    metrics["copy_failures"] = [{"original": c.original, "output": c.output, "reason": c.reason}
-                                for c in copies if not c.exact][:3]
+    metrics["copy_failures"] = [
+        {"original": c.original, "output": c.output, "reason": c.reason} for c in copies if not c.exact
+    ][:3]
     return metrics
 
 
@@ -291,8 +304,11 @@ def main(argv: list[str] | None = None) -> int:
     report["rewrite_copy_rate"] = sum(copy_check(target, fn, lookup).exact for fn in functions) / len(functions)
     splits = [split for split in (fim_split(fn) for fn in functions) if split is not None]
     report["fim_valid_rate"] = sum(fim_check(target, *split).valid for split in splits) / len(splits)
-    tested = [fim_check(target, *s).valid for i, s in ((i, fim_split(fn)) for i, fn in enumerate(functions))
-              if s is not None and i < TESTED_FUNCTIONS]
+    tested = [
+        fim_check(target, *s).valid
+        for i, s in ((i, fim_split(fn)) for i, fn in enumerate(functions))
+        if s is not None and i < TESTED_FUNCTIONS
+    ]
     report["fim_valid_rate_tested"] = sum(tested) / max(1, len(tested))
     records = read_records(args.completions)
     if records:

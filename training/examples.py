@@ -29,8 +29,15 @@ class Row:
 class ExampleMaker:
     """Builds rows of each kind from the training files (pure given its ``random.Random``)."""
 
-    def __init__(self, tokenizer, files: list[str], functions: list[str], stream: list[int],
-                 frequent_ids: list[int], rng: random.Random) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        files: list[str],
+        functions: list[str],
+        stream: list[int],
+        frequent_ids: list[int],
+        rng: random.Random,
+    ) -> None:
         self.tokenizer = tokenizer
         self.files = files
         self.functions = functions
@@ -50,7 +57,7 @@ class ExampleMaker:
     def row(self, kind: str, length: int, vocab: int = 64) -> Row:
         if kind == "natural":
             start = self.rng.randrange(0, len(self.stream) - length - 1)
-            ids = self.stream[start:start + length + 1]
+            ids = self.stream[start : start + length + 1]
             return Row(ids, list(ids))
         ids: list[int] = []
         targets: list[int] = []
@@ -69,7 +76,7 @@ class ExampleMaker:
                 mask = example
             ids += example
             targets += mask
-        return Row(ids[:length + 1], targets[:length + 1])
+        return Row(ids[: length + 1], targets[: length + 1])
 
     def synthetic_copy(self, vocab: int) -> tuple[list[int], list[int]]:
         """Random span, rewrite separator, the same span, EOS; loss only where copying is possible."""
@@ -110,7 +117,7 @@ class ExampleMaker:
         start = self.rng.randrange(len(lines))
         count = self.rng.randint(2, 25)
         chunk, size = [], 0
-        for line in lines[start:start + count]:
+        for line in lines[start : start + count]:
             if size + len(line) > max_chars and chunk:
                 break
             chunk.append(line)
@@ -150,17 +157,21 @@ class ExampleMaker:
         index = self.rng.randrange(len(lines))
         line = lines[index]
         if choice < 0.55 and len(lines) > 1 and line.strip():
-            return "".join(lines[:index] + lines[index + 1:]), f"delete the line: {line.strip()}"
+            return "".join(lines[:index] + lines[index + 1 :]), f"delete the line: {line.strip()}"
         if choice < 0.8:
             donor = self.rng.choice(self.rng.choice(self.file_lines) or ["pass\n"]).strip() or "pass"
-            indent = line[:len(line) - len(line.lstrip())].rstrip("\n")
+            indent = line[: len(line) - len(line.lstrip())].rstrip("\n")
             new_line = indent + donor + "\n"
             anchor = line.strip() or "(blank line)"
-            return ("".join(lines[:index + 1] + [new_line] + lines[index + 1:]),
-                    f"add the line `{donor}` after `{anchor}`")
+            return (
+                "".join(lines[: index + 1] + [new_line] + lines[index + 1 :]),
+                f"add the line `{donor}` after `{anchor}`",
+            )
         changed = self.change_line(line)
-        return ("".join(lines[:index] + [changed] + lines[index + 1:]),
-                f"change `{line.strip()}` to `{changed.strip()}`")
+        return (
+            "".join(lines[:index] + [changed] + lines[index + 1 :]),
+            f"change `{line.strip()}` to `{changed.strip()}`",
+        )
 
     def new_name(self, old: str) -> str:
         style = self.rng.randrange(4)
@@ -178,7 +189,7 @@ class ExampleMaker:
         names = [m for m in _IDENTIFIER.finditer(line) if m.group() not in _RESERVED]
         if names:
             m = self.rng.choice(names)
-            return line[:m.start()] + self.new_name(m.group()) + line[m.end():]
+            return line[: m.start()] + self.new_name(m.group()) + line[m.end() :]
         return line.rstrip("\n") + "  # changed\n"
 
     def fim_text(self) -> str:
@@ -197,10 +208,10 @@ class ExampleMaker:
             line = lines[index]
             cut = self.rng.randrange(len(line))
             prefix = "".join(lines[:index]) + line[:cut]
-            return prompts.fim_example(prefix, line[cut:], "".join(lines[index + 1:]))
+            return prompts.fim_example(prefix, line[cut:], "".join(lines[index + 1 :]))
         prefix = "".join(lines[:index])
-        middle = "".join(lines[index:index + middle_lines])
-        suffix = "".join(lines[index + middle_lines:])
+        middle = "".join(lines[index : index + middle_lines])
+        suffix = "".join(lines[index + middle_lines :])
         return prompts.fim_example(prefix, middle, suffix)
 
     def fim_middle_row(self) -> tuple[list[int], list[int]]:
@@ -211,7 +222,7 @@ class ExampleMaker:
         prefix, middle, suffix = self.fim_parts(self.region(max_chars=800))
         prompt = self.encode(prompts.fim_prompt(prefix, suffix))
         ids = prompt + self.encode(middle + prompts.END_OF_TEXT)  # FIM_MIDDLE is special: a clean split
-        return ids, [IGNORE] * len(prompt) + ids[len(prompt):]
+        return ids, [IGNORE] * len(prompt) + ids[len(prompt) :]
 
     def fim_parts(self, text: str) -> tuple[str, str, str]:
         """Prefix, middle, suffix as an editor's cursor makes them: half the time one whole non-blank
@@ -225,13 +236,13 @@ class ExampleMaker:
             return text, "", ""
         index = self.rng.choice(filled)
         line = lines[index]
-        before, after = "".join(lines[:index]), "".join(lines[index + 1:])
+        before, after = "".join(lines[:index]), "".join(lines[index + 1 :])
         choice = self.rng.random()
         if choice < 0.5:
             return before, line, after
         if choice < 0.62:
             count = self.rng.randint(2, 4)
-            return before, "".join(lines[index:index + count]), "".join(lines[index + count:])
+            return before, "".join(lines[index : index + count]), "".join(lines[index + count :])
         body = line.rstrip("\r\n")
         indent = len(body) - len(body.lstrip())
         start = indent if self.rng.random() < 0.25 else self.rng.randrange(indent, len(body))

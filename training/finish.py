@@ -61,8 +61,14 @@ def finish_lr(step: int, config: FinishConfig) -> float:
     return config.lr * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def finish(target, maker: ExampleMaker, config: FinishConfig, score: Callable[[object], float],
-           log: Callable[[str], None] = print, stop: Callable[[], bool] = lambda: False) -> FinishResult:
+def finish(
+    target,
+    maker: ExampleMaker,
+    config: FinishConfig,
+    score: Callable[[object], float],
+    log: Callable[[str], None] = print,
+    stop: Callable[[], bool] = lambda: False,
+) -> FinishResult:
     """Fine-tune ``target`` in place; on return it holds the weights with the best probe score."""
     rng = random.Random(config.seed + 303)
     torch.manual_seed(config.seed + 303)
@@ -90,15 +96,23 @@ def finish(target, maker: ExampleMaker, config: FinishConfig, score: Callable[[o
         ids, targets = batch(maker, rng, kinds, weights, *config.batch, 4096, device)
         set_lr(optimizer, finish_lr(step, config))
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss, final = target_loss(target, ids, targets, config.exit_weight, config.exit_stride,
-                                      step % config.exit_stride)
+            loss, final = target_loss(
+                target, ids, targets, config.exit_weight, config.exit_stride, step % config.exit_stride
+            )
         optimizer_step(target, optimizer, loss)
         result.steps = step + 1
         result.tokens_seen += ids.numel()
         if step % config.log_every == 0:
-            log(json.dumps({"finish_step": step, "loss": round(final, 4),
-                            "lr": round(finish_lr(step, config), 6),
-                            "elapsed_s": round(time.perf_counter() - start, 1)}))
+            log(
+                json.dumps(
+                    {
+                        "finish_step": step,
+                        "loss": round(final, 4),
+                        "lr": round(finish_lr(step, config), 6),
+                        "elapsed_s": round(time.perf_counter() - start, 1),
+                    }
+                )
+            )
         stopping = stop()
         if (step + 1) % config.probe_every == 0 or step + 1 == config.steps or stopping:
             probe(step + 1)
@@ -107,6 +121,8 @@ def finish(target, maker: ExampleMaker, config: FinishConfig, score: Callable[[o
             break
     target.load_state_dict(best_state)
     result.wall_s = time.perf_counter() - start
-    log(f"finishing done: {result.steps} steps, {result.wall_s:.0f} s; kept step {result.best_step} "
-        f"(probe {best_score:.3f})")
+    log(
+        f"finishing done: {result.steps} steps, {result.wall_s:.0f} s; kept step {result.best_step} "
+        f"(probe {best_score:.3f})"
+    )
     return result

@@ -77,8 +77,10 @@ class Pipeline:
         self.target = build_llama(TARGET_SHAPE, len(self.tokenizer), eos, TrainConfig.max_context, self.seed)
         self.draft = build_llama(DRAFT_SHAPE, len(self.tokenizer), eos, TrainConfig.max_context, self.seed + 7)
         self.corpus_info = {
-            "train_files": len(self.train_files), "heldout_files": len(self.heldout_files),
-            "train_chars": sum(len(t) for t in texts), "train_tokens": len(stream),
+            "train_files": len(self.train_files),
+            "heldout_files": len(self.heldout_files),
+            "train_chars": sum(len(t) for t in texts),
+            "train_tokens": len(stream),
             "train_functions": len(functions),
         }
         self.say(f"prepared in {time.perf_counter() - started:.1f} s: {json.dumps(self.corpus_info)}")
@@ -89,10 +91,20 @@ class Pipeline:
         config = TrainConfig(seed=self.seed, mix_steps=mix_steps)
         self.train_config = config
         score = copy_and_fim_scorer(self.tokenizer, self.heldout_files)
-        self.say(f"training (copy curriculum, bridge, then {mix_steps} mixture steps) on {self.device}: "
-                 f"target {count(self.target)} params, draft {count(self.draft)}")
-        return train(self.target.to(self.device), self.draft.to(self.device), self.maker, config, self.work,
-                     log=self.say, probe=score, stop=(self.work / "STOP").exists)
+        self.say(
+            f"training (copy curriculum, bridge, then {mix_steps} mixture steps) on {self.device}: "
+            f"target {count(self.target)} params, draft {count(self.draft)}"
+        )
+        return train(
+            self.target.to(self.device),
+            self.draft.to(self.device),
+            self.maker,
+            config,
+            self.work,
+            log=self.say,
+            probe=score,
+            stop=(self.work / "STOP").exists,
+        )
 
     def rescue(self, steps: int, decay_fraction: float | None = None, probe_count: int | None = None):
         from dataclasses import replace
@@ -108,8 +120,15 @@ class Pipeline:
         # The evaluation uses the first 40 held-out functions; the probe the ones after them.
         probe_functions = corpus.heldout_functions(40 + config.probe_functions, files=self.heldout_files)[40:]
         self.say(f"copy-rescue fine-tune: {steps} steps, mixture {config.mixture}")
-        return rescue(self.target, self.tokenizer, self.maker, probe_functions, config, log=self.say,
-                      stop=(self.work / "STOP").exists)
+        return rescue(
+            self.target,
+            self.tokenizer,
+            self.maker,
+            probe_functions,
+            config,
+            log=self.say,
+            stop=(self.work / "STOP").exists,
+        )
 
     def finish(self, result: TrainResult, steps: int) -> None:
         """The FIM finishing phase on the main run's target; ``result`` records it, and the
@@ -123,8 +142,9 @@ class Pipeline:
         self.finish_config = config
         score = copy_and_fim_scorer(self.tokenizer, self.heldout_files, count=config.probe_functions)
         self.say(f"FIM finishing phase: {steps} steps, mixture {config.mixture}")
-        finished = finish(self.target.to(self.device), self.maker, config, score, log=self.say,
-                          stop=(self.work / "STOP").exists)
+        finished = finish(
+            self.target.to(self.device), self.maker, config, score, log=self.say, stop=(self.work / "STOP").exists
+        )
         result.finish_steps, result.finish_tokens = finished.steps, finished.tokens_seen
         result.finish_wall_s, result.finish_best_step = finished.wall_s, finished.best_step
         result.finish_probes = finished.probes
@@ -144,8 +164,9 @@ class Pipeline:
         self.context_config = config
         score = context_copy_scorer(self.tokenizer, self.heldout_files, count=config.probe_functions)
         self.say(f"context-copy phase: {steps} steps, mixture {config.mixture}")
-        done = finish(self.target.to(self.device), self.maker, config, score, log=self.say,
-                      stop=(self.work / "STOP").exists)
+        done = finish(
+            self.target.to(self.device), self.maker, config, score, log=self.say, stop=(self.work / "STOP").exists
+        )
         result.context_steps, result.context_tokens = done.steps, done.tokens_seen
         result.context_wall_s, result.context_best_step = done.wall_s, done.best_step
         result.context_probes = done.probes
@@ -162,17 +183,26 @@ class Pipeline:
         record = json.loads((Path(__file__).parent / "runs" / "shipped-finish.json").read_text())
         result = TrainResult(**{key: value for key, value in record.items() if not key.startswith("_")})
         result.from_shipped = True
-        self.say(f"started from the shipped target in {self.out} (recorded run: main {result.steps} steps, "
-                 f"finishing {result.finish_steps})")
+        self.say(
+            f"started from the shipped target in {self.out} (recorded run: main {result.steps} steps, "
+            f"finishing {result.finish_steps})"
+        )
         return result
 
     def save(self, result: TrainResult, name: str = MAIN_CHECKPOINT) -> None:
-        save_checkpoint(self.work, self.target, self.draft, result,
-                        getattr(self, "train_config", None) or TrainConfig(seed=self.seed), name)
+        save_checkpoint(
+            self.work,
+            self.target,
+            self.draft,
+            result,
+            getattr(self, "train_config", None) or TrainConfig(seed=self.seed),
+            name,
+        )
 
     def restore(self, prefer_finished: bool = False) -> TrainResult:
-        name = FINISHED_CHECKPOINT if prefer_finished and (self.work / FINISHED_CHECKPOINT).exists() \
-            else MAIN_CHECKPOINT
+        name = (
+            FINISHED_CHECKPOINT if prefer_finished and (self.work / FINISHED_CHECKPOINT).exists() else MAIN_CHECKPOINT
+        )
         result = load_checkpoint(self.work, self.target, self.draft, name)
         self.say(f"restored {name} (main run step {result.steps}, finishing step {result.finish_steps})")
         return result
@@ -183,17 +213,26 @@ class Pipeline:
         export(self.draft, self.tokenizer, self.out / "draft")
         self.say(f"exported to {self.out}")
 
-    def evaluate_and_write_card(self, result: TrainResult, card_path: Path,
-                                completion_records: list[dict] | None = None) -> None:
+    def evaluate_and_write_card(
+        self, result: TrainResult, card_path: Path, completion_records: list[dict] | None = None
+    ) -> None:
         from training.card import write_card
         from training.evaluate import evaluate
 
-        metrics = evaluate(self.out / "target", self.out / "draft", self.heldout_files, self.say,
-                           completion_records=completion_records)
-        write_card(card_path, result, metrics, self.corpus_info,
-                   {"target": count(self.target), "draft": count(self.draft)}, self.threads,
-                   getattr(self, "rescue_config", None), getattr(self, "finish_config", None),
-                   getattr(self, "context_config", None))
+        metrics = evaluate(
+            self.out / "target", self.out / "draft", self.heldout_files, self.say, completion_records=completion_records
+        )
+        write_card(
+            card_path,
+            result,
+            metrics,
+            self.corpus_info,
+            {"target": count(self.target), "draft": count(self.draft)},
+            self.threads,
+            getattr(self, "rescue_config", None),
+            getattr(self, "finish_config", None),
+            getattr(self, "context_config", None),
+        )
         (self.work / "metrics.json").write_text(json.dumps(metrics, indent=1))
         self.say(f"model card written to {card_path}")
 

@@ -28,8 +28,14 @@ def _greedy_batch(model, tokenizer, prompt_texts: list[str], max_new_tokens: int
     device = next(model.parameters()).device
     ids = torch.tensor([[pad] * (width - len(row)) + row for row in encoded], device=device)  # [N, W]
     mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in encoded], device=device)
-    output = model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
-                            eos_token_id=sorted(prompts.stop_token_ids(tokenizer)), pad_token_id=pad)
+    output = model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=sorted(prompts.stop_token_ids(tokenizer)),
+        pad_token_id=pad,
+    )
     model.train(was_training)
     return [row[width:].tolist() for row in output]
 
@@ -53,8 +59,7 @@ def fim_probe(model, tokenizer, splits: list[tuple[str, str, str]], max_new_toke
     if not splits:
         return 0.0
     stops = prompts.stop_token_ids(tokenizer)
-    outputs = _greedy_batch(model, tokenizer, [prompts.fim_prompt(p, s) for p, _, s in splits],
-                            max_new_tokens)
+    outputs = _greedy_batch(model, tokenizer, [prompts.fim_prompt(p, s) for p, _, s in splits], max_new_tokens)
     valid = 0
     for (prefix, _removed, suffix), new in zip(splits, outputs):
         end = next((i for i, token in enumerate(new) if token in stops), len(new))
@@ -74,12 +79,12 @@ def plain_copy_probe(model, tokenizer, functions: list[str], chars: int = 60) ->
     if not functions:
         return 0.0
     headers = [fn.partition("\n")[0] for fn in functions]
-    expected = [fn[len(header):][:chars] for fn, header in zip(functions, headers)]
+    expected = [fn[len(header) :][:chars] for fn, header in zip(functions, headers)]
     budget = max(len(tokenizer.encode(text, add_special_tokens=False)) for text in expected) + 8
-    outputs = _greedy_batch(model, tokenizer, [fn + "\n\n" + header for fn, header in zip(functions, headers)],
-                            budget)
-    return sum(tokenizer.decode(new, skip_special_tokens=True).startswith(text)
-               for text, new in zip(expected, outputs)) / len(functions)
+    outputs = _greedy_batch(model, tokenizer, [fn + "\n\n" + header for fn, header in zip(functions, headers)], budget)
+    return sum(
+        tokenizer.decode(new, skip_special_tokens=True).startswith(text) for text, new in zip(expected, outputs)
+    ) / len(functions)
 
 
 PROBE_START, PROBE_COUNT = 40, 20  # the evaluation uses the first 40 held-out functions; probes the next 20
@@ -102,5 +107,8 @@ def context_copy_scorer(tokenizer, heldout_files, count: int = PROBE_COUNT) -> C
 
     functions = corpus.heldout_functions(PROBE_START + count, files=heldout_files)[PROBE_START:]
     splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
-    return lambda model: (copy_probe(model, tokenizer, functions) + fim_probe(model, tokenizer, splits)
-                          + plain_copy_probe(model, tokenizer, functions))
+    return lambda model: (
+        copy_probe(model, tokenizer, functions)
+        + fim_probe(model, tokenizer, splits)
+        + plain_copy_probe(model, tokenizer, functions)
+    )

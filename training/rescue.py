@@ -29,8 +29,7 @@ class RescueConfig:
     seed: int = 0
     steps: int = 500
     batch: tuple = (8, 512)  # rows, tokens per row
-    mixture: tuple = (("identity", 0.35), ("rewrite", 0.10), ("copy", 0.30), ("natural", 0.10),
-                      ("fim", 0.15))
+    mixture: tuple = (("identity", 0.35), ("rewrite", 0.10), ("copy", 0.30), ("natural", 0.10), ("fim", 0.15))
     copy_span: tuple = (10, 160)  # held-out functions are up to ~130 tokens
     copy_vocab: int = 4096  # synthetic copy rows in the mixture use the most frequent tokens
     # First re-form the copy circuit on pure synthetic copy over a small vocabulary (as the main
@@ -79,8 +78,15 @@ def copy_step(target, optimizer, ids, targets, exit_stride: int) -> float:
     return final
 
 
-def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], config: RescueConfig,
-           log: Callable[[str], None] = print, stop: Callable[[], bool] = lambda: False) -> RescueResult:
+def rescue(
+    target,
+    tokenizer,
+    maker: ExampleMaker,
+    probe_functions: list[str],
+    config: RescueConfig,
+    log: Callable[[str], None] = print,
+    stop: Callable[[], bool] = lambda: False,
+) -> RescueResult:
     """Fine-tune ``target`` in place; on return it holds the weights with the best copy probe."""
     rng = random.Random(config.seed + 101)
     torch.manual_seed(config.seed + 101)
@@ -114,8 +120,16 @@ def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], c
             result.tokens_seen += ids.numel()
             recent = (recent + [final])[-20:]
             if stage_step % config.log_every == 0:
-                log(json.dumps({"warm_vocab": vocab, "step": stage_step, "copy_loss": round(final, 4),
-                                "elapsed_s": round(time.perf_counter() - start, 1)}))
+                log(
+                    json.dumps(
+                        {
+                            "warm_vocab": vocab,
+                            "step": stage_step,
+                            "copy_loss": round(final, 4),
+                            "elapsed_s": round(time.perf_counter() - start, 1),
+                        }
+                    )
+                )
             if len(recent) == 20 and sum(recent) / 20 < goal:
                 break
         log(f"warm copy stage vocab={vocab}: {stage_step + 1} steps, copy loss {sum(recent) / len(recent):.3f}")
@@ -126,8 +140,16 @@ def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], c
             result.warm_steps += 1
             result.tokens_seen += ids.numel()
             if stage_step % config.log_every == 0:
-                log(json.dumps({"bridge_vocab": vocab, "step": stage_step, "copy_loss": round(final, 4),
-                                "elapsed_s": round(time.perf_counter() - start, 1)}))
+                log(
+                    json.dumps(
+                        {
+                            "bridge_vocab": vocab,
+                            "step": stage_step,
+                            "copy_loss": round(final, 4),
+                            "elapsed_s": round(time.perf_counter() - start, 1),
+                        }
+                    )
+                )
     probe(0)
     maker.copy_span = config.copy_span
     for step in range(config.steps):
@@ -135,15 +157,24 @@ def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], c
         for group in optimizer.param_groups:
             group["lr"] = rescue_lr(step, config)
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss, final = target_loss(target, ids, targets, config.exit_weight, config.exit_stride,
-                                      step % config.exit_stride)
+            loss, final = target_loss(
+                target, ids, targets, config.exit_weight, config.exit_stride, step % config.exit_stride
+            )
         optimizer_step(target, optimizer, loss)
         result.steps = step + 1
         result.tokens_seen += ids.numel()
         if step % config.log_every == 0:
             elapsed = time.perf_counter() - start
-            log(json.dumps({"rescue_step": step, "loss": round(final, 4), "lr": round(rescue_lr(step, config), 6),
-                            "elapsed_s": round(elapsed, 1)}))
+            log(
+                json.dumps(
+                    {
+                        "rescue_step": step,
+                        "loss": round(final, 4),
+                        "lr": round(rescue_lr(step, config), 6),
+                        "elapsed_s": round(elapsed, 1),
+                    }
+                )
+            )
         if (step + 1) % config.probe_every == 0 or step + 1 == config.steps:
             probe(step + 1)
             if result.best_probe == 1.0 and step + 1 >= config.steps // 2:
@@ -155,6 +186,8 @@ def rescue(target, tokenizer, maker: ExampleMaker, probe_functions: list[str], c
     result.wall_s = time.perf_counter() - start
     if best_state is not None:
         target.load_state_dict(best_state)
-    log(f"rescue done: {result.steps} steps, {result.wall_s:.0f} s, best probe {result.best_probe:.2f} "
-        f"at step {result.best_step}")
+    log(
+        f"rescue done: {result.steps} steps, {result.wall_s:.0f} s, best probe {result.best_probe:.2f} "
+        f"at step {result.best_step}"
+    )
     return result

@@ -31,8 +31,14 @@ IDENTITY_FIM = (("identity", 0.35), ("rewrite", 0.05), ("copy", 0.15), ("natural
 RESCUE_FIM = (("identity", 0.35), ("rewrite", 0.05), ("copy", 0.25), ("natural", 0.10), ("fim", 0.25))
 
 # name -> (TrainConfig overrides, copy-rescue steps after the main run)
-PREVIOUS = dict(mix_steps=1100, mixture=(("natural", 0.45), ("rewrite", 0.30), ("fim", 0.20), ("copy", 0.05)),
-                bridge_stages=(), mix_copy_span=(10, 60), draft_every=1, probe_every=0)
+PREVIOUS = dict(
+    mix_steps=1100,
+    mixture=(("natural", 0.45), ("rewrite", 0.30), ("fim", 0.20), ("copy", 0.05)),
+    bridge_stages=(),
+    mix_copy_span=(10, 60),
+    draft_every=1,
+    probe_every=0,
+)
 RECIPES: dict[str, tuple[dict, int]] = {
     "baseline": (PREVIOUS, 2100),  # the previous recipe: natural main run, then the copy rescue
     "rescuemix-5e-4": ({**KEEP, "mixture": RESCUE_MIX, "mix_lr": 5e-4, "schedule": "linear_tail"}, 0),
@@ -42,16 +48,18 @@ RECIPES: dict[str, tuple[dict, int]] = {
     "fimheavy-5e-4": ({**KEEP, "mixture": FIM_HEAVY, "mix_lr": 5e-4, "schedule": "linear_tail"}, 0),
     "copyfim-5e-4": ({**KEEP, "mixture": COPY_FIM, "mix_lr": 5e-4, "schedule": "linear_tail"}, 0),
     # Not a CPU-budget recipe: twice the mixture steps, to see how much headroom more data buys.
-    "copyfim-5e-4-2x": ({**KEEP, "mixture": COPY_FIM, "mix_lr": 5e-4, "schedule": "linear_tail",
-                         "mix_steps": 6400}, 0),
+    "copyfim-5e-4-2x": ({**KEEP, "mixture": COPY_FIM, "mix_lr": 5e-4, "schedule": "linear_tail", "mix_steps": 6400}, 0),
     # Second round, around the best copier (rescuemix-1e-3), aiming at FIM validity.
-    "rescuemix-1e-3-seed1": ({**KEEP, "mixture": RESCUE_MIX, "mix_lr": 1e-3, "schedule": "linear_tail",
-                              "seed": 1}, 0),
-    "rescuemix-1e-3-decay50": ({**KEEP, "mixture": RESCUE_MIX, "mix_lr": 1e-3, "schedule": "linear_tail",
-                                "decay_fraction": 0.5}, 0),
+    "rescuemix-1e-3-seed1": ({**KEEP, "mixture": RESCUE_MIX, "mix_lr": 1e-3, "schedule": "linear_tail", "seed": 1}, 0),
+    "rescuemix-1e-3-decay50": (
+        {**KEEP, "mixture": RESCUE_MIX, "mix_lr": 1e-3, "schedule": "linear_tail", "decay_fraction": 0.5},
+        0,
+    ),
     "copyfim-1e-3": ({**KEEP, "mixture": COPY_FIM, "mix_lr": 1e-3, "schedule": "linear_tail"}, 0),
-    "copyfim-1e-3-draft4": ({**KEEP, "mixture": COPY_FIM, "mix_lr": 1e-3, "schedule": "linear_tail",
-                             "draft_every": 4, "mix_steps": 3500}, 0),
+    "copyfim-1e-3-draft4": (
+        {**KEEP, "mixture": COPY_FIM, "mix_lr": 1e-3, "schedule": "linear_tail", "draft_every": 4, "mix_steps": 3500},
+        0,
+    ),
     "idfim-1e-3": ({**KEEP, "mixture": IDENTITY_FIM, "mix_lr": 1e-3, "schedule": "linear_tail"}, 0),
     "idfim-7e-4": ({**KEEP, "mixture": IDENTITY_FIM, "mix_lr": 7e-4, "schedule": "linear_tail"}, 0),
     "idfim-1e-3-cos": ({**KEEP, "mixture": IDENTITY_FIM, "mix_lr": 1e-3, "schedule": "cosine"}, 0),
@@ -75,27 +83,42 @@ def run_recipe(name: str, pipeline, out: Path, cap_s: float, device: str, smoke:
     stop = lambda: time.perf_counter() - started > cap_s  # noqa: E731
     target, draft = pipeline.target.to(device), pipeline.draft.to(device)
     tokenizer = pipeline.tokenizer
-    probe_fns = corpus.heldout_functions(probe.PROBE_START + probe.PROBE_COUNT,
-                                         files=pipeline.heldout_files)[probe.PROBE_START:]
+    probe_fns = corpus.heldout_functions(probe.PROBE_START + probe.PROBE_COUNT, files=pipeline.heldout_files)[
+        probe.PROBE_START :
+    ]
     eval_fns = corpus.heldout_functions(probe.PROBE_START, files=pipeline.heldout_files)
     eval_splits = [s for s in (fim_split(fn) for fn in eval_fns) if s is not None]
     score = probe.copy_and_fim_scorer(tokenizer, pipeline.heldout_files)
 
     config = replace(TrainConfig(seed=pipeline.seed), **overrides)
     if smoke:  # a few steps of every phase, to check the plumbing
-        config = replace(config, copy_stages=((64, 0.0, 3), (4096, 0.0, 2)), mix_steps=6, probe_every=3,
-                         bridge_stages=config.bridge_stages[:1] and ((1024, 2, 4, 64),))
+        config = replace(
+            config,
+            copy_stages=((64, 0.0, 3), (4096, 0.0, 2)),
+            mix_steps=6,
+            probe_every=3,
+            bridge_stages=config.bridge_stages[:1] and ((1024, 2, 4, 64),),
+        )
         rescue_steps = min(rescue_steps, 4)
     result = train(target, draft, pipeline.maker, config, out / f"ckpt-{name}", log=say, probe=score, stop=stop)
-    record = {"name": name, "overrides": {k: v for k, v in overrides.items()}, "steps": result.steps,
-              "copy_steps": result.copy_steps, "bridge_steps": result.bridge_steps,
-              "tokens": result.tokens_seen, "train_s": round(result.wall_s, 1), "probes": result.probes,
-              "best_step": result.best_step, "final_loss": result.final_loss}
+    record = {
+        "name": name,
+        "overrides": {k: v for k, v in overrides.items()},
+        "steps": result.steps,
+        "copy_steps": result.copy_steps,
+        "bridge_steps": result.bridge_steps,
+        "tokens": result.tokens_seen,
+        "train_s": round(result.wall_s, 1),
+        "probes": result.probes,
+        "best_step": result.best_step,
+        "final_loss": result.final_loss,
+    }
     if rescue_steps:
         rescue_config = replace(RescueConfig(seed=pipeline.seed), steps=rescue_steps)
         if smoke:
-            rescue_config = replace(rescue_config, warm_stages=((64, 0.0, 2),), bridge_stages=((1024, 2, 4, 64),),
-                                    probe_every=2)
+            rescue_config = replace(
+                rescue_config, warm_stages=((64, 0.0, 2),), bridge_stages=((1024, 2, 4, 64),), probe_every=2
+            )
         rescued = rescue(target, tokenizer, pipeline.maker, probe_fns, rescue_config, log=say, stop=stop)
         record.update(rescue_steps=rescued.steps, rescue_probes=rescued.probes, rescue_s=round(rescued.wall_s, 1))
     record["copy_rate"] = probe.copy_probe(target, tokenizer, eval_fns)
@@ -140,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     names = args.only or list(RECIPES)
     context = mp.get_context("fork")  # CUDA is first touched in the children
     queue = context.Queue()
-    children = [context.Process(target=_child, args=(n, pipeline, args.out, args.cap_s, args.device, args.smoke, queue))
-                for n in names]
+    children = [
+        context.Process(target=_child, args=(n, pipeline, args.out, args.cap_s, args.device, args.smoke, queue))
+        for n in names
+    ]
     for child in children:
         child.start()
     results = [queue.get() for _ in children]
@@ -150,8 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     results.sort(key=lambda r: -(r.get("copy_rate", 0) + r.get("fim_valid", 0)))
     (args.out / "sweep.json").write_text(json.dumps(results, indent=1))
     for r in results:
-        print(r["name"], r.get("copy_rate"), r.get("fim_valid"), r.get("steps"), r.get("train_s"),
-              r.get("stopped_early"), (r.get("error") or "")[-300:])
+        print(
+            r["name"],
+            r.get("copy_rate"),
+            r.get("fim_valid"),
+            r.get("steps"),
+            r.get("train_s"),
+            r.get("stopped_early"),
+            (r.get("error") or "")[-300:],
+        )
     return 0
 
 

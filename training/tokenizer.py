@@ -14,8 +14,10 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096):
 
     tokenizer = byte_level_bpe(texts, vocab_size, SPECIAL_TOKENS)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token=END_OF_TEXT,
+        tokenizer_object=tokenizer,
+        eos_token=END_OF_TEXT,
         additional_special_tokens=[t for t in SPECIAL_TOKENS if t != END_OF_TEXT],
-        model_max_length=1024, clean_up_tokenization_spaces=False,
+        model_max_length=1024,
+        clean_up_tokenization_spaces=False,
     )
     return fast

@@ -108,11 +108,19 @@ def build_llama(shape: Shape, vocab_size: int, eos_id: int, max_context: int, se
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-        intermediate_size=shape.intermediate, max_position_embeddings=max_context,
-        initializer_range=0.02, bos_token_id=None, eos_token_id=eos_id, pad_token_id=None,
-        tie_word_embeddings=TIE_EMBEDDINGS, rope_theta=10000.0,
+        vocab_size=vocab_size,
+        hidden_size=shape.hidden,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        intermediate_size=shape.intermediate,
+        max_position_embeddings=max_context,
+        initializer_range=0.02,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=None,
+        tie_word_embeddings=TIE_EMBEDDINGS,
+        rope_theta=10000.0,
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
@@ -128,8 +136,10 @@ def capture_layer_outputs(model, layer_indices):
     outputs: dict[int, torch.Tensor] = {}
     handles = []
     for index in layer_indices:
+
         def hook(_module, _args, output, index=index):
             outputs[index] = output[0] if isinstance(output, tuple) else output
+
         handles.append(model.model.layers[index].register_forward_hook(hook))
     try:
         yield outputs
@@ -143,8 +153,9 @@ def exit_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     return model.lm_head(model.model.norm(hidden))
 
 
-def target_loss(model, ids: torch.Tensor, targets: torch.Tensor, exit_weight: float, stride: int,
-                offset: int) -> tuple[torch.Tensor, float]:
+def target_loss(
+    model, ids: torch.Tensor, targets: torch.Tensor, exit_weight: float, stride: int, offset: int
+) -> tuple[torch.Tensor, float]:
     """Next-token CE at the last layer plus weighted CE at each earlier exit (subsampled positions)."""
     exits = list(range(model.config.num_hidden_layers - 1))
     with capture_layer_outputs(model, exits) as hidden_by_layer:
@@ -155,16 +166,18 @@ def target_loss(model, ids: torch.Tensor, targets: torch.Tensor, exit_weight: fl
     for index in exits if exit_weight > 0 else ():
         hidden = hidden_by_layer[index][:, offset::stride]  # [B, T/stride, D]
         early = exit_logits(model, hidden)  # [B, T/stride, V]
-        total = total + exit_weight * F.cross_entropy(early.flatten(0, 1).float(), sub_targets.flatten(),
-                                                      ignore_index=IGNORE)
+        total = total + exit_weight * F.cross_entropy(
+            early.flatten(0, 1).float(), sub_targets.flatten(), ignore_index=IGNORE
+        )
     return total, final.item()
 
 
 def make_optimizer(model, lr: float):
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95)
+    )
 
 
 def lr_at(step: int, mix_start: int | None, config: TrainConfig) -> float:
@@ -183,8 +196,16 @@ def lr_at(step: int, mix_start: int | None, config: TrainConfig) -> float:
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def batch(maker: ExampleMaker, rng: random.Random, kinds: list[str], weights: list[float],
-          rows: int, length: int, vocab: int, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def batch(
+    maker: ExampleMaker,
+    rng: random.Random,
+    kinds: list[str],
+    weights: list[float],
+    rows: int,
+    length: int,
+    vocab: int,
+    device="cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
     picked = [rng.choices(kinds, weights)[0] for _ in range(rows)]
     built = [maker.row(kind, length, vocab) for kind in picked]
     ids = torch.tensor([row.ids[:-1] for row in built], device=device)  # [B, T]
@@ -204,9 +225,16 @@ def set_lr(optimizer, value: float) -> None:
         group["lr"] = value
 
 
-def train(target, draft, maker: ExampleMaker, config: TrainConfig, checkpoint_dir: Path,
-          log=print, probe: Callable[[object], float] | None = None,
-          stop: Callable[[], bool] = lambda: False) -> TrainResult:
+def train(
+    target,
+    draft,
+    maker: ExampleMaker,
+    config: TrainConfig,
+    checkpoint_dir: Path,
+    log=print,
+    probe: Callable[[object], float] | None = None,
+    stop: Callable[[], bool] = lambda: False,
+) -> TrainResult:
     """Curriculum, bridge, mixture. With ``probe`` (a score of the target, higher is better) and
     ``config.probe_every``, the target keeps the mixture weights with the best score (ties go to the
     later step), so a late regression cannot ship; the draft keeps its last weights."""
@@ -224,8 +252,7 @@ def train(target, draft, maker: ExampleMaker, config: TrainConfig, checkpoint_di
     stage, stage_steps, mix_start = 0, 0, None
     recent: list[float] = []
     best_score, best_state = -1.0, None
-    bridge = [(vocab, rows, length) for vocab, steps, rows, length in config.bridge_stages
-              for _ in range(steps)]
+    bridge = [(vocab, rows, length) for vocab, steps, rows, length in config.bridge_stages for _ in range(steps)]
     step = 0
     while mix_start is None or step < config.total_steps:
         lr = lr_at(step, mix_start, config)
@@ -247,8 +274,7 @@ def train(target, draft, maker: ExampleMaker, config: TrainConfig, checkpoint_di
             # No early-exit loss while copying is formed: it pulls the first layers towards
             # predicting tokens themselves, which competes with the two-layer induction circuit.
             exit_weight = config.exit_weight if mixing else 0.0
-            loss, final = target_loss(target, ids, targets, exit_weight, config.exit_stride,
-                                      step % config.exit_stride)
+            loss, final = target_loss(target, ids, targets, exit_weight, config.exit_stride, step % config.exit_stride)
         optimizer_step(target, target_opt, loss)
 
         draft_ce = torch.tensor(float("nan"))
@@ -259,8 +285,7 @@ def train(target, draft, maker: ExampleMaker, config: TrainConfig, checkpoint_di
             set_lr(draft_opt, lr * min(1.0, (draft_step + 1) / config.warmup_steps))
             with autocast():
                 draft_logits = draft(input_ids=ids).logits  # [B, T, V]
-                draft_ce = F.cross_entropy(draft_logits.flatten(0, 1).float(), targets.flatten(),
-                                           ignore_index=IGNORE)
+                draft_ce = F.cross_entropy(draft_logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
             optimizer_step(draft, draft_opt, draft_ce)
 
         result.steps = step + 1
@@ -270,8 +295,10 @@ def train(target, draft, maker: ExampleMaker, config: TrainConfig, checkpoint_di
         if mix_start is None:
             stage_steps += 1
             if (len(recent) == 20 and sum(recent) / 20 < goal) or stage_steps >= cap:
-                log(f"step {step}: copy stage vocab={vocab} done after {stage_steps} steps "
-                    f"(copy loss {sum(recent) / len(recent):.3f})")
+                log(
+                    f"step {step}: copy stage vocab={vocab} done after {stage_steps} steps "
+                    f"(copy loss {sum(recent) / len(recent):.3f})"
+                )
                 stage, stage_steps, recent = stage + 1, 0, []
                 if stage == len(config.copy_stages):
                     result.copy_steps = step + 1
@@ -281,10 +308,16 @@ def train(target, draft, maker: ExampleMaker, config: TrainConfig, checkpoint_di
         if step % config.log_every == 0:
             elapsed = time.perf_counter() - start
             phase = "copy" if mix_start is None else ("mix" if mixing else "bridge")
-            entry = {"step": step, "loss": round(final, 4), "draft_loss": round(draft_ce.item(), 4),
-                     "lr": round(lr, 6), "phase": phase,
-                     "tokens": result.tokens_seen, "elapsed_s": round(elapsed, 1),
-                     "tokens_per_s": round(result.tokens_seen / elapsed, 1)}
+            entry = {
+                "step": step,
+                "loss": round(final, 4),
+                "draft_loss": round(draft_ce.item(), 4),
+                "lr": round(lr, 6),
+                "phase": phase,
+                "tokens": result.tokens_seen,
+                "elapsed_s": round(elapsed, 1),
+                "tokens_per_s": round(result.tokens_seen / elapsed, 1),
+            }
             result.history.append(entry)
             log(json.dumps(entry))
         stopping = mixing and stop()
@@ -316,12 +349,20 @@ MAIN_CHECKPOINT = "checkpoint.pt"  # the main run (what --resume continues from)
 FINISHED_CHECKPOINT = "finished.pt"  # after the finishing phase (what --export-only prefers)
 
 
-def save_checkpoint(directory: Path, target, draft, result: TrainResult, config: TrainConfig,
-                    name: str = MAIN_CHECKPOINT) -> None:
+def save_checkpoint(
+    directory: Path, target, draft, result: TrainResult, config: TrainConfig, name: str = MAIN_CHECKPOINT
+) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / (name + ".tmp")
-    torch.save({"target": target.state_dict(), "draft": draft.state_dict(),
-                "result": asdict(result), "config": asdict(config)}, tmp)
+    torch.save(
+        {
+            "target": target.state_dict(),
+            "draft": draft.state_dict(),
+            "result": asdict(result),
+            "config": asdict(config),
+        },
+        tmp,
+    )
     tmp.replace(directory / name)
 
 

@@ -29,10 +29,19 @@ def _request(tokens: int, decode_s: float, ttft_s: float = 0.1, forwards: int | 
     """A synthetic request: ``tokens`` output tokens over ``forwards`` equal steps."""
     forwards = forwards or tokens
     per_step = tokens // forwards
-    steps = [StepRecord("p" if per_step > 1 else "", per_step - 1, per_step - 1, per_step, 0.001, 0.01,
-                        ttft_s + i * decode_s / max(forwards - 1, 1)) for i in range(forwards)]
-    stats = RequestStats(steps, [ttft_s], [decode_s], [tokens - 1],
-                         [decode_s / max(forwards - 1, 1)] * (forwards - 1))
+    steps = [
+        StepRecord(
+            "p" if per_step > 1 else "",
+            per_step - 1,
+            per_step - 1,
+            per_step,
+            0.001,
+            0.01,
+            ttft_s + i * decode_s / max(forwards - 1, 1),
+        )
+        for i in range(forwards)
+    ]
+    stats = RequestStats(steps, [ttft_s], [decode_s], [tokens - 1], [decode_s / max(forwards - 1, 1)] * (forwards - 1))
     return RunResult(tuple(range(tokens)), stats, peak_rss_mb=100.0)
 
 
@@ -123,9 +132,11 @@ def test_window_edit_keeps_the_change_with_context():
 
 
 def test_max_within_slo():
-    levels = [{"concurrency": 1, "ttft_ms_p95": 100.0, "errors": 0},
-              {"concurrency": 4, "ttft_ms_p95": 400.0, "errors": 0},
-              {"concurrency": 8, "ttft_ms_p95": 900.0, "errors": 0}]
+    levels = [
+        {"concurrency": 1, "ttft_ms_p95": 100.0, "errors": 0},
+        {"concurrency": 4, "ttft_ms_p95": 400.0, "errors": 0},
+        {"concurrency": 8, "ttft_ms_p95": 900.0, "errors": 0},
+    ]
     assert max_within_slo(levels, 500.0) == 4
     assert max_within_slo(levels, 50.0) is None
 
@@ -149,15 +160,20 @@ def test_plots_are_written_with_matplotlib(tmp_path):
     note = write_plots(report, tmp_path)
     assert note.startswith("plots:")
     assert sorted(p.name for p in tmp_path.glob("*.png")) == [
-        "acceptance_by_depth.png", "itl_distribution.png", "speedup_per_workload.png"]
+        "acceptance_by_depth.png",
+        "itl_distribution.png",
+        "speedup_per_workload.png",
+    ]
 
 
 def test_targets_read_same_run_ratios():
     from bench.targets import TARGETS, check, targets_table
 
-    configs = {"greedy": {"tokens_per_s": 10.0, "speedup_median": 1.0, "equivalence": 1.0},
-               "auto": {"tokens_per_s": 45.0, "speedup_median": 4.0, "equivalence": 1.0},
-               "hf-pld": {"tokens_per_s": 25.0, "speedup_median": 2.5, "equivalence": 1.0}}
+    configs = {
+        "greedy": {"tokens_per_s": 10.0, "speedup_median": 1.0, "equivalence": 1.0},
+        "auto": {"tokens_per_s": 45.0, "speedup_median": 4.0, "equivalence": 1.0},
+        "hf-pld": {"tokens_per_s": 25.0, "speedup_median": 2.5, "equivalence": 1.0},
+    }
     report = {"mode": "replay", "workloads": {"edits-httpx": {"configs": configs}}}
     versus_pld, versus_greedy = (check(t, report) for t in TARGETS[:2])
     assert versus_pld["ratio"] == pytest.approx(1.8) and not versus_pld["met"]
@@ -173,8 +189,10 @@ def test_targets_table_shows_the_range_over_repeated_runs():
     from bench.targets import targets_table
 
     def run(auto_rate: float) -> dict:
-        configs = {"greedy": {"tokens_per_s": 10.0, "speedup_median": 1.0, "equivalence": 1.0},
-                   "auto": {"tokens_per_s": auto_rate, "speedup_median": auto_rate / 10, "equivalence": 1.0}}
+        configs = {
+            "greedy": {"tokens_per_s": 10.0, "speedup_median": 1.0, "equivalence": 1.0},
+            "auto": {"tokens_per_s": auto_rate, "speedup_median": auto_rate / 10, "equivalence": 1.0},
+        }
         return {"mode": "real", "workloads": {"editeval": {"configs": configs}}}
 
     row = next(line for line in targets_table([run(11.0), run(9.0)]).splitlines() if "`auto` >= 1x" in line)

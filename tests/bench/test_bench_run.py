@@ -8,8 +8,12 @@ from bench.shapes import build_tokenizer, random_llama
 from codespec.config import GenerationLimits, SamplingParams
 
 EDITS = [
-    {"id": "e1", "instruction": "", "before": "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n",
-     "after": "def add(a, b):\n    \"\"\"Sum.\"\"\"\n    return a + b\n\n\nprint(add(1, 2))\n"},
+    {
+        "id": "e1",
+        "instruction": "",
+        "before": "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n",
+        "after": 'def add(a, b):\n    """Sum."""\n    return a + b\n\n\nprint(add(1, 2))\n',
+    },
     {"id": "e2", "before": "x = 1\ny = 2\nz = x + y\nprint(z)\n", "after": "x = 1\ny = 3\nz = x + y\nprint(z)\n"},
 ]
 CORPUS = [record["before"] + record["after"] for record in EDITS] * 20
@@ -33,10 +37,38 @@ def test_bench_command_writes_every_metric_key(tmp_path, capsys):
     workload.write_text("".join(json.dumps(record) + "\n" for record in EDITS))
     out, report = tmp_path / "bench.json", tmp_path / "bench.md"
     configs = "greedy,context,reference,index,early-exit,auto,hf-greedy,hf-pld,hf-early-exit"
-    code = main(["bench", "--workload", str(workload), "--mode", "replay", "--model-shape", "tiny",
-                 "--configs", configs, "--max-requests", "2", "--max-new-tokens", "24", "--draft-len", "8", "4",
-                 "--concurrency", "2", "--load-requests", "2", "--threads", "1",
-                 "--json", str(out), "--report", str(report), "--plots", str(tmp_path / "plots")])
+    code = main(
+        [
+            "bench",
+            "--workload",
+            str(workload),
+            "--mode",
+            "replay",
+            "--model-shape",
+            "tiny",
+            "--configs",
+            configs,
+            "--max-requests",
+            "2",
+            "--max-new-tokens",
+            "24",
+            "--draft-len",
+            "8",
+            "4",
+            "--concurrency",
+            "2",
+            "--load-requests",
+            "2",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+            "--report",
+            str(report),
+            "--plots",
+            str(tmp_path / "plots"),
+        ]
+    )
     assert code == 0
     data = json.loads(out.read_text())
     assert data["mode"] == "replay"
@@ -83,15 +115,17 @@ def test_replay_forces_the_recorded_output_in_codespec_and_transformers(tiny_tar
     for name in ("greedy", "reference", "early-exit"):
         target.recordings.add(item.recording)
         try:
-            result = CodespecConfig(name, tiny_target, None).run(target, case, item.prompt_ids, limits,
-                                                                 SamplingParams(), probe)
+            result = CodespecConfig(name, tiny_target, None).run(
+                target, case, item.prompt_ids, limits, SamplingParams(), probe
+            )
         finally:
             target.recordings.remove(item.recording)
         outputs[name] = result.output_ids
     for name in ("hf-greedy", "hf-pld", "hf-early-exit"):
         config = HFConfig(name, tiny_target.model, sorted(target.eos_token_ids), exit_layer=1)
-        outputs[name] = config.run(case, item.prompt_ids, item.max_new_tokens, SamplingParams(), probe,
-                                   item.recording).output_ids
+        outputs[name] = config.run(
+            case, item.prompt_ids, item.max_new_tokens, SamplingParams(), probe, item.recording
+        ).output_ids
     eos = tiny_target.tokenizer.eos_token_id
     for name, output in outputs.items():
         assert list(output) == recorded + [eos], name  # the recording, then the forced end

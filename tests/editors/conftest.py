@@ -18,8 +18,10 @@ ARTIFACTS = pytest.StashKey[list]()
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "editors: end-to-end tests inside a real editor (VS Code via code-server; "
-                   "install with bash tests/editors/setup_vscode.sh)")
+        "markers",
+        "editors: end-to-end tests inside a real editor (VS Code via code-server; "
+        "install with bash tests/editors/setup_vscode.sh)",
+    )
     config.stash[ARTIFACTS] = []
 
 
@@ -29,8 +31,7 @@ def vscode_installed() -> None:
     problems = vscode_env.missing()
     if not problems:
         return
-    message = (f"VS Code end-to-end test needs: {'; '.join(problems)}. "
-               f"Install them with `{vscode_env.SETUP_HINT}`")
+    message = f"VS Code end-to-end test needs: {'; '.join(problems)}. Install them with `{vscode_env.SETUP_HINT}`"
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"CI=true and the editor test cannot run: {message}", pytrace=False)
     pytest.skip(message)
@@ -48,8 +49,9 @@ def pytest_runtest_makereport(item, call):
 def editors_outcome(request):
     """`.failed()`: has an editors test failed so far; `.keep(path)`: list path in the summary."""
     config = request.config
-    return SimpleNamespace(failed=lambda: config.stash.get(FAILED, False),
-                           keep=lambda path: config.stash[ARTIFACTS].append(str(path)))
+    return SimpleNamespace(
+        failed=lambda: config.stash.get(FAILED, False), keep=lambda path: config.stash[ARTIFACTS].append(str(path))
+    )
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -35,14 +35,22 @@ import vscode_env
 pytestmark = pytest.mark.editors
 
 # Flags that work as root in a container without a GPU; nothing may reach the network.
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 GHOST = ".monaco-editor .ghost-text-decoration, .monaco-editor .ghost-text-decoration-preview"
-STARTUP_S = 120   # code-server + workbench + extension host + `codespec serve` loading its model
-GHOST_S = 120     # first completion (2 shared cores: be patient)
-STEP_S = 60       # anything else
+STARTUP_S = 120  # code-server + workbench + extension host + `codespec serve` loading its model
+GHOST_S = 120  # first completion (2 shared cores: be patient)
+STEP_S = 60  # anything else
 
-SHAPES = '''def area_of_square(side):
+SHAPES = """def area_of_square(side):
     return side * side
 
 
@@ -65,10 +73,10 @@ def describe_square(side):
 
 def describe_rectangle(width, height):
     print("area", area_of_rectangle(width, height))
-'''
-TYPED = 'print("perimeter", '   # typed on a new line after line 23 (auto-indented by 4 spaces)
+"""
+TYPED = 'print("perimeter", '  # typed on a new line after line 23 (auto-indented by 4 spaces)
 
-REPORT = '''import math
+REPORT = """import math
 
 
 def circle_area(radius):
@@ -79,7 +87,7 @@ def circle_area(radius):
 def circle_perimeter(radius):
     result = 2 * math.pi * radius
     return result
-'''
+"""
 REWRITE_LINES = (4, 6)  # 1-based, inclusive: circle_area, signature and body
 INSTRUCTION = "return the expression directly"
 
@@ -113,8 +121,11 @@ class Trace:
         return found
 
     def requests(self, method: str, after: int = 0) -> list[dict]:
-        return [m["message"] for m in self.messages()[after:]
-                if m["type"] == "send-request" and m["message"].get("method") == method]
+        return [
+            m["message"]
+            for m in self.messages()[after:]
+            if m["type"] == "send-request" and m["message"].get("method") == method
+        ]
 
     def response(self, request: dict) -> dict | None:
         for m in self.messages():
@@ -134,9 +145,11 @@ class Trace:
         return offered
 
     def notifications(self, method: str, after: int = 0) -> list[dict]:
-        return [m["message"] for m in self.messages()[after:]
-                if m["type"] in ("receive-notification", "send-notification")
-                and m["message"].get("method") == method]
+        return [
+            m["message"]
+            for m in self.messages()[after:]
+            if m["type"] in ("receive-notification", "send-notification") and m["message"].get("method") == method
+        ]
 
 
 class VSCode:
@@ -158,15 +171,26 @@ class VSCode:
     # --- setup ----------------------------------------------------------------------------------
     def env(self) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("VSCODE_")}
-        for name, sub in (("XDG_CONFIG_HOME", "xdg/config"), ("XDG_DATA_HOME", "xdg/data"),
-                          ("XDG_CACHE_HOME", "xdg/cache"), ("TMPDIR", "tmp")):
+        for name, sub in (
+            ("XDG_CONFIG_HOME", "xdg/config"),
+            ("XDG_DATA_HOME", "xdg/data"),
+            ("XDG_CACHE_HOME", "xdg/cache"),
+            ("TMPDIR", "tmp"),
+        ):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
             env[name] = str(self.root / sub)
         return env
 
     def code_server(self, *args: str) -> list[str]:
-        return ["node", str(vscode_env.code_server_entry()), "--user-data-dir", str(self.user_data),
-                "--extensions-dir", str(self.extensions), *args]
+        return [
+            "node",
+            str(vscode_env.code_server_entry()),
+            "--user-data-dir",
+            str(self.user_data),
+            "--extensions-dir",
+            str(self.extensions),
+            *args,
+        ]
 
     def prepare(self) -> None:
         self.workspace.mkdir()
@@ -196,11 +220,17 @@ class VSCode:
         (self.user_data / "User" / "settings.json").write_text(json.dumps(settings, indent=2))
 
         vsix = vscode_env.package_extension(self.root / "codespec.vsix")
-        installed = subprocess.run(self.code_server("--install-extension", str(vsix)), env=self.env(),
-                                   capture_output=True, text=True, timeout=STEP_S)
+        installed = subprocess.run(
+            self.code_server("--install-extension", str(vsix)),
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=STEP_S,
+        )
         (self.root / "install-extension.log").write_text(installed.stdout + installed.stderr)
-        assert installed.returncode == 0 and "successfully installed" in installed.stdout, \
+        assert installed.returncode == 0 and "successfully installed" in installed.stdout, (
             f"code-server --install-extension failed:\n{installed.stdout}\n{installed.stderr}"
+        )
 
     def start(self) -> None:
         port = free_port()
@@ -208,18 +238,33 @@ class VSCode:
         # its own session (process group): the extension host, `codespec serve` and the file
         # watcher all go when the group is stopped
         self.process = subprocess.Popen(
-            self.code_server("--log", "trace", "--auth", "none", "--bind-addr", f"127.0.0.1:{port}",
-                             "--disable-telemetry", "--disable-update-check", "--disable-workspace-trust",
-                             "--disable-getting-started-override", "--ignore-last-opened",
-                             str(self.workspace)),
-            env=self.env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            self.code_server(
+                "--log",
+                "trace",
+                "--auth",
+                "none",
+                "--bind-addr",
+                f"127.0.0.1:{port}",
+                "--disable-telemetry",
+                "--disable-update-check",
+                "--disable-workspace-trust",
+                "--disable-getting-started-override",
+                "--ignore-last-opened",
+                str(self.workspace),
+            ),
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + STARTUP_S
         while True:
-            assert self.process.poll() is None, \
+            assert self.process.poll() is None, (
                 f"code-server exited ({self.process.returncode}): {self.root / 'code-server.log'}"
+            )
             try:
                 with urllib.request.urlopen(f"{url}/healthz", timeout=5):
                     break
@@ -230,9 +275,9 @@ class VSCode:
         from playwright.sync_api import sync_playwright
 
         self.playwright = sync_playwright().start()
-        self.browser = self.playwright.chromium.launch(executable_path=vscode_env.chromium(),
-                                                       headless=True, args=CHROMIUM_FLAGS,
-                                                       env=self.env())  # its crash folder, too
+        self.browser = self.playwright.chromium.launch(
+            executable_path=vscode_env.chromium(), headless=True, args=CHROMIUM_FLAGS, env=self.env()
+        )  # its crash folder, too
         self.page = self.browser.new_page(viewport={"width": 1400, "height": 900})
         self.page.set_default_timeout(STEP_S * 1000)
         self.page.goto(f"{url}/?folder={self.workspace}")
@@ -286,10 +331,8 @@ class VSCode:
             exited = self.server_exited()
             if exited or time.monotonic() > deadline:
                 shot = self.shot("timeout")
-                reason = f"`codespec serve` exited ({exited})" if exited else \
-                    f"not seen within {timeout:.0f} s"
-                pytest.fail(f"{what}: {reason} (screenshot {shot}; artifacts in {self.root})\n"
-                            f"{self.diagnostics()}")
+                reason = f"`codespec serve` exited ({exited})" if exited else f"not seen within {timeout:.0f} s"
+                pytest.fail(f"{what}: {reason} (screenshot {shot}; artifacts in {self.root})\n{self.diagnostics()}")
             if every is not None and time.monotonic() > nudge:
                 every()
                 nudge = time.monotonic() + every_s
@@ -299,8 +342,11 @@ class VSCode:
         """The "codespec" output channel without the LSP trace: the server's stderr, client errors."""
         lines = []
         for path in self.trace.files():
-            lines += [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
-                      if '{"isLSPMessage"' not in line]
+            lines += [
+                line
+                for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+                if '{"isLSPMessage"' not in line
+            ]
         return lines
 
     def server_exited(self) -> str | None:
@@ -341,9 +387,12 @@ class VSCode:
         page.locator(f'.tabs-container .tab.active[aria-label*="{name}"]').wait_for()
         page.locator(".editor-group-container.active .monaco-editor.focused").wait_for()
         uri = (self.workspace / name).as_uri()
-        self.wait(f"textDocument/didOpen of {name} in the LSP trace",
-                  lambda: [n for n in self.trace.notifications("textDocument/didOpen")
-                           if n["params"]["textDocument"]["uri"] == uri])
+        self.wait(
+            f"textDocument/didOpen of {name} in the LSP trace",
+            lambda: [
+                n for n in self.trace.notifications("textDocument/didOpen") if n["params"]["textDocument"]["uri"] == uri
+            ],
+        )
 
     def go_to(self, position: str) -> None:
         self.page.keyboard.press("Control+G")
@@ -381,10 +430,14 @@ def vscode(vscode_installed, editors_outcome):
     try:
         session.prepare()
         session.start()
-        session.wait("the codespec server initialized (initialize response in the LSP trace)",
-                     lambda: any(m["type"] == "receive-response" and m["message"].get("id") == 0
-                                 and "result" in m["message"] for m in session.trace.messages()),
-                     timeout=STARTUP_S)
+        session.wait(
+            "the codespec server initialized (initialize response in the LSP trace)",
+            lambda: any(
+                m["type"] == "receive-response" and m["message"].get("id") == 0 and "result" in m["message"]
+                for m in session.trace.messages()
+            ),
+            timeout=STARTUP_S,
+        )
         ready = True
         yield session
     finally:
@@ -411,8 +464,9 @@ def test_inline_suggestion_shows_as_ghost_text_and_tab_accepts_it(vscode):
     def retrigger():
         page.keyboard.press("Alt+Backslash")  # the same command's default keybinding
 
-    ghost = vscode.wait("ghost text in the editor", lambda: vscode.ghost_text().strip(),
-                        timeout=GHOST_S, every=retrigger)
+    ghost = vscode.wait(
+        "ghost text in the editor", lambda: vscode.ghost_text().strip(), timeout=GHOST_S, every=retrigger
+    )
     vscode.shot("ghost-text")
 
     # the items VS Code got for this spot, from the server (trace)
@@ -428,9 +482,14 @@ def test_inline_suggestion_shows_as_ghost_text_and_tab_accepts_it(vscode):
 
     mark = len(vscode.trace.messages())
     page.keyboard.press("Tab")
-    accepted = vscode.wait("workspace/executeCommand codespec.accepted in the LSP trace",
-                           lambda: [r for r in vscode.trace.requests("workspace/executeCommand", after=mark)
-                                    if r["params"]["command"] == "codespec.accepted"])[0]
+    accepted = vscode.wait(
+        "workspace/executeCommand codespec.accepted in the LSP trace",
+        lambda: [
+            r
+            for r in vscode.trace.requests("workspace/executeCommand", after=mark)
+            if r["params"]["command"] == "codespec.accepted"
+        ],
+    )[0]
     answer = vscode.wait("the server's reply to codespec.accepted", lambda: vscode.trace.response(accepted))
     assert "error" not in answer, answer
     accepted_uri, accepted_text = accepted["params"]["arguments"]
@@ -445,13 +504,21 @@ def test_inline_suggestion_shows_as_ghost_text_and_tab_accepts_it(vscode):
     # the server itself: its session history has the accepted text
     mark = len(vscode.trace.messages())
     vscode.palette("codespec: Show Statistics")
-    stats_request = vscode.wait("codespec/stats request", lambda: vscode.trace.requests("codespec/stats", after=mark))[0]
+    stats_request = vscode.wait("codespec/stats request", lambda: vscode.trace.requests("codespec/stats", after=mark))[
+        0
+    ]
     stats = vscode.wait("codespec/stats reply", lambda: vscode.trace.response(stats_request))["result"]
     assert {"kind": "accepted", "uri": uri, "text": accepted_text} in stats["history"], stats["history"]
     page.locator('.tabs-container .tab.active[aria-label*="Untitled"]').wait_for()
-    vscode.wait("the statistics JSON in an editor",
-                lambda: '"history_entries"' in (page.locator(".editor-group-container.active .view-lines")
-                                                .first.text_content() or "").replace("\u00a0", " "))
+    vscode.wait(
+        "the statistics JSON in an editor",
+        lambda: (
+            '"history_entries"'
+            in (page.locator(".editor-group-container.active .view-lines").first.text_content() or "").replace(
+                "\u00a0", " "
+            )
+        ),
+    )
     vscode.shot("statistics")
 
 
@@ -475,19 +542,24 @@ def test_rewrite_selection_applies_the_servers_edit(vscode):
     request = vscode.wait("codespec/edit request", lambda: vscode.trace.requests("codespec/edit", after=mark))[0]
     params = request["params"]
     assert params["instruction"] == INSTRUCTION
-    assert params["range"] == {"start": {"line": first - 1, "character": 0},
-                               "end": {"line": last, "character": 0}}, params["range"]
-    response = vscode.wait("the server's codespec/edit reply", lambda: vscode.trace.response(request),
-                           timeout=GHOST_S)
+    assert params["range"] == {"start": {"line": first - 1, "character": 0}, "end": {"line": last, "character": 0}}, (
+        params["range"]
+    )
+    response = vscode.wait("the server's codespec/edit reply", lambda: vscode.trace.response(request), timeout=GHOST_S)
     assert "error" not in response, response
     result = response["result"]
     (edit,) = result["edits"]
-    deltas = [n["params"]["text"] for n in vscode.trace.notifications("codespec/editDelta", after=mark)
-              if n["params"]["editId"] == params["editId"]]
+    deltas = [
+        n["params"]["text"]
+        for n in vscode.trace.notifications("codespec/editDelta", after=mark)
+        if n["params"]["editId"] == params["editId"]
+    ]
     assert "".join(deltas) == edit["newText"]  # what streamed in adds up to the final edit
     # the extension's status bar line, shown once the edit is applied
-    vscode.wait("the rewrite's status bar message",
-                lambda: page.locator(".statusbar", has_text="copied from the original").count() > 0)
+    vscode.wait(
+        "the rewrite's status bar message",
+        lambda: page.locator(".statusbar", has_text="copied from the original").count() > 0,
+    )
     vscode.shot("rewritten")
 
     after = vscode.save("report.py")
@@ -503,13 +575,13 @@ def is_subsequence(needle: str, haystack: str) -> bool:
 
 def offset(text: str, position: dict) -> int:
     lines = text.splitlines(keepends=True)
-    return sum(len(line) for line in lines[:position["line"]]) + position["character"]
+    return sum(len(line) for line in lines[: position["line"]]) + position["character"]
 
 
 def slice_range(text: str, lsp_range: dict) -> str:
-    return text[offset(text, lsp_range["start"]):offset(text, lsp_range["end"])]
+    return text[offset(text, lsp_range["start"]) : offset(text, lsp_range["end"])]
 
 
 def apply_edit(text: str, edit: dict) -> str:
     """One LSP TextEdit on ASCII text (UTF-16 columns are characters here)."""
-    return text[:offset(text, edit["range"]["start"])] + edit["newText"] + text[offset(text, edit["range"]["end"]):]
+    return text[: offset(text, edit["range"]["start"])] + edit["newText"] + text[offset(text, edit["range"]["end"]) :]

@@ -25,8 +25,15 @@ def cache_dir() -> Path:
 
 
 def code_server_entry() -> Path:
-    return (cache_dir() / f"code-server-{CODE_SERVER_VERSION}" / "node_modules" / "code-server"
-            / "out" / "node" / "entry.js")
+    return (
+        cache_dir()
+        / f"code-server-{CODE_SERVER_VERSION}"
+        / "node_modules"
+        / "code-server"
+        / "out"
+        / "node"
+        / "entry.js"
+    )
 
 
 def vsce() -> Path:
@@ -73,12 +80,15 @@ def package_extension(out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="codespec-vsix-") as build:
         build_dir = Path(build) / "extension"
-        shutil.copytree(EXTENSION_SOURCE, build_dir,
-                        ignore=shutil.ignore_patterns("node_modules", "*.vsix"))
+        shutil.copytree(EXTENSION_SOURCE, build_dir, ignore=shutil.ignore_patterns("node_modules", "*.vsix"))
         shutil.copytree(extension_node_modules(), build_dir / "node_modules", symlinks=True)
-        packaged = subprocess.run([str(vsce()), "package", "--out", str(out), "--skip-license",
-                                   "--allow-missing-repository"],
-                                  cwd=build_dir, stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        packaged = subprocess.run(
+            [str(vsce()), "package", "--out", str(out), "--skip-license", "--allow-missing-repository"],
+            cwd=build_dir,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+        )
     if packaged.returncode != 0 or not out.is_file():
         raise RuntimeError(f"vsce package failed ({packaged.returncode}):\n{packaged.stdout}\n{packaged.stderr}")
     return out

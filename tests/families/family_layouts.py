@@ -38,15 +38,38 @@ import torch
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 CORPUS_FILES = ["json/encoder.py", "json/decoder.py", "textwrap.py", "shlex.py"]
 
-QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 QWEN_VOCAB = 151_936
 QWEN_BPE = 151_643  # ids of the BPE vocabulary; Qwen's added tokens follow
-QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-                "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-                "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
-QWEN_PLAIN = ["<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-              "<|repo_name|>", "<|file_sep|>"]  # added tokens, not "special" (as in Qwen2.5-Coder's files)
+QWEN_SPECIAL = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+QWEN_PLAIN = [
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+]  # added tokens, not "special" (as in Qwen2.5-Coder's files)
 # Qwen2.5's template without the tools branch (the part a rewrite uses).
 QWEN_CHAT_TEMPLATE = (
     "{%- if messages[0]['role'] == 'system' %}"
@@ -63,14 +86,37 @@ QWEN_CHAT_TEMPLATE = (
 )
 
 STARCODER2_VOCAB = 49_152
-STARCODER2_SPECIAL = ["<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>", "<repo_name>",
-                      "<file_sep>", "<issue_start>", "<issue_comment>", "<issue_closed>", "<jupyter_start>",
-                      "<jupyter_text>", "<jupyter_code>", "<jupyter_output>", "<jupyter_script>", "<empty_output>"]
+STARCODER2_SPECIAL = [
+    "<|endoftext|>",
+    "<fim_prefix>",
+    "<fim_middle>",
+    "<fim_suffix>",
+    "<fim_pad>",
+    "<repo_name>",
+    "<file_sep>",
+    "<issue_start>",
+    "<issue_comment>",
+    "<issue_closed>",
+    "<jupyter_start>",
+    "<jupyter_text>",
+    "<jupyter_code>",
+    "<jupyter_output>",
+    "<jupyter_script>",
+    "<empty_output>",
+]
 
 DEEPSEEK_BPE = 32_013
-DEEPSEEK_ADDED = [("<｜begin▁of▁sentence｜>", True), ("<｜end▁of▁sentence｜>", True), ("<｜fim▁hole｜>", False),
-                  ("<｜fim▁begin｜>", False), ("<｜fim▁end｜>", False), ("<pad>", True), ("<|User|>", False),
-                  ("<|Assistant|>", False), ("<|EOT|>", True)]  # ids 32,013 .. 32,021
+DEEPSEEK_ADDED = [
+    ("<｜begin▁of▁sentence｜>", True),
+    ("<｜end▁of▁sentence｜>", True),
+    ("<｜fim▁hole｜>", False),
+    ("<｜fim▁begin｜>", False),
+    ("<｜fim▁end｜>", False),
+    ("<pad>", True),
+    ("<|User|>", False),
+    ("<|Assistant|>", False),
+    ("<|EOT|>", True),
+]  # ids 32,013 .. 32,021
 DEEPSEEK_ROWS = 32_256  # the model's embedding is wider than the tokenizer, as in deepseek-coder
 DEEPSEEK_LETTERS = "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-Ֆ]+"  # its letter class, abridged
 
@@ -105,8 +151,12 @@ def _train(normalizer, pre_tokenizer, vocab_size: int) -> tuple[list[str], list[
     tokenizer = Tokenizer(models.BPE())
     tokenizer.normalizer = normalizer
     tokenizer.pre_tokenizer = pre_tokenizer
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tokenizer.train_from_iterator(corpus(), trainer)
     model = json.loads(tokenizer.to_str())["model"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
@@ -141,32 +191,58 @@ def spread_vocab(learned: list[str], size: int, seed: int, spread: bool) -> dict
 def _bpe(vocab: dict[str, int], merges: list[tuple[str, str]]):
     from tokenizers import models
 
-    return models.BPE(vocab=vocab, merges=merges, dropout=None, unk_token=None, continuing_subword_prefix="",
-                      end_of_word_suffix="", fuse_unk=False, byte_fallback=False)
+    return models.BPE(
+        vocab=vocab,
+        merges=merges,
+        dropout=None,
+        unk_token=None,
+        continuing_subword_prefix="",
+        end_of_word_suffix="",
+        fuse_unk=False,
+        byte_fallback=False,
+    )
 
 
 def _added_tokens_decoder(tokenizer) -> dict[str, dict]:
-    return {str(i): {"content": t.content, "lstrip": t.lstrip, "normalized": t.normalized, "rstrip": t.rstrip,
-                     "single_word": t.single_word, "special": t.special}
-            for i, t in sorted(tokenizer.get_added_tokens_decoder().items())}
+    return {
+        str(i): {
+            "content": t.content,
+            "lstrip": t.lstrip,
+            "normalized": t.normalized,
+            "rstrip": t.rstrip,
+            "single_word": t.single_word,
+            "special": t.special,
+        }
+        for i, t in sorted(tokenizer.get_added_tokens_decoder().items())
+    }
 
 
 def _write(directory: Path, tokenizer, config: dict) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(directory / "tokenizer.json"))
     config = {"added_tokens_decoder": _added_tokens_decoder(tokenizer), **config}
-    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
-                                                     encoding="utf-8")
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
 
 
 def qwen_tokenizer(directory: Path, instruct: bool = False) -> None:
     """Qwen2.5-Coder's tokenizer layout (``instruct``: the -Instruct variant's chat template and EOS)."""
     from tokenizers import Tokenizer
 
-    config = {"add_prefix_space": False, "additional_special_tokens": QWEN_SPECIAL[1:], "bos_token": None,
-              "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>" if instruct else "<|endoftext|>",
-              "errors": "replace", "model_max_length": 32768, "pad_token": "<|endoftext|>",
-              "split_special_tokens": False, "tokenizer_class": "Qwen2Tokenizer", "unk_token": None}
+    config = {
+        "add_prefix_space": False,
+        "additional_special_tokens": QWEN_SPECIAL[1:],
+        "bos_token": None,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>" if instruct else "<|endoftext|>",
+        "errors": "replace",
+        "model_max_length": 32768,
+        "pad_token": "<|endoftext|>",
+        "split_special_tokens": False,
+        "tokenizer_class": "Qwen2Tokenizer",
+        "unk_token": None,
+    }
     if instruct:
         config["chat_template"] = QWEN_CHAT_TEMPLATE
     _write(directory, Tokenizer.from_str(_qwen_backend()), config)
@@ -179,9 +255,12 @@ def _qwen_backend() -> str:
 
     def pipeline(tokenizer):
         tokenizer.normalizer = normalizers.NFC()
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+            ]
+        )
         tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
         return tokenizer
 
@@ -191,8 +270,9 @@ def _qwen_backend() -> str:
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in QWEN_SPECIAL])
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in QWEN_PLAIN])
     reserved = QWEN_VOCAB - tokenizer.get_vocab_size(with_added_tokens=True)
-    tokenizer.add_special_tokens([AddedToken(f"<|reserved_{k}|>", special=True, normalized=False)
-                                  for k in range(reserved)])
+    tokenizer.add_special_tokens(
+        [AddedToken(f"<|reserved_{k}|>", special=True, normalized=False) for k in range(reserved)]
+    )
     assert tokenizer.get_vocab_size(with_added_tokens=True) == QWEN_VOCAB
     assert tokenizer.token_to_id("<|endoftext|>") == 151_643 and tokenizer.token_to_id("<|file_sep|>") == 151_664
     return tokenizer.to_str()
@@ -202,8 +282,12 @@ def starcoder2_tokenizer(directory: Path) -> None:
     """StarCoder2's layout: its special tokens at ids 0.., Digits + ByteLevel, 49,152 ids."""
     from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers
 
-    pre = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                   pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)])
+    pre = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+        ]
+    )
     learned, merges = _train(None, pre, 2000)
     specials = len(STARCODER2_SPECIAL)
     base = spread_vocab(learned, STARCODER2_VOCAB - specials, seed=1, spread=False)
@@ -213,10 +297,20 @@ def starcoder2_tokenizer(directory: Path) -> None:
     tokenizer.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in STARCODER2_SPECIAL])
     assert tokenizer.get_vocab_size(with_added_tokens=True) == STARCODER2_VOCAB
-    _write(directory, tokenizer, {
-        "additional_special_tokens": STARCODER2_SPECIAL, "bos_token": "<|endoftext|>",
-        "clean_up_tokenization_spaces": True, "eos_token": "<|endoftext|>", "model_max_length": 1_000_000_000,
-        "tokenizer_class": "GPT2Tokenizer", "unk_token": "<|endoftext|>", "vocab_size": STARCODER2_VOCAB})
+    _write(
+        directory,
+        tokenizer,
+        {
+            "additional_special_tokens": STARCODER2_SPECIAL,
+            "bos_token": "<|endoftext|>",
+            "clean_up_tokenization_spaces": True,
+            "eos_token": "<|endoftext|>",
+            "model_max_length": 1_000_000_000,
+            "tokenizer_class": "GPT2Tokenizer",
+            "unk_token": "<|endoftext|>",
+            "vocab_size": STARCODER2_VOCAB,
+        },
+    )
 
 
 def deepseek_tokenizer(directory: Path) -> None:
@@ -227,10 +321,17 @@ def deepseek_tokenizer(directory: Path) -> None:
     def split(pattern: str):
         return pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False)
 
-    pre = pre_tokenizers.Sequence([
-        split("[\r\n]"), split(DEEPSEEK_LETTERS), split("\\s?[!-/:-~！-／：-～‘-‟　-。]+"), split("\\s+$"),
-        split("[一-龥ࠀ-一가-퟿]+"), pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    pre = pre_tokenizers.Sequence(
+        [
+            split("[\r\n]"),
+            split(DEEPSEEK_LETTERS),
+            split("\\s?[!-/:-~！-／：-～‘-‟　-。]+"),
+            split("\\s+$"),
+            split("[一-龥ࠀ-一가-퟿]+"),
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+        ]
+    )
     normalizer = normalizers.Sequence([])
     learned, merges = _train(normalizer, pre, 2000)
     tokenizer = Tokenizer(_bpe(spread_vocab(learned, DEEPSEEK_BPE, seed=2, spread=True), merges))
@@ -242,13 +343,26 @@ def deepseek_tokenizer(directory: Path) -> None:
         (tokenizer.add_special_tokens if special else tokenizer.add_tokens)([token])
     bos = "<｜begin▁of▁sentence｜>"
     tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1", special_tokens=[(bos, 32_013)])
+        single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1", special_tokens=[(bos, 32_013)]
+    )
     assert tokenizer.token_to_id(bos) == 32_013 and tokenizer.token_to_id("<｜fim▁begin｜>") == 32_016
-    _write(directory, tokenizer, {
-        "add_bos_token": True, "add_eos_token": False, "bos_token": bos, "clean_up_tokenization_spaces": False,
-        "eos_token": "<｜end▁of▁sentence｜>", "legacy": True, "model_max_length": 16384,
-        "pad_token": "<｜end▁of▁sentence｜>", "sp_model_kwargs": {}, "tokenizer_class": "LlamaTokenizerFast",
-        "unk_token": None})
+    _write(
+        directory,
+        tokenizer,
+        {
+            "add_bos_token": True,
+            "add_eos_token": False,
+            "bos_token": bos,
+            "clean_up_tokenization_spaces": False,
+            "eos_token": "<｜end▁of▁sentence｜>",
+            "legacy": True,
+            "model_max_length": 16384,
+            "pad_token": "<｜end▁of▁sentence｜>",
+            "sp_model_kwargs": {},
+            "tokenizer_class": "LlamaTokenizerFast",
+            "unk_token": None,
+        },
+    )
 
 
 # -- models -------------------------------------------------------------------------------------
@@ -268,8 +382,11 @@ def randomize(model, seed: int) -> None:
                 continue
             scale = INIT_STD
             parts = name.split(".")
-            if "layers" in parts and int(parts[parts.index("layers") + 1]) >= 1 \
-                    and parts[-2] in ("o_proj", "down_proj", "c_proj"):
+            if (
+                "layers" in parts
+                and int(parts[parts.index("layers") + 1]) >= 1
+                and parts[-2] in ("o_proj", "down_proj", "c_proj")
+            ):
                 scale *= LATE_LAYER_SCALE
             parameter.copy_(scale * torch.randn(parameter.shape, generator=generator))
 
@@ -296,31 +413,66 @@ def live_ids(tokenizer_dir: Path) -> set[int]:
 def qwen2_config(layers: int = 4, sliding_window: int | None = None, eos: int | list[int] = 151_643, **extra):
     from transformers import Qwen2Config
 
-    sliding = {"use_sliding_window": True, "sliding_window": sliding_window, "max_window_layers": 1} \
-        if sliding_window else {"use_sliding_window": False, "sliding_window": 131_072, "max_window_layers": layers}
-    return Qwen2Config(vocab_size=QWEN_VOCAB, hidden_size=32, intermediate_size=96, num_hidden_layers=layers,
-                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                       rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0}, rms_norm_eps=1e-6,
-                       tie_word_embeddings=True, bos_token_id=151_643, eos_token_id=eos, **sliding, **extra)
+    sliding = (
+        {"use_sliding_window": True, "sliding_window": sliding_window, "max_window_layers": 1}
+        if sliding_window
+        else {"use_sliding_window": False, "sliding_window": 131_072, "max_window_layers": layers}
+    )
+    return Qwen2Config(
+        vocab_size=QWEN_VOCAB,
+        hidden_size=32,
+        intermediate_size=96,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        bos_token_id=151_643,
+        eos_token_id=eos,
+        **sliding,
+        **extra,
+    )
 
 
 def starcoder2_config(layers: int = 4, sliding_window: int | None = 40):
     from transformers import Starcoder2Config
 
-    return Starcoder2Config(vocab_size=STARCODER2_VOCAB, hidden_size=64, intermediate_size=256,
-                            num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                            max_position_embeddings=1024, sliding_window=sliding_window, use_bias=True,
-                            rope_parameters={"rope_type": "default", "rope_theta": 999_999.44},
-                            tie_word_embeddings=True, bos_token_id=0, eos_token_id=0)
+    return Starcoder2Config(
+        vocab_size=STARCODER2_VOCAB,
+        hidden_size=64,
+        intermediate_size=256,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        sliding_window=sliding_window,
+        use_bias=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 999_999.44},
+        tie_word_embeddings=True,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
 
 
 def deepseek_config(layers: int = 4, rows: int = DEEPSEEK_ROWS):
     from transformers import LlamaConfig
 
-    return LlamaConfig(vocab_size=rows, hidden_size=64, intermediate_size=172, num_hidden_layers=layers,
-                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024,
-                       rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 100_000.0},
-                       rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=32_013, eos_token_id=32_014)
+    return LlamaConfig(
+        vocab_size=rows,
+        hidden_size=64,
+        intermediate_size=172,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=1024,
+        rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 100_000.0},
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        bos_token_id=32_013,
+        eos_token_id=32_014,
+    )
 
 
 def build_model(config, seed: int, live: set[int] | None = None):
@@ -390,5 +542,4 @@ def build_family(name: str, root: Path) -> Family:
         raise ValueError(f"unknown family {name!r}")
     save(target, target_dir)
     save(draft, draft_dir, tokenizer_from=target_dir)
-    return Family(name, fmt, target_dir, draft_dir, target.config.num_hidden_layers,
-                  chat=name.endswith("instruct"))
+    return Family(name, fmt, target_dir, draft_dir, target.config.num_hidden_layers, chat=name.endswith("instruct"))

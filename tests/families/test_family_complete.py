@@ -16,8 +16,10 @@ from family_layouts import FAMILIES
 from codespec.cli import main
 from codespec.prompts import Fim, PromptRenderer
 
-SOURCE = ("import os\n\n\ndef square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n\n\n"
-          "def quad(x):\n    \n\n\ndef main(argv):\n    return [quad(int(a)) for a in argv]\n")
+SOURCE = (
+    "import os\n\n\ndef square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n\n\n"
+    "def quad(x):\n    \n\n\ndef main(argv):\n    return [quad(int(a)) for a in argv]\n"
+)
 LINE, COLUMN = 13, 5  # inside quad's body
 
 # (BOS, start, hole, middle): prefix-suffix-middle order, from each family's model card.
@@ -45,9 +47,25 @@ def test_complete_renders_the_family_fim_layout(family_checkpoints, loaded, tmp_
     monkeypatch.setattr(PromptRenderer, "render", spy)
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["complete", f"{source}:{LINE}:{COLUMN}", "--model", str(family.target), "--draft",
-                     str(family.draft), "--device", "cpu", "--workspace", str(tmp_path), "--max-tokens", "12",
-                     "--repeats", "1", "--json"])
+        code = main(
+            [
+                "complete",
+                f"{source}:{LINE}:{COLUMN}",
+                "--model",
+                str(family.target),
+                "--draft",
+                str(family.draft),
+                "--device",
+                "cpu",
+                "--workspace",
+                str(tmp_path),
+                "--max-tokens",
+                "12",
+                "--repeats",
+                "1",
+                "--json",
+            ]
+        )
     assert code == 0
     report = json.loads(out.getvalue().strip().splitlines()[-1])
     assert report["prompt_format"] == family.prompt_format

@@ -44,8 +44,9 @@ def run_family(family_checkpoints, loaded, tmp_path_factory):
         def run(proposer: str, *extra: str) -> dict:
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(TargetModel, "load", classmethod(lambda cls, path, **kw: loaded(path)))
-                return generate(["--model", str(family.target), "--prompt-file", str(prompt_file),
-                                 "--proposer", proposer, *extra])
+                return generate(
+                    ["--model", str(family.target), "--prompt-file", str(prompt_file), "--proposer", proposer, *extra]
+                )
 
         plain = run("none")
         # A reference and a workspace file that repeat the output with a change in the middle: the
@@ -55,14 +56,23 @@ def run_family(family_checkpoints, loaded, tmp_path_factory):
         (work / "reference.txt").write_text(text[:half] + " changed " + text[half:], encoding="utf-8")
         workspace = work / "workspace"
         workspace.mkdir()
-        (workspace / "copy.py").write_text(prompt_file.read_text() + text[:half] + "\n# changed\n" + text[half:],
-                                           encoding="utf-8")
-        options = {"reference": ["--reference-file", str(work / "reference.txt")],
-                   "index": ["--workspace", str(workspace)],
-                   "draft": ["--draft-model", str(family.draft), "--draft-min-confidence", "0"],
-                   "early-exit": ["--draft-min-confidence", "0"],
-                   "auto": ["--draft-model", str(family.draft), "--reference-file", str(work / "reference.txt"),
-                            "--workspace", str(workspace)]}
+        (workspace / "copy.py").write_text(
+            prompt_file.read_text() + text[:half] + "\n# changed\n" + text[half:], encoding="utf-8"
+        )
+        options = {
+            "reference": ["--reference-file", str(work / "reference.txt")],
+            "index": ["--workspace", str(workspace)],
+            "draft": ["--draft-model", str(family.draft), "--draft-min-confidence", "0"],
+            "early-exit": ["--draft-min-confidence", "0"],
+            "auto": [
+                "--draft-model",
+                str(family.draft),
+                "--reference-file",
+                str(work / "reference.txt"),
+                "--workspace",
+                str(workspace),
+            ],
+        }
         made[name] = (family, run, plain, options, prompt_file)
         return made[name]
 

@@ -67,8 +67,11 @@ def test_the_pre_token_cache_is_refused_for_qwen2s_regex_and_the_path_is_said(qw
         adapter = TokenizerAdapter(qwen)
     assert adapter.pretokens is None and adapter.encoding == TOKENIZER
     assert "Qwen2's regex" in adapter.encoding_reason and "NFC" in adapter.encoding_reason
-    assert any("bulk encoding through the tokenizer's batch encode" in r.getMessage()
-               and "int32 token arrays" in r.getMessage() for r in caplog.records)
+    assert any(
+        "bulk encoding through the tokenizer's batch encode" in r.getMessage()
+        and "int32 token arrays" in r.getMessage()
+        for r in caplog.records
+    )
     texts = ["def f(x):\n    return x.y(1)\n", "import os.path\n\nx=[];\n", "a = 'é中文'  # 12345\r\n"]
     for text, ids in zip(texts, adapter.encode_batch(texts)):
         assert ids.tolist() == qwen.encode(text, add_special_tokens=False)
@@ -100,14 +103,60 @@ def test_the_other_families_take_the_path_their_tokenizer_allows(family_checkpoi
 # Fragments that stress the families' pre-tokenizers: punctuation before line breaks (one Qwen2
 # pre-token: ">\n\n"), letters after punctuation, digits, whitespace of every kind, NFC-composable
 # pairs, text outside every DeepSeek pattern next to a space, added tokens and pieces of them.
-EDIT_FRAGMENTS = ["a", "bc", "Def", " ", "  ", "    ", "\n", "\n    ", "\t", "\r\n", "=", "=\n", "(", "):", ").",
-                  ".x", "'s", "'S", "'ll", "'", "x1", "42", "7", "#", "+=", "\\", '"""', "é", "e\u0301", "\u0301",
-                  "中文", "\u3000", "\xa0", "\x1c", "\x85", " 😀", "😀 \t", "<|fim_prefix|>", "<|endoftext|>", "<|f",
-                  "ix|>", "\n\n", ";\n", "{\n", "}\n\n", "]\r\n", ">"]
+EDIT_FRAGMENTS = [
+    "a",
+    "bc",
+    "Def",
+    " ",
+    "  ",
+    "    ",
+    "\n",
+    "\n    ",
+    "\t",
+    "\r\n",
+    "=",
+    "=\n",
+    "(",
+    "):",
+    ").",
+    ".x",
+    "'s",
+    "'S",
+    "'ll",
+    "'",
+    "x1",
+    "42",
+    "7",
+    "#",
+    "+=",
+    "\\",
+    '"""',
+    "é",
+    "e\u0301",
+    "\u0301",
+    "中文",
+    "\u3000",
+    "\xa0",
+    "\x1c",
+    "\x85",
+    " 😀",
+    "😀 \t",
+    "<|fim_prefix|>",
+    "<|endoftext|>",
+    "<|f",
+    "ix|>",
+    "\n\n",
+    ";\n",
+    "{\n",
+    "}\n\n",
+    "]\r\n",
+    ">",
+]
 
 
-@pytest.mark.parametrize("name, rule", [("qwen2.5-coder", "letters-digits"), ("deepseek-coder", "line-breaks"),
-                                        ("starcoder2", "gpt2")])
+@pytest.mark.parametrize(
+    "name, rule", [("qwen2.5-coder", "letters-digits"), ("deepseek-coder", "line-breaks"), ("starcoder2", "gpt2")]
+)
 def test_incremental_retokenization_equals_a_full_encode(family_checkpoints, loaded, name, rule):
     """Random edit sequences: splicing a re-encoded window gives exactly a full encode's tokens and
     starts. Before the split anchors were per pre-tokenizer, Qwen2's regex failed here (">" then
@@ -155,7 +204,7 @@ def test_lookups_persistence_and_edits_with_ids_past_16_bits(qwen, sources, tmp_
         wanted = len(contexts) % 2 == 0
         ends = [i for i in range(8, len(tokens) - 1) if (tokens[i - 1] in SURROGATE_IDS) == wanted]
         end = rng.choice(ends)
-        contexts.append(tokens[end - 8:end])
+        contexts.append(tokens[end - 8 : end])
     contexts.append([151_000, 70_000, 65_536, 65_535])  # no match anywhere
     before = []
     for context in contexts:
@@ -178,8 +227,9 @@ def test_lookups_persistence_and_edits_with_ids_past_16_bits(qwen, sources, tmp_
     reopened.close()
 
 
-def test_simulate_with_the_wide_tokenizer_renders_its_format_and_says_the_path(family_checkpoints, qwen, sources,
-                                                                                tmp_path):
+def test_simulate_with_the_wide_tokenizer_renders_its_format_and_says_the_path(
+    family_checkpoints, qwen, sources, tmp_path
+):
     from codespec.cli import main
 
     family = family_checkpoints("qwen2.5-coder")
@@ -188,16 +238,41 @@ def test_simulate_with_the_wide_tokenizer_renders_its_format_and_says_the_path(f
     after = before.replace("def ", "def  ", 2)
     cut = text.index("\n", 2000) + 1
     workload = tmp_path / "work.jsonl"
-    workload.write_text(json.dumps({"id": "e1", "instruction": "spacing", "before": before, "after": after}) + "\n"
-                        + json.dumps({"id": "c1", "path": "copy.py", "prefix": text[2000 - 600:cut],
-                                      "suffix": "", "target": text[cut:cut + 300]}) + "\n")
+    workload.write_text(
+        json.dumps({"id": "e1", "instruction": "spacing", "before": before, "after": after})
+        + "\n"
+        + json.dumps(
+            {
+                "id": "c1",
+                "path": "copy.py",
+                "prefix": text[2000 - 600 : cut],
+                "suffix": "",
+                "target": text[cut : cut + 300],
+            }
+        )
+        + "\n"
+    )
     workspace = tmp_path / "workspace.jsonl"
     workspace.write_text(json.dumps({"path": "file:///ws/copy.py", "text": text}) + "\n")
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["simulate", "--workload", str(workload), "--workspace", str(workspace), "--tokenizer",
-                     str(family.target), "--proposer", "index", "--proposer", "reference", "--json",
-                     str(tmp_path / "report.json")])
+        code = main(
+            [
+                "simulate",
+                "--workload",
+                str(workload),
+                "--workspace",
+                str(workspace),
+                "--tokenizer",
+                str(family.target),
+                "--proposer",
+                "index",
+                "--proposer",
+                "reference",
+                "--json",
+                str(tmp_path / "report.json"),
+            ]
+        )
     assert code == 0
     assert "bulk encoding: tokenizer" in err.getvalue() and "Qwen2's regex" in err.getvalue()
     assert "int32 token arrays" in err.getvalue()

@@ -17,7 +17,7 @@ from proposers.registry import ProposerSetup, create_proposer
 
 
 def prompt_ids(target, chars: int = 500) -> list[int]:
-    return target.encode(corpus()[2][3000:3000 + chars])
+    return target.encode(corpus()[2][3000 : 3000 + chars])
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-coder", "starcoder2"])
@@ -92,7 +92,9 @@ def test_a_draft_of_another_family_or_too_narrow_is_refused(family_checkpoints, 
     deepseek = loaded(family_checkpoints("deepseek-coder").target)
     from transformers import AutoModelForCausalLM
 
-    narrow = TargetModel(AutoModelForCausalLM.from_config(deepseek_config(1, rows=32_000)), deepseek.tokenizer, "narrow")
+    narrow = TargetModel(
+        AutoModelForCausalLM.from_config(deepseek_config(1, rows=32_000)), deepseek.tokenizer, "narrow"
+    )
     with pytest.raises(CodespecError, match="embeds only 32000 token ids"):
         check_vocab_compatible(deepseek, narrow)
 
@@ -110,12 +112,12 @@ def test_sliding_window_caches_roll_back_exactly(family_checkpoints, loaded, nam
     assert len(sequence) > 2 * window + 12
     cache = target.new_cache()
     assert not any(layer.is_sliding for layer in cache.hf_cache.layers)  # every position kept
-    target.forward(sequence[:2 * window], cache)
-    target.forward(sequence[2 * window:2 * window + 8], cache, keep_last=8)  # a verification forward
+    target.forward(sequence[: 2 * window], cache)
+    target.forward(sequence[2 * window : 2 * window + 8], cache, keep_last=8)  # a verification forward
     for keep in (2 * window + 3, 10):
         cache.rollback(keep)
-        got = target.forward(sequence[keep:keep + 6], cache, keep_last=6)
-        fresh = target.forward(sequence[:keep + 6], target.new_cache(), keep_last=6)
+        got = target.forward(sequence[keep : keep + 6], cache, keep_last=6)
+        fresh = target.forward(sequence[: keep + 6], target.new_cache(), keep_last=6)
         torch.testing.assert_close(got, fresh, atol=1e-5, rtol=0)
         cache.rollback(keep + 6)
     stock = DynamicCache(config=target.model.config)  # transformers' own, sliding layers and all
@@ -123,7 +125,7 @@ def test_sliding_window_caches_roll_back_exactly(family_checkpoints, loaded, nam
     with torch.inference_mode():
         ours = target.new_cache()
         for start in range(0, len(sequence), 16):  # chunked, past the window several times over
-            chunk = sequence[start:start + 16]
+            chunk = sequence[start : start + 16]
             mine = target.forward(chunk, ours, keep_last=len(chunk))
             theirs = target.model(input_ids=torch.tensor([chunk]), cache=stock, use_cache=True).logits[0].float()
             torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=0)

@@ -18,8 +18,10 @@ from codespec.prompts import PromptRenderer, Rewrite
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-SOURCE = ("import os\n\n\ndef join_all(parts):\n    return os.path.join(*parts)\n\n\n"
-          "def main(argv):\n    result = join_all(argv)\n    return result\n")
+SOURCE = (
+    "import os\n\n\ndef join_all(parts):\n    return os.path.join(*parts)\n\n\n"
+    "def main(argv):\n    result = join_all(argv)\n    return result\n"
+)
 LIMITS = {"lineTokens": 8, "blockTokens": 12, "editTokens": 12, "deadlineMs": 600_000}
 WAIT_S = 180  # a hang guard only
 EDIT = {"start": {"line": 3, "character": 0}, "end": {"line": 4, "character": 31}}
@@ -44,15 +46,19 @@ def expected(target, uri: str):
     from lsp.requests import completion_request, edit_request
     from lsp.service import EngineService
 
-    options = ServerOptions(line_tokens=LIMITS["lineTokens"], block_tokens=LIMITS["blockTokens"],
-                            edit_tokens=LIMITS["editTokens"], deadline_ms=LIMITS["deadlineMs"])
+    options = ServerOptions(
+        line_tokens=LIMITS["lineTokens"],
+        block_tokens=LIMITS["blockTokens"],
+        edit_tokens=LIMITS["editTokens"],
+        deadline_ms=LIMITS["deadlineMs"],
+    )
     service = EngineService(target, proposer="none")
     try:
         offset = SOURCE.index("join_all(argv)")
-        request, context = completion_request(SOURCE, offset, options, service.windows_for(options), invoked=True,
-                                              uri=uri)
-        completion = trim_completion(service.submit(dataclasses.replace(request, proposer="none")).wait().text,
-                                     context)
+        request, context = completion_request(
+            SOURCE, offset, options, service.windows_for(options), invoked=True, uri=uri
+        )
+        completion = trim_completion(service.submit(dataclasses.replace(request, proposer="none")).wait().text, context)
         plan = plan_edit(SOURCE, {"range": EDIT, "instruction": INSTRUCTION}, "utf-16", options.edit_tokens)
         edit = service.submit(edit_request(plan, uri=uri, cursor=plan.start, proposer="none")).wait().text
     finally:
@@ -63,21 +69,37 @@ def expected(target, uri: str):
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def servers(family_checkpoints, tmp_path_factory):
     """One `codespec serve` per family, started at once (their start-up is mostly imports)."""
+
     async def start(name: str):
         family = family_checkpoints(name)
         root = tmp_path_factory.mktemp(f"serve-{name}")
         (root / "util.py").write_text(SOURCE)
         client = await ClientServerConfig(server_command=[sys.executable, "-m", "codespec.cli", "serve"]).start()
-        await client.initialize_session(types.InitializeParams(
-            capabilities=types.ClientCapabilities(text_document=types.TextDocumentClientCapabilities(
-                inline_completion=types.InlineCompletionClientCapabilities(dynamic_registration=False))),
-            root_uri=root.as_uri(), workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="workspace")],
-            initialization_options={"model": str(family.target), "draft": str(family.draft), "device": "cpu",
-                                    "limits": LIMITS, "debounceMs": 10,
-                                    "index": {"path": str(root / "index.db")}}))
+        await client.initialize_session(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(
+                    text_document=types.TextDocumentClientCapabilities(
+                        inline_completion=types.InlineCompletionClientCapabilities(dynamic_registration=False)
+                    )
+                ),
+                root_uri=root.as_uri(),
+                workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="workspace")],
+                initialization_options={
+                    "model": str(family.target),
+                    "draft": str(family.draft),
+                    "device": "cpu",
+                    "limits": LIMITS,
+                    "debounceMs": 10,
+                    "index": {"path": str(root / "index.db")},
+                },
+            )
+        )
         uri = (root / "util.py").as_uri()
-        client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
-            uri=uri, language_id="python", version=1, text=SOURCE)))
+        client.text_document_did_open(
+            types.DidOpenTextDocumentParams(
+                text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=SOURCE)
+            )
+        )
         return name, (client, uri)
 
     for name in FAMILIES:
@@ -93,8 +115,7 @@ async def servers(family_checkpoints, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-async def test_inline_completion_and_edit_through_the_server(servers, family_checkpoints, loaded, monkeypatch,
-                                                             name):
+async def test_inline_completion_and_edit_through_the_server(servers, family_checkpoints, loaded, monkeypatch, name):
     family = family_checkpoints(name)
     target = loaded(family.target)
     client, uri = servers[name]
@@ -115,13 +136,24 @@ async def test_inline_completion_and_edit_through_the_server(servers, family_che
         assert PromptRenderer(target.tokenizer, target.prompt_format).stop_token_ids() >= {151_645, 151_643}
 
     line, character = 8, len("    result = ")
-    items = await asyncio.wait_for(client.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, character),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked))), WAIT_S)
+    items = await asyncio.wait_for(
+        client.text_document_inline_completion_async(
+            types.InlineCompletionParams(
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                position=types.Position(line, character),
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+            )
+        ),
+        WAIT_S,
+    )
     assert completion and len(items) == 1 and items[0].insert_text == completion
 
-    response = await asyncio.wait_for(client.protocol.send_request_async("codespec/edit", {
-        "textDocument": {"uri": uri}, "editId": "e1", "range": EDIT, "instruction": INSTRUCTION}), WAIT_S)
+    response = await asyncio.wait_for(
+        client.protocol.send_request_async(
+            "codespec/edit", {"textDocument": {"uri": uri}, "editId": "e1", "range": EDIT, "instruction": INSTRUCTION}
+        ),
+        WAIT_S,
+    )
     assert edit and response.edits[0].newText == edit
     stats = await client.protocol.send_request_async("codespec/stats", {})
     assert stats.prompt_format == family.prompt_format

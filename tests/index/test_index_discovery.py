@@ -15,31 +15,47 @@ def _names(root, items):
 
 def test_gitignore_subset(tmp_path):
     root = tmp_path / "ws"
-    files = ["keep.py", "build/out.py", "src/app.py", "src/app.log", "src/important.log", "src/gen/x.py",
-             "docs/a.md", "docs/deep/b.md", "deep/nested/tmp/y.py", "top.py", "sub/top.py", "src/.cache/z.py"]
+    files = [
+        "keep.py",
+        "build/out.py",
+        "src/app.py",
+        "src/app.log",
+        "src/important.log",
+        "src/gen/x.py",
+        "docs/a.md",
+        "docs/deep/b.md",
+        "deep/nested/tmp/y.py",
+        "top.py",
+        "sub/top.py",
+        "src/.cache/z.py",
+    ]
     for name in files:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(f"# {name}\n")
-    (root / ".gitignore").write_text("# comment\n\nbuild/\n*.log\n!important.log\n/top.py\n**/tmp/\n"
-                                     "docs/**/*.md\n.cache\n")
+    (root / ".gitignore").write_text(
+        "# comment\n\nbuild/\n*.log\n!important.log\n/top.py\n**/tmp/\ndocs/**/*.md\n.cache\n"
+    )
     (root / "src" / ".gitignore").write_text("gen/\n")
     (root / ".git").mkdir()
     (root / ".git" / "config.py").write_text("x = 1\n")
     found = _names(root, discover([root]))
-    assert found == sorted([".gitignore", "keep.py", "src/.gitignore", "src/app.py", "src/important.log",
-                            "sub/top.py"])  # docs/**/*.md also matches docs/a.md, as in git
+    assert found == sorted(
+        [".gitignore", "keep.py", "src/.gitignore", "src/app.py", "src/important.log", "sub/top.py"]
+    )  # docs/**/*.md also matches docs/a.md, as in git
     found = _names(root, discover([root], exclude=["keep.*", "sub/"]))
     assert "sub/top.py" not in found and "keep.py" not in found and "src/app.py" in found
 
 
 def test_rule_parsing_edge_cases():
     rules = parse_rules(["a?c", "[xy]z", "\\!bang", "lib/**", "trailing   "])
+
     def ignored(path):
         verdict = False
         for rule in rules:
             if rule.regex.match(path):
                 verdict = not rule.negate
         return verdict
+
     assert ignored("abc") and ignored("d/abc") and not ignored("abbc")
     assert ignored("xz") and not ignored("zz")
     assert ignored("!bang")
@@ -73,7 +89,9 @@ def test_binary_oversize_and_link_escape(tmp_path, caplog, index_tokenizer):
         assert sum(name in r.getMessage() for r in caplog.records) == 1  # one log line each
     index = WorkspaceIndex(index_tokenizer)
     calls = []
-    report = index.index_workspace([root], max_file_bytes=1000, progress=lambda done, total: calls.append((done, total)))
+    report = index.index_workspace(
+        [root], max_file_bytes=1000, progress=lambda done, total: calls.append((done, total))
+    )
     assert report.files == 1 and len(report.skipped) == 5
     assert calls and calls[-1] == (1, 1)
     assert all("secret" not in index.document_text(u) for u in index.documents())

@@ -11,8 +11,33 @@ from index.retokenize import full_encode, splice
 
 # Fragments that stress pre-tokenizer edge cases: whitespace runs that merge, newlines with
 # indentation, contractions, digits, multi-byte characters, a special token, CRLF, odd spaces.
-FRAGMENTS = ["a", "bc", "def", " ", "  ", "    ", "\n", "\n    ", "\t", "x1", "(", "):", ".", "'s", "'",
-             "123", "é", "中文", "\U0001f600", "<|endoftext|>", "\r\n", "\u3000", "#", "return", "_"]
+FRAGMENTS = [
+    "a",
+    "bc",
+    "def",
+    " ",
+    "  ",
+    "    ",
+    "\n",
+    "\n    ",
+    "\t",
+    "x1",
+    "(",
+    "):",
+    ".",
+    "'s",
+    "'",
+    "123",
+    "é",
+    "中文",
+    "\U0001f600",
+    "<|endoftext|>",
+    "\r\n",
+    "\u3000",
+    "#",
+    "return",
+    "_",
+]
 texts = st.lists(st.sampled_from(FRAGMENTS), max_size=30).map("".join)
 edit = st.tuples(st.floats(0, 1), st.integers(0, 8), texts.filter(lambda t: len(t) <= 12))
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -56,8 +56,12 @@ def test_longest_match_wins(make_index, index_adapter, index_tokenizer):
 
 def test_nearest_occurrence_in_same_document_first(make_index, index_adapter, index_tokenizer):
     index = make_index()
-    lines = ["result = compute(left_value)\n"] + [f"pad_{n} = {n}\n" for n in range(40)] + \
-            ["result = compute(right_value)\n"] + [f"tail_{n} = {n}\n" for n in range(40)]
+    lines = (
+        ["result = compute(left_value)\n"]
+        + [f"pad_{n} = {n}\n" for n in range(40)]
+        + ["result = compute(right_value)\n"]
+        + [f"tail_{n} = {n}\n" for n in range(40)]
+    )
     text = "".join(lines)
     index.add_document("mem://doc", text)
     index.add_document("mem://other", "result = compute(other_value)\n")
@@ -65,7 +69,7 @@ def test_nearest_occurrence_in_same_document_first(make_index, index_adapter, in
     context = ids(index_adapter, "result = compute(")
     near_second = index.token_offset("mem://doc", text.index("tail_0"))
     near_first = index.token_offset("mem://doc", text.index("pad_0"))
-    assert near_second == len(ids(index_adapter, text[:text.index("tail_0")]))
+    assert near_second == len(ids(index_adapter, text[: text.index("tail_0")]))
     second = index.lookup(context, 8, uri="mem://doc", cursor=near_second)
     first = index.lookup(context, 8, uri="mem://doc", cursor=near_first)
     assert decode(index_tokenizer, second[0].token_ids).startswith("right")
@@ -125,10 +129,18 @@ def test_same_document_near_cursor_beats_recency_and_frequency(make_index, index
     assert decode(index_tokenizer, found[0].token_ids).startswith("local")
 
 
-occurrences = st.lists(st.builds(
-    Occurrence, source=st.sampled_from(["mem://a", "mem://b", "history:accepted"]), position=st.integers(0, 50),
-    continuation=st.lists(st.integers(0, 3), min_size=1, max_size=3).map(tuple), same_document=st.booleans(),
-    distance=st.integers(0, 500), recency=st.integers(0, 1000)), max_size=30)
+occurrences = st.lists(
+    st.builds(
+        Occurrence,
+        source=st.sampled_from(["mem://a", "mem://b", "history:accepted"]),
+        position=st.integers(0, 50),
+        continuation=st.lists(st.integers(0, 3), min_size=1, max_size=3).map(tuple),
+        same_document=st.booleans(),
+        distance=st.integers(0, 500),
+        recency=st.integers(0, 1000),
+    ),
+    max_size=30,
+)
 
 
 @given(occurrences, st.integers(0, 10**6))
@@ -138,8 +150,9 @@ def test_rank_is_lexicographic(found, extra_ticks):
     however far the clock has run; ``score`` never increases down the list."""
     found = [o if o.same_document else replace(o, distance=0) for o in found]
     ranked = rank(found, max_candidates=100, newest=1000 + extra_ticks)
-    keys = [(not r.occurrence.same_document, r.occurrence.distance, -r.occurrence.recency, -r.frequency)
-            for r in ranked]
+    keys = [
+        (not r.occurrence.same_document, r.occurrence.distance, -r.occurrence.recency, -r.frequency) for r in ranked
+    ]
     assert keys == sorted(keys)
     assert all(a.score >= b.score for a, b in zip(ranked, ranked[1:]))
     assert sum(r.frequency for r in ranked) == len(found)
@@ -159,7 +172,7 @@ def test_match_across_token_boundary(make_index, index_adapter):
     assert inside, "the test word must span several tokens"
     cut = inside[0]
     found = index.lookup(tokens[:cut], 5)
-    assert found[0].token_ids == tuple(tokens[cut:cut + 5])
+    assert found[0].token_ids == tuple(tokens[cut : cut + 5])
     assert found[0].position == cut and found[0].source == "mem://doc"
 
 

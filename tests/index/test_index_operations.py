@@ -13,16 +13,20 @@ from index import WorkspaceIndex
 
 WORDS = ["alpha", "beta", "gamma", " ", "\n", "(", ")", " = ", "x", "1", "\n    ", "return", ":"]
 texts = st.lists(st.sampled_from(WORDS), min_size=0, max_size=40).map("".join)
-operations = st.lists(st.one_of(
-    st.tuples(st.just("add"), st.integers(0, 9), texts),
-    st.tuples(st.just("add"), st.integers(0, 9), texts),
-    st.tuples(st.just("edit"), st.integers(0, 9), st.floats(0, 1), st.integers(0, 6), texts),
-    st.tuples(st.just("remove"), st.integers(0, 9)),
-    st.tuples(st.just("history"), st.sampled_from(["accepted", "generated"]), texts),
-    st.tuples(st.just("lookup"), st.integers(0, 9), st.integers(0, 200), st.integers(2, 10)),
-    st.tuples(st.just("lookup"), st.integers(0, 9), st.integers(0, 200), st.integers(2, 10)),
-    st.tuples(st.just("jobs"), st.integers(0, 3)),
-), min_size=8, max_size=40)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 9), texts),
+        st.tuples(st.just("add"), st.integers(0, 9), texts),
+        st.tuples(st.just("edit"), st.integers(0, 9), st.floats(0, 1), st.integers(0, 6), texts),
+        st.tuples(st.just("remove"), st.integers(0, 9)),
+        st.tuples(st.just("history"), st.sampled_from(["accepted", "generated"]), texts),
+        st.tuples(st.just("lookup"), st.integers(0, 9), st.integers(0, 200), st.integers(2, 10)),
+        st.tuples(st.just("lookup"), st.integers(0, 9), st.integers(0, 200), st.integers(2, 10)),
+        st.tuples(st.just("jobs"), st.integers(0, 3)),
+    ),
+    min_size=8,
+    max_size=40,
+)
 
 
 def brute_force_longest(index, context, max_ngram, min_ngram):
@@ -35,8 +39,7 @@ def brute_force_longest(index, context, max_ngram, min_ngram):
             if tokens[end] == index.adapter.sep:
                 continue
             n = 0
-            while n < min(max_ngram, len(context)) and end - 1 - n >= 0 and \
-                    tokens[end - 1 - n] == context[-1 - n]:
+            while n < min(max_ngram, len(context)) and end - 1 - n >= 0 and tokens[end - 1 - n] == context[-1 - n]:
                 n += 1
             best = max(best, n)
     return best if best >= min_ngram else 0
@@ -48,8 +51,15 @@ def test_random_operations(tmp_path_factory, index_tokenizer, ops, with_db, back
     """``background``: every rebuild / merge is a deferred background job, run only at "jobs"
     steps, so documents change between a job's snapshot and its install."""
     db = tmp_path_factory.mktemp("ops") / "index.db" if with_db else None
-    index = WorkspaceIndex(index_tokenizer, db_path=db, max_ngram=6, overlay_tokens=8, hot_documents=1,
-                           memory_budget_tokens=60, background_tokens=0 if background else 1 << 20)
+    index = WorkspaceIndex(
+        index_tokenizer,
+        db_path=db,
+        max_ngram=6,
+        overlay_tokens=8,
+        hot_documents=1,
+        memory_budget_tokens=60,
+        background_tokens=0 if background else 1 << 20,
+    )
     if background:
         index._levels.deferred = []
     model: dict[str, str] = {}
@@ -73,16 +83,16 @@ def test_random_operations(tmp_path_factory, index_tokenizer, ops, with_db, back
             index.add_history(op[1], op[2])
         elif op[0] == "jobs" and background:
             jobs = index._levels.deferred
-            for job in jobs[:op[1] + 1]:
+            for job in jobs[: op[1] + 1]:
                 job()
-            del jobs[:op[1] + 1]
+            del jobs[: op[1] + 1]
         elif op[0] == "lookup" and model:
             uri = sorted(model)[op[1] % len(model)]
             tokens = index.document_tokens(uri)  # (re)loads an evicted document
             if len(tokens) < 2:
                 continue
             cut = 1 + op[2] % (len(tokens) - 1)
-            context = tokens[max(0, cut - op[3]):cut]
+            context = tokens[max(0, cut - op[3]) : cut]
             found = index.lookup(context, 4, max_candidates=8)
             expected = brute_force_longest(index, context, index.max_ngram, index.min_ngram)
             assert (found[0].match_len if found else 0) == expected
@@ -92,8 +102,8 @@ def test_random_operations(tmp_path_factory, index_tokenizer, ops, with_db, back
                 else:
                     source = index.document_tokens(candidate.source)
                 p, k = candidate.position, candidate.match_len
-                assert source[p - k:p] == context[-k:]
-                assert tuple(source[p:p + len(candidate.token_ids)]) == candidate.token_ids
+                assert source[p - k : p] == context[-k:]
+                assert tuple(source[p : p + len(candidate.token_ids)]) == candidate.token_ids
         index.check_integrity()
     if background:
         for job in index._levels.deferred:

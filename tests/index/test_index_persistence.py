@@ -37,8 +37,11 @@ def test_round_trip(tmp_path, index_tokenizer, index_adapter):
         index.record_outcome("history:accepted", drafted=4, accepted=4)
         expected_tokens = index.document_tokens("mem://a")
         history = index.history_entries()
-        assert [(h.kind, h.uri) for h in history] == [("replaced", "mem://a"), ("accepted", "mem://a"),
-                                                      ("generated", None)]
+        assert [(h.kind, h.uri) for h in history] == [
+            ("replaced", "mem://a"),
+            ("accepted", "mem://a"),
+            ("generated", None),
+        ]
         assert history[0].token_ids == tuple(index_adapter.encode("first"))
         assert history[1].token_ids == tuple(index_adapter.encode("accepted_value = compute_accepted(42)\n"))
         assert started <= history[0].time <= history[1].time <= history[2].time <= time.time()
@@ -159,8 +162,12 @@ WRITER = textwrap.dedent("""
 def _run_and_kill(script, tokenizer_dir, db, first_revision, rng):
     """Start the writer, let it commit a few rounds, SIGKILL it at a random moment."""
     env = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    writer = subprocess.Popen([sys.executable, str(script), str(tokenizer_dir), str(db), str(first_revision),
-                               str(GROUP)], stdout=subprocess.PIPE, text=True, env=env)
+    writer = subprocess.Popen(
+        [sys.executable, str(script), str(tokenizer_dir), str(db), str(first_revision), str(GROUP)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 120
         for line in writer.stdout:
@@ -234,8 +241,9 @@ def test_table_from_persisted_parts_matches_scan():
                 arrays = [rng.integers(0, 4, rng.integers(0, 30)).astype(dtype) for _ in range(rng.integers(1, 5))]
             depth = int(rng.integers(1, 4))
             table = ngram_module.NgramTable(arrays, dtype, sep, 6, 2, trie_depth=depth)
-            again = ngram_module.NgramTable(arrays, dtype, sep, 6, 2, trie_depth=depth, order=table.order,
-                                            groups=table.groups())
+            again = ngram_module.NgramTable(
+                arrays, dtype, sep, 6, 2, trie_depth=depth, order=table.order, groups=table.groups()
+            )
             reversed_context = rng.integers(0, 4 if trial % 4 else 2, rng.integers(0, 9)).tolist()[::-1]
             for candidate in (table, again):
                 found = candidate.matches(reversed_context)

@@ -92,8 +92,11 @@ def test_corrupted_database_is_moved_aside_and_rebuilt(tmp_path, index_tokenizer
             index.add_document("mem://new", "fresh_value = build_fresh(1)\n")
             assert index.lookup(index_adapter.encode("y = build_fresh("), 4)[0].source == "mem://new"
             index.check_integrity()
-    aside = [p for p in tmp_path.iterdir() if p.name.startswith("index.db.corrupt-") and not p.name.endswith(
-        ("-wal", "-shm"))]
+    aside = [
+        p
+        for p in tmp_path.iterdir()
+        if p.name.startswith("index.db.corrupt-") and not p.name.endswith(("-wal", "-shm"))
+    ]
     assert len(aside) == 1 and aside[0].read_bytes() == damaged  # kept as it was, for inspection
     assert any(str(aside[0]) in record.getMessage() for record in caplog.records)
     with WorkspaceIndex(index_tokenizer, db_path=db) as index:  # the rebuilt file persists as usual
@@ -144,8 +147,7 @@ def _all_found(index, index_adapter, ns) -> None:
         assert found and found[0].source == f"mem://{n}", n
 
 
-def test_failed_background_merge_keeps_levels_reports_and_retries(index_tokenizer, index_adapter, monkeypatch,
-                                                                  caplog):
+def test_failed_background_merge_keeps_levels_reports_and_retries(index_tokenizer, index_adapter, monkeypatch, caplog):
     import threading
 
     index = WorkspaceIndex(index_tokenizer, overlay_tokens=0, hot_documents=1, background_tokens=0)
@@ -307,15 +309,15 @@ def _answers(index, index_adapter):
     return [(c.token_ids, c.source, c.position) for c in index.lookup(index_adapter.encode("y = function_3_7("), 8)]
 
 
-def test_stored_values_that_cannot_be_right_are_rebuilt_not_trusted(tmp_path, index_tokenizer, index_adapter,
-                                                                    caplog):
+def test_stored_values_that_cannot_be_right_are_rebuilt_not_trusted(tmp_path, index_tokenizer, index_adapter, caplog):
     """Rows SQLite accepts but this code never writes (damage its checks miss, another tool):
     each is ignored with a log line and rebuilt from the workspace; nothing crashes."""
     root = tmp_path / "ws"
     root.mkdir()
     for n in range(6):
-        (root / f"module_{n}.py").write_text("".join(f"def function_{n}_{k}(x):\n    return x * {k}\n\n"
-                                                     for k in range(20)))
+        (root / f"module_{n}.py").write_text(
+            "".join(f"def function_{n}_{k}(x):\n    return x * {k}\n\n" for k in range(20))
+        )
     db = tmp_path / "index.db"
     with WorkspaceIndex(index_tokenizer, db_path=db) as index:
         index.index_workspace([root])

@@ -21,8 +21,9 @@ def lsp_model_dir(tmp_path_factory) -> Path:
 
     corpus = [(STDLIB / name).read_text(encoding="utf-8") for name in LSP_CORPUS]
     directory = tmp_path_factory.mktemp("lsp-tiny-llama")
-    return save_random_model(directory, corpus, shape=(64, 2, 4, 2, 128), vocab_size=384,
-                             seed=3, init_std=0.25, max_context=2048)
+    return save_random_model(
+        directory, corpus, shape=(64, 2, 4, 2, 128), vocab_size=384, seed=3, init_std=0.25, max_context=2048
+    )
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,8 @@ def workspace(tmp_path_factory):
         package = root / f"package_{i % 10}"
         package.mkdir(exist_ok=True)
         (package / f"module_{i}.py").write_text(
-            f"def helper_{i}(value):\n    return value * {i} + offset_{i % 7}\n\n\nclass Thing{i}:\n    size = {i}\n")
+            f"def helper_{i}(value):\n    return value * {i} + offset_{i % 7}\n\n\nclass Thing{i}:\n    size = {i}\n"
+        )
     return root
 
 
@@ -63,8 +64,9 @@ def open_service(target, db_path) -> EngineService:
 def index_summary(index: WorkspaceIndex, target) -> tuple[dict, list]:
     """Documents with their tokens, and what lookups find (scores aside: they count recency)."""
     documents = {uri: index.document_tokens(uri) for uri in sorted(index.documents())}
-    found = [[(c.token_ids, c.match_len, c.source, c.position) for c in index.lookup(target.encode(p), 6)]
-             for p in PROBES]
+    found = [
+        [(c.token_ids, c.match_len, c.source, c.position) for c in index.lookup(target.encode(p), 6)] for p in PROBES
+    ]
     return documents, found
 
 
@@ -76,8 +78,9 @@ def test_completions_run_while_the_workspace_is_indexed(lsp_target, workspace, t
         scan = indexing.index_workspace(service, [workspace], (), 1_000_000, held)
         assert held.held.wait(WAIT_S)  # the scan is mid-way, between two tokenizer batches
         uri = (workspace / "package_1" / "module_1.py").as_uri()
-        result = service.submit(GenerationRequest(prompt="def helper_1(value):\n    return", max_tokens=4,
-                                                  uri=uri, cursor=30)).wait(WAIT_S)
+        result = service.submit(
+            GenerationRequest(prompt="def helper_1(value):\n    return", max_tokens=4, uri=uri, cursor=30)
+        ).wait(WAIT_S)
         events.append("completion")
         found = service.call(lambda: service.index.lookup(lsp_target.encode("def helper_1(value"), 4)).result(WAIT_S)
         events.append("lookup")

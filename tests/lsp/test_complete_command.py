@@ -36,8 +36,23 @@ def test_cursor_offset_reads_line_breaks_as_the_server_does():
 def test_complete_reports_identical_output_and_speedup(tmp_path, capsys, lsp_model_dir):
     source = tmp_path / "shapes.py"
     source.write_text(SOURCE)
-    code = main(["complete", f"{source}:10:5", "--model", str(lsp_model_dir), "--device", "cpu",
-                 "--workspace", str(tmp_path), "--max-tokens", "12", "--repeats", "1", "--json"])
+    code = main(
+        [
+            "complete",
+            f"{source}:10:5",
+            "--model",
+            str(lsp_model_dir),
+            "--device",
+            "cpu",
+            "--workspace",
+            str(tmp_path),
+            "--max-tokens",
+            "12",
+            "--repeats",
+            "1",
+            "--json",
+        ]
+    )
     assert code == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["identical_output"] is True  # greedy speculative decoding is lossless

@@ -12,9 +12,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_demo_reports_both_jobs_with_identical_outputs():
-    done = subprocess.run([sys.executable, "-m", "codespec.cli", "demo", "--repeats", "1", "--json",
-                           "--device", "cpu", "--threads", "1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "codespec.cli", "demo", "--repeats", "1", "--json", "--device", "cpu", "--threads", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     completions, rewrite = report["completions"], report["rewrite"]

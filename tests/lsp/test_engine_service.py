@@ -36,8 +36,9 @@ def test_long_edit_does_not_block_a_completion(service):
 
 def test_cancel_stops_within_a_cycle(service):
     first_delta = threading.Event()
-    job = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=1000, kind="edit"),
-                         on_delta=lambda text: first_delta.set())
+    job = service.submit(
+        GenerationRequest(prompt=LONG_TEXT, max_tokens=1000, kind="edit"), on_delta=lambda text: first_delta.set()
+    )
     assert first_delta.wait(WAIT_S)
     job.cancel()
     result = job.wait(WAIT_S)
@@ -64,13 +65,21 @@ def test_warming_a_document_prefills_what_its_completions_share(service):
     from lsp.inline import completion_context, completion_prompt, warm_prompt
 
     text = LONG_TEXT
-    warm = service.submit(GenerationRequest(prompt=warm_prompt(text, 4000, service.prompts), max_tokens=1, kind="prefill",
-                                            cache_key="warm-doc", proposer="none")).wait(WAIT_S)
+    warm = service.submit(
+        GenerationRequest(
+            prompt=warm_prompt(text, 4000, service.prompts),
+            max_tokens=1,
+            kind="prefill",
+            cache_key="warm-doc",
+            proposer="none",
+        )
+    ).wait(WAIT_S)
     assert warm.usage.cached_prompt_tokens == 0 and warm.reason == "length" and warm.text == ""
     offset = text.index("return value + 5")
     context = completion_context(text, offset, 4, 8, 4000, 200)
-    request = GenerationRequest(prompt=completion_prompt(context, service.prompts), max_tokens=4, stop=context.stop,
-                                cache_key="warm-doc")
+    request = GenerationRequest(
+        prompt=completion_prompt(context, service.prompts), max_tokens=4, stop=context.stop, cache_key="warm-doc"
+    )
     result = service.submit(request).wait(WAIT_S)
     prefix_tokens = len(service.target.encode(warm_prompt(context.prefix, len(context.prefix), service.prompts)))
     assert result.usage.cached_prompt_tokens >= prefix_tokens - 2  # only the suffix was prefilled
@@ -87,8 +96,9 @@ def test_a_request_takes_over_a_documents_background_prefill(service):
     prompt_tokens = len(service.target.encode(prompt))
     assert PREFILL_CHUNK * 4 < prompt_tokens < service.target.max_context
     context = completion_context(text, text.rindex("return value + 5"), 4, 8, len(text), 200)
-    request = GenerationRequest(prompt=completion_prompt(context, service.prompts), max_tokens=4, stop=context.stop,
-                                cache_key="big-doc")
+    request = GenerationRequest(
+        prompt=completion_prompt(context, service.prompts), max_tokens=4, stop=context.stop, cache_key="big-doc"
+    )
     gate = threading.Event()
     blocked = service.call(gate.wait)  # hold the engine thread while the prefill is queued
     prefill = service.submit(GenerationRequest(prompt=prompt, max_tokens=1, kind="prefill", cache_key="big-doc"))
@@ -102,8 +112,11 @@ def test_a_request_takes_over_a_documents_background_prefill(service):
     superseded = prefill.wait(WAIT_S)
     assert superseded.reason == "cancelled"  # stopped early: the completion took its cache over
     assert PREFILL_CHUNK <= result.usage.cached_prompt_tokens < superseded.usage.prompt_tokens
-    fresh = service.submit(GenerationRequest(prompt=completion_prompt(context, service.prompts), max_tokens=4, stop=context.stop,
-                                             cache_key="other-doc")).wait(WAIT_S)
+    fresh = service.submit(
+        GenerationRequest(
+            prompt=completion_prompt(context, service.prompts), max_tokens=4, stop=context.stop, cache_key="other-doc"
+        )
+    ).wait(WAIT_S)
     assert result.text == fresh.text  # a partial prefill changes nothing in the output
 
 
@@ -148,8 +161,9 @@ def test_a_failed_background_index_update_is_logged_not_lost(lsp_target, caplog)
             server.sync_index(document.uri)
             # Index updates are idle calls, which run in order: after this one the update is done.
             server.service.call(lambda: None, idle=True).result(WAIT_S)
-        assert any("index update of file:///never-indexed.py failed" in record.getMessage()
-                   for record in caplog.records)
+        assert any(
+            "index update of file:///never-indexed.py failed" in record.getMessage() for record in caplog.records
+        )
     finally:
         server.service.close()
 
@@ -201,11 +215,15 @@ def test_index_is_reused_after_a_restart_and_history_reaches_it(lsp_target, tmp_
             found = service.call(lambda: service.index.lookup(context, 4)).result(WAIT_S)
             history_hits.append(any(c.source == "history:accepted" for c in found))
             service.record_history("accepted", accepted, (root / "module_0.py").as_uri()).result(WAIT_S)
-            result = service.submit(GenerationRequest(prompt="def helper_1(x):\n", max_tokens=3,
-                                                      uri=(root / "module_1.py").as_uri(), cursor=5)).wait(WAIT_S)
+            result = service.submit(
+                GenerationRequest(
+                    prompt="def helper_1(x):\n", max_tokens=3, uri=(root / "module_1.py").as_uri(), cursor=5
+                )
+            ).wait(WAIT_S)
             assert result.usage.completion_tokens == 3
         finally:
             from lsp.runtime import close_service
+
             close_service(service)
     assert reports[0].tokenized == 3
     assert reports[1].tokenized == 0 and reports[1].reused == 3  # nothing re-tokenized on restart
@@ -247,6 +265,7 @@ def test_idle_calls_wait_for_running_requests_but_keep_their_order(service):
             busy = any(job.request.kind != "prefill" for job in service._active)  # engine thread: safe
             runs.append((name, busy, time.monotonic() - enqueued))
             return name
+
         return fn
 
     job = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=300, kind="edit"))

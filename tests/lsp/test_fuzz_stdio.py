@@ -20,28 +20,59 @@ ANSWER_S = 60  # a hang guard: every owed answer normally arrives within a secon
 MEMORY_BOUND_MB = 500  # peak RSS growth allowed over the whole module (a 5 MB document indexed: 1.2 GB)
 
 SURROGATES = st.sampled_from(["\ud800", "x = \udfff\n", "\udc00\ud800", "😀\ud83d"])
-SCALARS = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False)
-           | st.text(max_size=20) | SURROGATES | st.sampled_from([2**31, -1, 2**31 - 1, "", "a" * 70_000]))
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-    st.text(max_size=6) | st.sampled_from(["line", "character", "uri", "text", "textDocument", "position"]),
-    inner, max_size=3), max_leaves=8)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+    | SURROGATES
+    | st.sampled_from([2**31, -1, 2**31 - 1, "", "a" * 70_000])
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.text(max_size=6) | st.sampled_from(["line", "character", "uri", "text", "textDocument", "position"]),
+            inner,
+            max_size=3,
+        )
+    ),
+    max_leaves=8,
+)
 
 TEMPLATES = {  # method -> params builder(uri); requests and notifications, all valid as built
-    "textDocument/inlineCompletion": lambda uri: {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 2},
-                                                  "context": {"triggerKind": 1}},
+    "textDocument/inlineCompletion": lambda uri: {
+        "textDocument": {"uri": uri},
+        "position": {"line": 1, "character": 2},
+        "context": {"triggerKind": 1},
+    },
     "textDocument/completion": lambda uri: {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}},
-    "codespec/edit": lambda uri: {"textDocument": {"uri": uri}, "range": {"start": {"line": 0, "character": 0},
-                                                                          "end": {"line": 1, "character": 0}}},
+    "codespec/edit": lambda uri: {
+        "textDocument": {"uri": uri},
+        "range": {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 0}},
+    },
     "codespec/stats": lambda uri: {},
     "workspace/executeCommand": lambda uri: {"command": "codespec.accepted", "arguments": [uri, "x = 1"]},
-    "textDocument/didOpen": lambda uri: {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
-                                                          "text": "def f(x):\n    return x\n"}},
-    "textDocument/didChange": lambda uri: {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [
-        {"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 3}}, "text": "async def"}]},
+    "textDocument/didOpen": lambda uri: {
+        "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": "def f(x):\n    return x\n"}
+    },
+    "textDocument/didChange": lambda uri: {
+        "textDocument": {"uri": uri, "version": 2},
+        "contentChanges": [
+            {"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 3}}, "text": "async def"}
+        ],
+    },
     "textDocument/didClose": lambda uri: {"textDocument": {"uri": uri}},
 }
-REQUESTS = {"textDocument/inlineCompletion", "textDocument/completion", "codespec/edit", "codespec/stats",
-            "workspace/executeCommand"}
+REQUESTS = {
+    "textDocument/inlineCompletion",
+    "textDocument/completion",
+    "codespec/edit",
+    "codespec/stats",
+    "workspace/executeCommand",
+}
 
 
 def paths(value, prefix=()):
@@ -79,8 +110,9 @@ def typed_message(data, state: LspState) -> list[Send]:
     message["id"] = f"typed-{state.next_id}"
     sends = [Send(frame(message), must=[message["id"]], kind=f"typed:{method}")]
     if data.draw(st.integers(0, 3), label="cancel") == 0:
-        sends.append(Send(frame({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": message["id"]}}),
-                          kind="cancel"))
+        sends.append(
+            Send(frame({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": message["id"]}}), kind="cancel")
+        )
     return sends
 
 
@@ -88,9 +120,15 @@ def typed_message(data, state: LspState) -> list[Send]:
 def fuzzed(lsp_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz-workspace")
     (root / "a.py").write_text("def helper(value):\n    return value * 2\n")
-    server = StdioServer(lsp_model_dir, root, {"limits": {"lineTokens": 6, "blockTokens": 8, "editTokens": 8,
-                                                          "deadlineMs": 30_000}, "maxDocumentBytes": 200_000},
-                         stderr_path=tmp_path_factory.mktemp("fuzz-logs") / "stderr.log")
+    server = StdioServer(
+        lsp_model_dir,
+        root,
+        {
+            "limits": {"lineTokens": 6, "blockTokens": 8, "editTokens": 8, "deadlineMs": 30_000},
+            "maxDocumentBytes": 200_000,
+        },
+        stderr_path=tmp_path_factory.mktemp("fuzz-logs") / "stderr.log",
+    )
     server.initialize()
     uris = [(root / f"doc{i}.py").as_uri() for i in range(4)]
     tally = Tally()
@@ -99,9 +137,18 @@ def fuzzed(lsp_model_dir, tmp_path_factory):
     server.close()
 
 
-@settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example,
-                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 @given(data=st.data())
 def test_every_batch_is_answered_and_the_server_stays_up(fuzzed, data):
     server, uris, tally = fuzzed
@@ -110,8 +157,9 @@ def test_every_batch_is_answered_and_the_server_stays_up(fuzzed, data):
     state = LspState(list(uris), next_id=tally.sent * 10)
     rng = data.draw(st.randoms(use_true_random=False), label="rng")
     sends: list[Send] = []
-    for source in data.draw(st.lists(st.sampled_from(["generator", "generator", "typed"]), min_size=6, max_size=14),
-                            label="sources"):
+    for source in data.draw(
+        st.lists(st.sampled_from(["generator", "generator", "typed"]), min_size=6, max_size=14), label="sources"
+    ):
         new = [lsp_message(rng, state)] if source == "generator" else typed_message(data, state)
         sends += [in_sequence(state, send) for send in new]
     check_lsp_batch(server, sends, tally, ANSWER_S)
@@ -123,9 +171,11 @@ def test_every_batch_is_answered_and_the_server_stays_up(fuzzed, data):
 def test_after_the_fuzzing_the_server_is_whole(fuzzed):
     server, _, tally = fuzzed
     settle(server, tally, ANSWER_S)
-    assert tally.batches >= EXAMPLES // 2 and tally.sent > 250 and tally.owed > 150 and tally.unanswered == 0, tally.as_dict()
+    assert tally.batches >= EXAMPLES // 2 and tally.sent > 250 and tally.owed > 150 and tally.unanswered == 0, (
+        tally.as_dict()
+    )
     reply = server.request("codespec/stats", {}, msg_id="after-fuzz")
     assert "result" in reply and server.alive
     log = server.stderr_text()
     assert max((len(line) for line in log.splitlines()), default=0) < 5000, "a log line quotes too much"
-    assert "Traceback" not in log, log[log.index("Traceback") - 500:][:4000]  # no handler failed
+    assert "Traceback" not in log, log[log.index("Traceback") - 500 :][:4000]  # no handler failed

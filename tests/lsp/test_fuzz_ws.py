@@ -49,15 +49,26 @@ async def final(ws, request_id) -> dict:
 
 SURROGATE = '"x = \\ud800\\ny = "'  # JSON text: decodes to a lone surrogate
 CASES = [  # raw message, code, id in the answer, text the message must contain
-    ('{"type": "complete", "id": "s1", "prefix": ' + SURROGATE + "}", "invalid_request", "s1",
-     "prefix is not valid Unicode"),
-    ('{"type": "complete", "id": "s2", "prefix": "x", "suffix": ' + SURROGATE + "}", "invalid_request", "s2",
-     "suffix"),
-    ('{"type": "complete", "id": "s3", "document": ' + SURROGATE + ', "position": {"line": 0, "character": 0}}',
-     "invalid_request", "s3", "document"),
+    (
+        '{"type": "complete", "id": "s1", "prefix": ' + SURROGATE + "}",
+        "invalid_request",
+        "s1",
+        "prefix is not valid Unicode",
+    ),
+    ('{"type": "complete", "id": "s2", "prefix": "x", "suffix": ' + SURROGATE + "}", "invalid_request", "s2", "suffix"),
+    (
+        '{"type": "complete", "id": "s3", "document": ' + SURROGATE + ', "position": {"line": 0, "character": 0}}',
+        "invalid_request",
+        "s3",
+        "document",
+    ),
     ('{"type": "complete", "id": "s4", "prefix": "x", "stop": ["\\udfff"]}', "invalid_request", "s4", "stop"),
-    ('{"type": "edit", "id": "s5", "text": "x", "instruction": ' + SURROGATE + "}", "invalid_request", "s5",
-     "instruction"),
+    (
+        '{"type": "edit", "id": "s5", "text": "x", "instruction": ' + SURROGATE + "}",
+        "invalid_request",
+        "s5",
+        "instruction",
+    ),
     (json.dumps({"type": "complete", "id": "big", "prefix": "x" * 9000}), "message_too_large", "big", "limit"),
     (json.dumps({"type": "complete", "prefix": "x" * 9000, "id": 77}), "message_too_large", 77, "limit"),
     ('{"type": "complete", "id": "cut", "prefix": "x', "invalid_json", "cut", "not valid JSON"),
@@ -73,7 +84,9 @@ async def test_bad_messages_are_answered_with_their_id(endpoint, raw, code, requ
         message = await final(ws, request_id)
         assert message["type"] == "error" and message["code"] == code, message
         assert text in message["message"], message
-        await ws.send(json.dumps({"type": "complete", "id": "after", "prefix": "def f(x):\n    return ", "max_tokens": 3}))
+        await ws.send(
+            json.dumps({"type": "complete", "id": "after", "prefix": "def f(x):\n    return ", "max_tokens": 3})
+        )
         assert (await final(ws, "after"))["type"] == "done"  # the connection is still usable
 
 
@@ -84,9 +97,13 @@ async def test_an_oversized_binary_message_is_answered_with_its_id(endpoint):
         assert message["code"] == "message_too_large"
 
 
-@settings(max_examples=25, deadline=None, database=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                 HealthCheck.data_too_large])
+@settings(
+    max_examples=25,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
+)
 @given(rng=st.randoms(use_true_random=False), size=st.integers(4, 12))
 async def test_fuzzed_messages_each_get_one_final_answer(endpoint, rng, size):
     counter = [rng.randrange(10**9) * 100]  # ids unique across examples

@@ -125,8 +125,9 @@ def wait_for(predicate, what: str, timeout: float = WAIT_S):
 def plain_output(service: EngineService, prompt_text: str, max_tokens: int, stop=(), repeats: int = 0):
     """What plain greedy decoding of ``prompt_text`` produces under the service's end rules."""
     target = service.target
-    limits = GenerationLimits(max_tokens, (*stop, *service.prompts.end_markers),
-                              stop_token_ids=service.stop_token_ids, stop_repeats=repeats)
+    limits = GenerationLimits(
+        max_tokens, (*stop, *service.prompts.end_markers), stop_token_ids=service.stop_token_ids, stop_repeats=repeats
+    )
     return generate_all(target, target.encode(prompt_text), None, limits=limits)
 
 
@@ -165,8 +166,13 @@ def test_a_completion_prediction_is_drafted_and_counted(shipped):
     first = client.completions.create(model="m", prompt=prompt, suffix="\n", max_tokens=16)
     answer = first.choices[0].text
     assert answer
-    again = client.completions.create(model="m", prompt=prompt, suffix="\n", max_tokens=16,
-                                      extra_body={"prediction": answer, "path": "file:///p/add.py"})
+    again = client.completions.create(
+        model="m",
+        prompt=prompt,
+        suffix="\n",
+        max_tokens=16,
+        extra_body={"prediction": answer, "path": "file:///p/add.py"},
+    )
     assert again.choices[0].text == answer  # the prediction only changes the speed
     details = again.usage.completion_tokens_details
     assert details.accepted_prediction_tokens == len(shipped.service.target.encode(answer))
@@ -178,8 +184,9 @@ def test_a_seed_makes_plain_sampling_reproducible(tiny):
     kwargs = dict(model="m", prompt="def f(x):\n    return ", max_tokens=24, temperature=1.0, top_p=0.95)
     # With drafting, the random draws follow the drafts (the same distribution, other samples); without it
     # the seed fixes the output (as OpenAI's, "best effort" otherwise).
-    texts = {client.completions.create(**kwargs, seed=7, extra_body={"proposer": "none"}).choices[0].text
-             for _ in range(2)}
+    texts = {
+        client.completions.create(**kwargs, seed=7, extra_body={"proposer": "none"}).choices[0].text for _ in range(2)
+    }
     assert len(texts) == 1
     other = client.completions.create(**kwargs, seed=8, extra_body={"proposer": "none"}).choices[0].text
     assert other not in texts
@@ -187,8 +194,9 @@ def test_a_seed_makes_plain_sampling_reproducible(tiny):
 
 def test_plain_prompt_is_sent_as_it_is(shipped):
     prompt = "<|fim_prefix|>def mul(a, b):\n    return <|fim_suffix|>\n<|fim_middle|>"  # as Zed renders it
-    completion = shipped.client().completions.create(model="codespec", prompt=prompt, max_tokens=12,
-                                                     stop=["<|endoftext|>", "<|fim_pad|>"])
+    completion = shipped.client().completions.create(
+        model="codespec", prompt=prompt, max_tokens=12, stop=["<|endoftext|>", "<|fim_pad|>"]
+    )
     plain = plain_output(shipped.service, prompt, 12, repeats=COMPLETION_STOP_REPEATS)
     assert completion.choices[0].text == plain.text
 
@@ -196,8 +204,9 @@ def test_plain_prompt_is_sent_as_it_is(shipped):
 def test_chat_with_prediction_copies_it_and_counts_it(shipped):
     client = shipped.client()
     messages = [{"role": "user", "content": f"```python\n{CODE}```"}]
-    chat = client.chat.completions.create(model="codespec", messages=messages,
-                                          prediction={"type": "content", "content": CODE})
+    chat = client.chat.completions.create(
+        model="codespec", messages=messages, prediction={"type": "content", "content": CODE}
+    )
     predicted = len(shipped.service.target.encode(CODE))
     details = chat.usage.completion_tokens_details
     assert chat.choices[0].message.content == CODE  # the default model copies an uninstructed region
@@ -206,21 +215,27 @@ def test_chat_with_prediction_copies_it_and_counts_it(shipped):
     assert chat.codespec["stats"]["tokens_per_forward"] > 2
 
     extra = CODE + "\n\ndef unused(value):\n    return value\n"  # a prediction with a tail the answer lacks
-    chat = client.chat.completions.create(model="codespec", messages=messages,
-                                          prediction={"type": "content", "content": [{"type": "text", "text": extra}]})
+    chat = client.chat.completions.create(
+        model="codespec",
+        messages=messages,
+        prediction={"type": "content", "content": [{"type": "text", "text": extra}]},
+    )
     details = chat.usage.completion_tokens_details
     assert chat.choices[0].message.content == CODE
     assert details.accepted_prediction_tokens > 0 and details.rejected_prediction_tokens > 0
-    assert details.accepted_prediction_tokens + details.rejected_prediction_tokens == \
-        len(shipped.service.target.encode(extra))
+    assert details.accepted_prediction_tokens + details.rejected_prediction_tokens == len(
+        shipped.service.target.encode(extra)
+    )
 
 
 def test_chat_template_renders_the_messages(lsp_model_dir, one_thread):
     from codespec.model import TargetModel
 
     target = TargetModel.load(str(lsp_model_dir), device="cpu")
-    target.tokenizer.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
-                                      "{% if add_generation_prompt %}<assistant>{% endif %}")
+    target.tokenizer.chat_template = (
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}"
+    )
     service = EngineService(target, proposer="auto", max_draft=8)
     hosted = Hosted(service)
     try:
@@ -269,8 +284,11 @@ def test_stop_strings_across_tokens(shipped):
     target = shipped.service.target
     boundaries = [len(target.decode(plain.token_ids[:n])) for n in range(1, len(plain.token_ids))]
     text = plain.text
-    cut, stop = next((b - 2, text[b - 2:b + 2]) for b in boundaries
-                     if 2 < b <= len(text) - 2 and text.find(text[b - 2:b + 2]) == b - 2)
+    cut, stop = next(
+        (b - 2, text[b - 2 : b + 2])
+        for b in boundaries
+        if 2 < b <= len(text) - 2 and text.find(text[b - 2 : b + 2]) == b - 2
+    )
     assert cut > 0 and len(stop) == 4  # the stop string spans a token boundary
     whole = client.completions.create(model="m", prompt=prompt, max_tokens=24, stop=[stop, "never-seen"])
     assert whole.choices[0].text == text[:cut] and whole.choices[0].finish_reason == "stop"
@@ -292,8 +310,9 @@ def test_a_client_that_disconnects_cancels_its_generation(tiny):
     body = {"model": "m", "messages": LONG_CHAT, "max_tokens": 2000, "stream": True}
     before = cancelled_count(tiny.service)
     with httpx2.Client(timeout=WAIT_S) as client:
-        with client.stream("POST", tiny.url + "/v1/chat/completions", json=body,
-                           headers={"Authorization": f"Bearer {TOKEN}"}) as response:
+        with client.stream(
+            "POST", tiny.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+        ) as response:
             assert response.status_code == 200
             next(response.iter_lines())  # generating
     wait_for(lambda: cancelled_count(tiny.service) > before, "the streamed job to be cancelled")
@@ -302,8 +321,12 @@ def test_a_client_that_disconnects_cancels_its_generation(tiny):
 
     before = cancelled_count(tiny.service)
     with pytest.raises(httpx2.TimeoutException):  # a non-streaming client that gives up
-        httpx2.post(tiny.url + "/v1/chat/completions", json={**body, "stream": False},
-                    headers={"Authorization": f"Bearer {TOKEN}"}, timeout=0.3)
+        httpx2.post(
+            tiny.url + "/v1/chat/completions",
+            json={**body, "stream": False},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=0.3,
+        )
     wait_for(lambda: cancelled_count(tiny.service) > before, "the waiting job to be cancelled")
     assert last_request(tiny.service)["tokens"] < 2000
 
@@ -314,8 +337,9 @@ def test_a_long_chat_does_not_hold_up_a_short_completion(tiny):
     long_tokens = []
 
     def long_chat() -> None:
-        stream = client.chat.completions.create(model="m", messages=LONG_CHAT, max_tokens=2000, stream=True,
-                                                stream_options={"include_usage": True})
+        stream = client.chat.completions.create(
+            model="m", messages=LONG_CHAT, max_tokens=2000, stream=True, stream_options={"include_usage": True}
+        )
         for chunk in stream:
             first_chunk.set()
             if chunk.usage is not None:
@@ -334,36 +358,57 @@ def test_a_long_chat_does_not_hold_up_a_short_completion(tiny):
 
 
 # ---- errors ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("path, body, code, param", [
-    ("/v1/completions", {"prompt": 3}, "invalid_type", "prompt"),
-    ("/v1/completions", {"max_tokens": 4}, "missing_required_parameter", "prompt"),
-    ("/v1/completions", {"prompt": "x", "temperature": "hot"}, "invalid_type", "temperature"),
-    ("/v1/completions", {"prompt": "x", "temperature": 2.5}, "invalid_value", "temperature"),
-    ("/v1/completions", {"prompt": "x", "top_p": 0}, "invalid_value", "top_p"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": 0}, "invalid_value", "max_tokens"),
-    ("/v1/completions", {"prompt": "x", "max_tokens": 2.5}, "invalid_type", "max_tokens"),
-    ("/v1/completions", {"prompt": "x", "stop": [""]}, "invalid_value", "stop"),
-    ("/v1/completions", {"prompt": "x", "stop": 7}, "invalid_type", "stop"),
-    ("/v1/completions", {"prompt": "x", "n": 2}, "unsupported_parameter", "n"),
-    ("/v1/completions", {"prompt": "x", "echo": True}, "unsupported_parameter", "echo"),
-    ("/v1/completions", {"prompt": "x", "stream": "yes"}, "invalid_type", "stream"),
-    ("/v1/completions", {"prompt": ["a", "b"]}, "unsupported_parameter", "prompt"),
-    ("/v1/completions", {"prompt": "x", "proposer": "magic"}, "invalid_value", "proposer"),
-    ("/v1/chat/completions", {"messages": []}, "invalid_type", "messages"),
-    ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, "invalid_value", "messages[0].role"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, "invalid_type", "messages[0].content"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "no code here"}]}, "invalid_value", "messages"),
-    ("/v1/chat/completions", {"messages": LONG_CHAT, "prediction": "text"}, "invalid_type", "prediction"),
-    ("/v1/chat/completions", {"messages": LONG_CHAT, "n": 3}, "unsupported_parameter", "n"),
-    ("/v1/chat/completions", {"messages": LONG_CHAT, "tools": [{"type": "function"}]}, "unsupported_parameter", "tools"),
-])
+@pytest.mark.parametrize(
+    "path, body, code, param",
+    [
+        ("/v1/completions", {"prompt": 3}, "invalid_type", "prompt"),
+        ("/v1/completions", {"max_tokens": 4}, "missing_required_parameter", "prompt"),
+        ("/v1/completions", {"prompt": "x", "temperature": "hot"}, "invalid_type", "temperature"),
+        ("/v1/completions", {"prompt": "x", "temperature": 2.5}, "invalid_value", "temperature"),
+        ("/v1/completions", {"prompt": "x", "top_p": 0}, "invalid_value", "top_p"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 0}, "invalid_value", "max_tokens"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 2.5}, "invalid_type", "max_tokens"),
+        ("/v1/completions", {"prompt": "x", "stop": [""]}, "invalid_value", "stop"),
+        ("/v1/completions", {"prompt": "x", "stop": 7}, "invalid_type", "stop"),
+        ("/v1/completions", {"prompt": "x", "n": 2}, "unsupported_parameter", "n"),
+        ("/v1/completions", {"prompt": "x", "echo": True}, "unsupported_parameter", "echo"),
+        ("/v1/completions", {"prompt": "x", "stream": "yes"}, "invalid_type", "stream"),
+        ("/v1/completions", {"prompt": ["a", "b"]}, "unsupported_parameter", "prompt"),
+        ("/v1/completions", {"prompt": "x", "proposer": "magic"}, "invalid_value", "proposer"),
+        ("/v1/chat/completions", {"messages": []}, "invalid_type", "messages"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "robot", "content": "x"}]},
+            "invalid_value",
+            "messages[0].role",
+        ),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, "invalid_type", "messages[0].content"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "no code here"}]},
+            "invalid_value",
+            "messages",
+        ),
+        ("/v1/chat/completions", {"messages": LONG_CHAT, "prediction": "text"}, "invalid_type", "prediction"),
+        ("/v1/chat/completions", {"messages": LONG_CHAT, "n": 3}, "unsupported_parameter", "n"),
+        (
+            "/v1/chat/completions",
+            {"messages": LONG_CHAT, "tools": [{"type": "function"}]},
+            "unsupported_parameter",
+            "tools",
+        ),
+    ],
+)
 def test_bad_requests_are_400_in_openai_shape(tiny, path, body, code, param):
     assert_error(post(tiny, path, body), 400, code, param)
 
 
 def test_bad_json_and_non_objects_are_400(tiny):
-    assert_error(post(tiny, "/v1/completions", content=b"{bad", headers={"Content-Type": "application/json"}),
-                 400, "invalid_json")
+    assert_error(
+        post(tiny, "/v1/completions", content=b"{bad", headers={"Content-Type": "application/json"}),
+        400,
+        "invalid_json",
+    )
     assert_error(post(tiny, "/v1/chat/completions", [1, 2]), 400, "invalid_json")
 
 
@@ -371,12 +416,14 @@ def test_bad_json_and_non_objects_are_400(tiny):
 def test_a_prompt_longer_than_the_context_is_400(tiny, stream):
     prompt = " ".join(f"word{i}" for i in range(3000))
     assert len(tiny.service.target.encode(prompt)) > tiny.service.target.max_context
-    error = assert_error(post(tiny, "/v1/completions", {"prompt": prompt, "stream": stream}), 400,
-                         "context_length_exceeded")
+    error = assert_error(
+        post(tiny, "/v1/completions", {"prompt": prompt, "stream": stream}), 400, "context_length_exceeded"
+    )
     assert "context" in error["message"]
     with pytest.raises(openai.BadRequestError) as raised:  # the official client sees a plain 400 too
-        tiny.client().chat.completions.create(model="m", messages=[{"role": "user", "content": f"```\n{prompt}\n```"}],
-                                              stream=stream)
+        tiny.client().chat.completions.create(
+            model="m", messages=[{"role": "user", "content": f"```\n{prompt}\n```"}], stream=stream
+        )
     assert raised.value.status_code == 400 and raised.value.code == "context_length_exceeded"
 
 
@@ -407,16 +454,20 @@ def test_a_body_over_the_limit_is_413(tiny):
     def chunked():  # no Content-Length: counted while it is read
         for _ in range(20):
             yield b" " * 4096
+
     assert_error(post(tiny, "/v1/completions", content=chunked()), 413, "request_too_large")
 
 
-@pytest.mark.parametrize("headers, status", [
-    ({}, 401),
-    ({"Authorization": "Bearer wrong"}, 401),
-    ({"Authorization": "Basic " + TOKEN}, 401),
-    ({"Authorization": f"Bearer {TOKEN}", "Origin": "https://evil.example"}, 403),
-    ({"Origin": "https://evil.example"}, 403),
-])
+@pytest.mark.parametrize(
+    "headers, status",
+    [
+        ({}, 401),
+        ({"Authorization": "Bearer wrong"}, 401),
+        ({"Authorization": "Basic " + TOKEN}, 401),
+        ({"Authorization": f"Bearer {TOKEN}", "Origin": "https://evil.example"}, 403),
+        ({"Origin": "https://evil.example"}, 403),
+    ],
+)
 def test_token_and_origin_refusals(tiny, headers, status):
     for method, path in (("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/v1/chat/completions")):
         response = httpx2.request(method, tiny.url + path, headers=headers, json={"prompt": "x"}, timeout=WAIT_S)
@@ -427,8 +478,10 @@ def test_token_and_origin_refusals(tiny, headers, status):
 
 def test_an_allowed_origin_gets_cors_headers(tiny):
     origin = {"Origin": "https://trusted.example"}
-    preflight = httpx2.options(tiny.url + "/v1/chat/completions", headers={
-        **origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
+    preflight = httpx2.options(
+        tiny.url + "/v1/chat/completions",
+        headers={**origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"},
+    )
     assert preflight.status_code == 204
     assert preflight.headers["access-control-allow-origin"] == "https://trusted.example"
     assert "authorization" in preflight.headers["access-control-allow-headers"].lower()
@@ -442,8 +495,9 @@ def test_a_full_queue_is_429(tiny):
     try:
         body = {"model": "m", "messages": LONG_CHAT, "max_tokens": 2000, "stream": True}
         with httpx2.Client(timeout=WAIT_S) as client:
-            with client.stream("POST", small.url + "/v1/chat/completions", json=body,
-                               headers={"Authorization": f"Bearer {TOKEN}"}) as response:
+            with client.stream(
+                "POST", small.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+            ) as response:
                 lines = response.iter_lines()  # kept: a dropped line iterator closes the response
                 next(lines)  # running
                 refused = post(small, "/v1/completions", {"prompt": "x"})
@@ -477,8 +531,12 @@ def test_sixteen_concurrent_clients_with_random_disconnects(tiny):
                 async with httpx2.AsyncClient() as raw:
                     path = "/v1/completions" if kind == "completion" else "/v1/chat/completions"
                     try:
-                        await raw.post(tiny.url + path, json={**kwargs, "max_tokens": 2000},
-                                       headers={"Authorization": f"Bearer {TOKEN}"}, timeout=0.05)
+                        await raw.post(
+                            tiny.url + path,
+                            json={**kwargs, "max_tokens": 2000},
+                            headers={"Authorization": f"Bearer {TOKEN}"},
+                            timeout=0.05,
+                        )
                     except httpx2.TimeoutException:
                         return "left"
                     return "finished before leaving"

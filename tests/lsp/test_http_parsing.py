@@ -12,8 +12,11 @@ def user(text: str) -> tuple[dict, ...]:
 
 
 def test_the_last_fenced_block_of_the_last_user_message_is_the_region():
-    messages = ({"role": "user", "content": "```\nold = 1\n```"}, {"role": "assistant", "content": "ok"},
-                {"role": "user", "content": "context:\n```py\nctx()\n```\nrename x to y\n```python\nx = 1\nprint(x)\n```\n"})
+    messages = (
+        {"role": "user", "content": "```\nold = 1\n```"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "context:\n```py\nctx()\n```\nrename x to y\n```python\nx = 1\nprint(x)\n```\n"},
+    )
     region, instruction = rewrite_parts(messages, None)
     assert region == "x = 1\nprint(x)\n"
     assert instruction == "context:\n```py\nctx()\n```\nrename x to y"
@@ -31,9 +34,12 @@ def test_without_a_block_the_prediction_is_the_region():
 
 
 def test_text_parts_are_joined_and_other_parts_refused():
-    body = parse_chat({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
-                                                                 {"type": "text", "text": "b"}]}],
-                       "prediction": {"type": "content", "content": [{"type": "text", "text": "p"}]}})
+    body = parse_chat(
+        {
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+            "prediction": {"type": "content", "content": [{"type": "text", "text": "p"}]},
+        }
+    )
     assert body.messages[0]["content"] == "ab" and body.prediction == "p"
     with pytest.raises(ApiError) as refused:
         parse_chat({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]})
@@ -45,14 +51,24 @@ def test_completion_defaults_follow_openai_except_temperature():
     assert body.sampling.max_tokens == 16 and body.suffix is None and body.sampling.stop == ("\n",)
     assert body.sampling.temperature == 0.0  # greedy by default (documented deviation)
     assert parse_completion({"prompt": ["x"], "suffix": ""}).suffix == ""  # a one-string list; FIM with suffix
-    assert parse_chat({"messages": list(user("x")), "max_tokens": 5, "max_completion_tokens": 9}).sampling.max_tokens == 9
+    assert (
+        parse_chat({"messages": list(user("x")), "max_tokens": 5, "max_completion_tokens": 9}).sampling.max_tokens == 9
+    )
 
 
 def test_stream_options_need_stream():
     assert not parse_completion({"prompt": "x", "stream_options": {"include_usage": True}}).sampling.include_usage
-    assert parse_completion({"prompt": "x", "stream": True, "stream_options": {"include_usage": True}}).sampling.include_usage
+    assert parse_completion(
+        {"prompt": "x", "stream": True, "stream_options": {"include_usage": True}}
+    ).sampling.include_usage
 
 
 def test_finish_reasons_map_to_openai():
-    assert [finish_reason(r) for r in ("eos", "stop", "repetition", "length", "context", "deadline")] == \
-        ["stop", "stop", "stop", "length", "length", "length"]
+    assert [finish_reason(r) for r in ("eos", "stop", "repetition", "length", "context", "deadline")] == [
+        "stop",
+        "stop",
+        "stop",
+        "length",
+        "length",
+        "length",
+    ]

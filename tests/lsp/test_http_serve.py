@@ -48,10 +48,28 @@ def test_http_and_ws_in_one_process_with_a_generated_token(lsp_model_dir, tmp_pa
 
     token_file = tmp_path / "token"
     env = {key: value for key, value in os.environ.items() if key != "CODESPEC_TOKEN"}
-    process = subprocess.Popen([*SERVE, "--http", "--ws", "--http-port", "0", "--ws-port", "0", "--model",
-                                str(lsp_model_dir), "--device", "cpu", "--token-file", str(token_file)],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True, env=env)
+    process = subprocess.Popen(
+        [
+            *SERVE,
+            "--http",
+            "--ws",
+            "--http-port",
+            "0",
+            "--ws-port",
+            "0",
+            "--model",
+            str(lsp_model_dir),
+            "--device",
+            "cpu",
+            "--token-file",
+            str(token_file),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + WAIT_S
         ws = read_until(process, r"websocket on (ws://127\.0\.0\.1:\d+/)  token written to (\S+)", deadline)
@@ -79,21 +97,38 @@ def test_http_and_ws_in_one_process_with_a_generated_token(lsp_model_dir, tmp_pa
 @pytest.mark.asyncio
 async def test_http_beside_the_stdio_lsp_shares_its_service(lsp_model_dir, tmp_path, capfd):
     port = free_port()
-    config = ClientServerConfig(server_command=[*SERVE, "--stdio", "--http", "--http-port", str(port),
-                                                "--model", str(lsp_model_dir), "--device", "cpu"],
-                                server_env={**os.environ, "CODESPEC_TOKEN": "shared-token"})
+    config = ClientServerConfig(
+        server_command=[
+            *SERVE,
+            "--stdio",
+            "--http",
+            "--http-port",
+            str(port),
+            "--model",
+            str(lsp_model_dir),
+            "--device",
+            "cpu",
+        ],
+        server_env={**os.environ, "CODESPEC_TOKEN": "shared-token"},
+    )
     client = await config.start()
     try:
-        await client.initialize_session(types.InitializeParams(
-            capabilities=types.ClientCapabilities(), root_uri=tmp_path.as_uri(),
-            initialization_options={"model": str(lsp_model_dir), "device": "cpu", "index": {"enabled": False}}))
-        api = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="shared-token", max_retries=0,
-                                 timeout=WAIT_S)
+        await client.initialize_session(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(),
+                root_uri=tmp_path.as_uri(),
+                initialization_options={"model": str(lsp_model_dir), "device": "cpu", "index": {"enabled": False}},
+            )
+        )
+        api = openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{port}/v1", api_key="shared-token", max_retries=0, timeout=WAIT_S
+        )
         try:
             before = await client.protocol.send_request_async("codespec/stats", {})
             completion = await api.completions.create(model="m", prompt="x = ", max_tokens=3)
-            chat = await api.chat.completions.create(model="m", messages=[{"role": "user", "content": "```\ny = 2\n```"}],
-                                                     max_tokens=5)
+            chat = await api.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "```\ny = 2\n```"}], max_tokens=5
+            )
         finally:
             await api.close()
         assert completion.usage.completion_tokens >= 1 and chat.usage.completion_tokens >= 1

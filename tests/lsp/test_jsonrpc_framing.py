@@ -38,23 +38,28 @@ async def read_all(chunks: list[bytes], max_bytes: int = 1 << 16) -> list:
 
 
 def summary(frames: list) -> list[tuple]:
-    return [("problem", f.code, f.request_id) if isinstance(f, Problem) else ("message", f.value.get("id"))
-            for f in frames]
+    return [
+        ("problem", f.code, f.request_id) if isinstance(f, Problem) else ("message", f.value.get("id")) for f in frames
+    ]
 
 
 CASES = {  # bytes before a good frame -> what the reader yields for them
     "lowercase header": (frame(REQUEST, header=b"content-length"), [("message", 5)]),
     "LF-only line ends": (frame(REQUEST, end=b"\n"), [("message", 5)]),
-    "Content-Type first": (b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\n" + frame(REQUEST),
-                           [("message", 5)]),
+    "Content-Type first": (
+        b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\n" + frame(REQUEST),
+        [("message", 5)],
+    ),
     "blank lines between messages": (b"\r\n\r\n" + frame(REQUEST), [("message", 5)]),
     "non-numeric length": (b"Content-Length: abc\r\n\r\n" + BODY, [("problem", -32700, 5)]),
     "negative length": (b"Content-Length: -%d\r\n\r\n" % len(BODY) + BODY, [("problem", -32700, 5)]),
     "missing length": (b"Content-Type: application/vscode-jsonrpc\r\n\r\n" + BODY, [("problem", -32700, 5)]),
     "header line without colon": (b"Content-Length %d\r\n\r\n" % len(BODY) + BODY, [("problem", -32700, 5)]),
     "bare JSON": (BODY, [("problem", -32700, 5)]),
-    "two bare JSON messages": (BODY + json.dumps({**REQUEST, "id": 6}).encode(),
-                               [("problem", -32700, 5), ("problem", -32700, 6)]),
+    "two bare JSON messages": (
+        BODY + json.dumps({**REQUEST, "id": 6}).encode(),
+        [("problem", -32700, 5), ("problem", -32700, 6)],
+    ),
     "length too small": (frame(REQUEST, length=10), [("problem", -32700, None)]),
     "length too large": (frame(REQUEST, length=len(BODY) + 40), [("problem", -32700, 5)]),
     "length 10**12": (frame(REQUEST, length=10**12), [("problem", -32600, 5)]),
@@ -63,19 +68,23 @@ CASES = {  # bytes before a good frame -> what the reader yields for them
     "body not UTF-8": (frame(b'{"jsonrpc": "2.0", "id": 4, "x": "\xff"}'), [("problem", -32700, 4)]),
     "nested deeper than the decoder": (
         frame(b'{"jsonrpc":"2.0","id":3,"method":"x","params":' + b"[" * 5000 + b"]" * 5000 + b"}"),
-        [("problem", -32602, 3)]),
+        [("problem", -32602, 3)],
+    ),
     "binary junk": (b"\x00\xff\xfe junk\r\n", [("problem", -32700, None)]),
     "a header line over 8 KiB": (b"x" * 20_000, [("problem", -32700, None)]),
     "empty body": (frame(b""), [("problem", -32700, None)]),
-    "too small, then a bad header": (frame(REQUEST, length=10) + b"Content-Length: -3\r\n\r\n"
-                                     + json.dumps({**REQUEST, "id": 77}).encode(),
-                                     [("problem", -32700, None), ("problem", -32700, 77)]),
-    "a body not JSON, then no Content-Length": (frame(b'{"id": "x\x00, "a": 1}') + b"Content-Type: x\r\n\r\n"
-                                                + json.dumps({**REQUEST, "id": 79}).encode(),
-                                                [("problem", -32700, None), ("problem", -32700, 79)]),
-    "refused, then a bad header": (frame(REQUEST, length=10**12) + b"Content-Type: x\r\n\r\n"
-                                   + json.dumps({**REQUEST, "id": 78}).encode(),
-                                   [("problem", -32600, 5), ("problem", -32700, 78)]),
+    "too small, then a bad header": (
+        frame(REQUEST, length=10) + b"Content-Length: -3\r\n\r\n" + json.dumps({**REQUEST, "id": 77}).encode(),
+        [("problem", -32700, None), ("problem", -32700, 77)],
+    ),
+    "a body not JSON, then no Content-Length": (
+        frame(b'{"id": "x\x00, "a": 1}') + b"Content-Type: x\r\n\r\n" + json.dumps({**REQUEST, "id": 79}).encode(),
+        [("problem", -32700, None), ("problem", -32700, 79)],
+    ),
+    "refused, then a bad header": (
+        frame(REQUEST, length=10**12) + b"Content-Type: x\r\n\r\n" + json.dumps({**REQUEST, "id": 78}).encode(),
+        [("problem", -32600, 5), ("problem", -32700, 78)],
+    ),
 }
 
 
@@ -107,7 +116,10 @@ def test_the_answer_does_not_wait_for_the_next_message(name):
 
 def test_a_message_split_into_single_bytes_is_read_whole():
     data = OK + frame(REQUEST)
-    assert summary(asyncio.run(read_all([data[i:i + 1] for i in range(len(data))]))) == [("message", 9), ("message", 5)]
+    assert summary(asyncio.run(read_all([data[i : i + 1] for i in range(len(data))]))) == [
+        ("message", 9),
+        ("message", 5),
+    ]
 
 
 def test_an_oversized_body_is_streamed_past_in_bounded_memory():
@@ -163,22 +175,26 @@ def test_the_limit_is_read_at_each_header():
 async def _read_with_limit(chunks, limit):
     async def fill() -> bytes:
         return chunks.pop(0) if chunks else b""
+
     reader = FrameReader(fill, lambda: limit[0])
     return [frame async for frame in _frames(reader)]
 
 
-@pytest.mark.parametrize("data, expected", [
-    (b'{"id": 12,', (FOUND, 12)),
-    (b'{"id": 12', (UNKNOWN, None)),  # the number may go on
-    (b'{"a": {"id": 1}, "id": "x"}', (FOUND, "x")),  # a nested "id" is not the message's
-    (b'{"a": "\\"id\\": 3", "id": 7}', (FOUND, 7)),
-    (b'{"id": 1.5}', (FOUND, None)),
-    (b'{"id": [1]}', (FOUND, None)),
-    (b'{"method": "x"}', (ABSENT, None)),
-    (b"[1, 2]", (ABSENT, None)),
-    (b'{"params": "' + b"x" * 100_000, (UNKNOWN, None)),
-    (b'{"params": ' + b"[" * 10_000 + b"]" * 10_000 + b', "id": "deep"}', (FOUND, "deep")),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (b'{"id": 12,', (FOUND, 12)),
+        (b'{"id": 12', (UNKNOWN, None)),  # the number may go on
+        (b'{"a": {"id": 1}, "id": "x"}', (FOUND, "x")),  # a nested "id" is not the message's
+        (b'{"a": "\\"id\\": 3", "id": 7}', (FOUND, 7)),
+        (b'{"id": 1.5}', (FOUND, None)),
+        (b'{"id": [1]}', (FOUND, None)),
+        (b'{"method": "x"}', (ABSENT, None)),
+        (b"[1, 2]", (ABSENT, None)),
+        (b'{"params": "' + b"x" * 100_000, (UNKNOWN, None)),
+        (b'{"params": ' + b"[" * 10_000 + b"]" * 10_000 + b', "id": "deep"}', (FOUND, "deep")),
+    ],
+)
 def test_peek_id(data, expected):
     assert peek_id(data) == expected
     assert peek_id(data.decode()) == expected
@@ -200,8 +216,12 @@ def test_structure_errors_name_the_lsp_field():
     from pygls.protocol import default_converter
 
     converter = default_converter()
-    message = {"jsonrpc": "2.0", "id": 1, "method": types.TEXT_DOCUMENT_INLINE_COMPLETION,
-               "params": {"textDocument": {"uri": "file:///a"}, "position": {"line": -1, "character": 0}}}
+    message = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": types.TEXT_DOCUMENT_INLINE_COMPLETION,
+        "params": {"textDocument": {"uri": "file:///a"}, "position": {"line": -1, "character": 0}},
+    }
     with pytest.raises(Exception) as raised:
         converter.structure(message, types.InlineCompletionRequest)
     text = describe_structure_error(raised.value)

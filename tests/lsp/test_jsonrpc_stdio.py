@@ -18,9 +18,12 @@ MAX_DOCUMENT_BYTES = 200_000
 def server(lsp_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("jsonrpc-workspace")
     (root / "a.py").write_text("def helper(value):\n    return value * 2\n")
-    server = StdioServer(lsp_model_dir, root, {"limits": {"lineTokens": 6, "blockTokens": 8, "deadlineMs": 60_000},
-                                               "maxDocumentBytes": MAX_DOCUMENT_BYTES},
-                         stderr_path=tmp_path_factory.mktemp("jsonrpc-logs") / "stderr.log")
+    server = StdioServer(
+        lsp_model_dir,
+        root,
+        {"limits": {"lineTokens": 6, "blockTokens": 8, "deadlineMs": 60_000}, "maxDocumentBytes": MAX_DOCUMENT_BYTES},
+        stderr_path=tmp_path_factory.mktemp("jsonrpc-logs") / "stderr.log",
+    )
     server.initialize()
     server.uri = (root / "doc.py").as_uri()
     open_document(server, server.uri, "import os\n\ndef main(argv):\n    return os.path.join(*argv)\n")
@@ -29,8 +32,13 @@ def server(lsp_model_dir, tmp_path_factory):
 
 
 def open_document(server, uri: str, text: str) -> None:
-    server.send({"jsonrpc": "2.0", "method": "textDocument/didOpen",
-                 "params": {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}})
+    server.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didOpen",
+            "params": {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}},
+        }
+    )
 
 
 _ids = iter(range(1000, 10**9))
@@ -106,33 +114,65 @@ def test_a_huge_length_costs_no_memory(server):
 
 # ---- envelopes and params ---------------------------------------------------------------------
 def inline_params(**overrides) -> dict:
-    params = {"textDocument": {"uri": "file:///x.py"}, "position": {"line": 0, "character": 0},
-              "context": {"triggerKind": 1}}
+    params = {
+        "textDocument": {"uri": "file:///x.py"},
+        "position": {"line": 0, "character": 0},
+        "context": {"triggerKind": 1},
+    }
     params.update(overrides)
     return {key: value for key, value in params.items() if value is not ...}
 
 
 INVALID = {  # method, params, code, text the message must contain
     "inline: params {}": ("textDocument/inlineCompletion", {}, -32602, "params.context"),
-    "inline: no context": ("textDocument/inlineCompletion", inline_params(context=...), -32602,
-                           "required field missing @ params.context"),
-    "inline: line -1": ("textDocument/inlineCompletion", inline_params(position={"line": -1, "character": 0}),
-                        -32602, "but was -1"),
-    "inline: line 2**31": ("textDocument/inlineCompletion",
-                           inline_params(position={"line": 2**31, "character": 0}), -32602, "but was 2147483648"),
-    "inline: position null": ("textDocument/inlineCompletion", inline_params(position=None), -32602,
-                              "params.position"),
-    "inline: uri a number": ("textDocument/inlineCompletion", inline_params(textDocument={"uri": 5}), -32602,
-                             "expected a string, got int @ params.textDocument.uri"),
+    "inline: no context": (
+        "textDocument/inlineCompletion",
+        inline_params(context=...),
+        -32602,
+        "required field missing @ params.context",
+    ),
+    "inline: line -1": (
+        "textDocument/inlineCompletion",
+        inline_params(position={"line": -1, "character": 0}),
+        -32602,
+        "but was -1",
+    ),
+    "inline: line 2**31": (
+        "textDocument/inlineCompletion",
+        inline_params(position={"line": 2**31, "character": 0}),
+        -32602,
+        "but was 2147483648",
+    ),
+    "inline: position null": ("textDocument/inlineCompletion", inline_params(position=None), -32602, "params.position"),
+    "inline: uri a number": (
+        "textDocument/inlineCompletion",
+        inline_params(textDocument={"uri": 5}),
+        -32602,
+        "expected a string, got int @ params.textDocument.uri",
+    ),
     "completion: params {}": ("textDocument/completion", {}, -32602, "params.textDocument"),
-    "completion: line -1": ("textDocument/completion", {"textDocument": {"uri": "file:///x.py"},
-                                                        "position": {"line": -1, "character": 0}}, -32602, "-1"),
-    "completion: trigger kind a string": ("textDocument/completion", {
-        "textDocument": {"uri": "file:///x.py"}, "position": {"line": 0, "character": 0},
-        "context": {"triggerKind": "invoked"}}, -32602, "params.context.triggerKind"),
-    "completion: line a string": ("textDocument/completion", {"textDocument": {"uri": "file:///x.py"},
-                                  "position": {"line": "3", "character": 0}}, -32602,
-                                  "expected an integer, got str @ params.position.line"),
+    "completion: line -1": (
+        "textDocument/completion",
+        {"textDocument": {"uri": "file:///x.py"}, "position": {"line": -1, "character": 0}},
+        -32602,
+        "-1",
+    ),
+    "completion: trigger kind a string": (
+        "textDocument/completion",
+        {
+            "textDocument": {"uri": "file:///x.py"},
+            "position": {"line": 0, "character": 0},
+            "context": {"triggerKind": "invoked"},
+        },
+        -32602,
+        "params.context.triggerKind",
+    ),
+    "completion: line a string": (
+        "textDocument/completion",
+        {"textDocument": {"uri": "file:///x.py"}, "position": {"line": "3", "character": 0}},
+        -32602,
+        "expected an integer, got str @ params.position.line",
+    ),
     "edit: params a list": ("codespec/edit", [1, 2], -32602, "textDocument.uri"),
     "params a number": ("codespec/stats", 5, -32602, "must be an object or an array"),
     "command: no arguments": ("workspace/executeCommand", {"command": "codespec.accepted"}, -32602, "arguments"),
@@ -153,27 +193,42 @@ def test_invalid_params_and_methods_get_the_right_error(server, case):
 
 
 def test_position_errors_after_the_schema_are_invalid_params_too(server):
-    error = error_of(server, {"jsonrpc": "2.0", "id": "past-the-end", "method": "textDocument/inlineCompletion",
-                              "params": inline_params(textDocument={"uri": server.uri},
-                                                      position={"line": 500, "character": 0})})
+    error = error_of(
+        server,
+        {
+            "jsonrpc": "2.0",
+            "id": "past-the-end",
+            "method": "textDocument/inlineCompletion",
+            "params": inline_params(textDocument={"uri": server.uri}, position={"line": 500, "character": 0}),
+        },
+    )
     assert error["code"] == -32602 and "out of range" in error["message"]
-    error = error_of(server, {"jsonrpc": "2.0", "id": "not-open", "method": "textDocument/completion",
-                              "params": {"textDocument": {"uri": "file:///never.py"},
-                                         "position": {"line": 0, "character": 0}}})
+    error = error_of(
+        server,
+        {
+            "jsonrpc": "2.0",
+            "id": "not-open",
+            "method": "textDocument/completion",
+            "params": {"textDocument": {"uri": "file:///never.py"}, "position": {"line": 0, "character": 0}},
+        },
+    )
     assert error["code"] == -32602 and "not open" in error["message"]
 
 
-@pytest.mark.parametrize("message, code, reply_id", [
-    ({"jsonrpc": "2.0", "id": "no-method"}, -32600, "no-method"),
-    ({"jsonrpc": "2.0", "id": "method-5", "method": 5}, -32600, "method-5"),
-    ({"jsonrpc": "2.0", "id": "method-null", "method": None}, -32600, "method-null"),
-    ({"jsonrpc": "1.0", "id": "old-jsonrpc", "method": "codespec/stats"}, -32600, "old-jsonrpc"),
-    ({"jsonrpc": "2.0", "id": 1.5, "method": "codespec/stats"}, -32600, None),
-    ({"jsonrpc": "2.0", "id": True, "method": "codespec/stats"}, -32600, None),
-    ({"jsonrpc": "2.0", "id": ["x"], "method": "codespec/stats"}, -32600, None),
-    ([{"jsonrpc": "2.0", "id": "batch", "method": "codespec/stats"}], -32600, None),
-    ("just a string", -32600, None),
-])
+@pytest.mark.parametrize(
+    "message, code, reply_id",
+    [
+        ({"jsonrpc": "2.0", "id": "no-method"}, -32600, "no-method"),
+        ({"jsonrpc": "2.0", "id": "method-5", "method": 5}, -32600, "method-5"),
+        ({"jsonrpc": "2.0", "id": "method-null", "method": None}, -32600, "method-null"),
+        ({"jsonrpc": "1.0", "id": "old-jsonrpc", "method": "codespec/stats"}, -32600, "old-jsonrpc"),
+        ({"jsonrpc": "2.0", "id": 1.5, "method": "codespec/stats"}, -32600, None),
+        ({"jsonrpc": "2.0", "id": True, "method": "codespec/stats"}, -32600, None),
+        ({"jsonrpc": "2.0", "id": ["x"], "method": "codespec/stats"}, -32600, None),
+        ([{"jsonrpc": "2.0", "id": "batch", "method": "codespec/stats"}], -32600, None),
+        ("just a string", -32600, None),
+    ],
+)
 def test_invalid_envelopes(server, message, code, reply_id):
     null_before = len(server.null_id)
     server.send(message)
@@ -187,8 +242,13 @@ def test_invalid_envelopes(server, message, code, reply_id):
 @pytest.mark.parametrize("depth, code", [(100, -32602), (1000, -32602), (100_000, -32602)])
 def test_deeply_nested_params(server, depth, code):
     msg_id = f"deep-{depth}"
-    body = (b'{"jsonrpc": "2.0", "id": "%s", "method": "textDocument/completion", "params": ' % msg_id.encode()
-            + b'{"a": ' * depth + b"1" + b"}" * depth + b"}")
+    body = (
+        b'{"jsonrpc": "2.0", "id": "%s", "method": "textDocument/completion", "params": ' % msg_id.encode()
+        + b'{"a": ' * depth
+        + b"1"
+        + b"}" * depth
+        + b"}"
+    )
     server.send_bytes(frame(body))
     error = answer(server, msg_id)["error"]
     assert error["code"] == code and "nested" in error["message"]
@@ -208,18 +268,30 @@ def test_a_document_with_a_lone_surrogate_is_served(server):
     """The JSON escape \\ud800 decodes to a lone surrogate, which the tokenizer cannot encode: it
     is replaced by U+FFFD (one code point, one UTF-16 unit: positions stay where they were)."""
     uri = server.uri.replace("doc.py", "surrogate.py")
-    server.send_bytes(frame(b'{"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": '
-                            b'{"uri": "%s", "languageId": "python", "version": 1, "text": "x = \\ud800\\ny = "}}}'
-                            % uri.encode()))
+    server.send_bytes(
+        frame(
+            b'{"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": '
+            b'{"uri": "%s", "languageId": "python", "version": 1, "text": "x = \\ud800\\ny = "}}}' % uri.encode()
+        )
+    )
     for n, method in enumerate(["textDocument/completion", "textDocument/inlineCompletion"]):
         msg_id = f"surrogate-{n}"
-        server.send({"jsonrpc": "2.0", "id": msg_id, "method": method,
-                     "params": inline_params(textDocument={"uri": uri}, position={"line": 1, "character": 4})})
+        server.send(
+            {
+                "jsonrpc": "2.0",
+                "id": msg_id,
+                "method": method,
+                "params": inline_params(textDocument={"uri": uri}, position={"line": 1, "character": 4}),
+            }
+        )
         reply = answer(server, msg_id)
         assert "result" in reply, reply
-    server.send_bytes(frame(b'{"jsonrpc": "2.0", "id": "surrogate-position", "method": "textDocument/completion", '
-                            b'"params": {"textDocument": {"uri": "%s"}, "position": {"line": 0, "character": 5}}}'
-                            % uri.encode()))  # just after the replaced character: a real position
+    server.send_bytes(
+        frame(
+            b'{"jsonrpc": "2.0", "id": "surrogate-position", "method": "textDocument/completion", '
+            b'"params": {"textDocument": {"uri": "%s"}, "position": {"line": 0, "character": 5}}}' % uri.encode()
+        )
+    )  # just after the replaced character: a real position
     assert "result" in answer(server, "surrogate-position")
 
 
@@ -237,8 +309,14 @@ def test_a_huge_document_is_served_without_the_index(server):
     stats = answer(server, msg_id)["result"]
     assert time.monotonic() - started < 10  # the engine was not held by a tokenization of 3.4 MB
     assert [entry["indexed"] for entry in stats["documents"] if entry["uri"] == uri] == [False]
-    server.send({"jsonrpc": "2.0", "id": "huge-completion", "method": "textDocument/completion",
-                 "params": {"textDocument": {"uri": uri}, "position": {"line": 40_000, "character": 12}}})
+    server.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "huge-completion",
+            "method": "textDocument/completion",
+            "params": {"textDocument": {"uri": uri}, "position": {"line": 40_000, "character": 12}},
+        }
+    )
     assert "result" in answer(server, "huge-completion")
     assert server.memory()["VmHWM"] - before < 300  # was ~1.2 GB with the document indexed
     assert server.stderr_text().count("over maxDocumentBytes") == log_before + 1  # one line
@@ -249,13 +327,30 @@ def test_a_huge_document_is_served_without_the_index(server):
 def test_logs_and_errors_clip_what_they_quote(server):
     log_before = len(server.stderr_text())
     uri = "file:///" + "u" * 1_000_000
-    error = error_of(server, {"jsonrpc": "2.0", "id": "long-uri", "method": "textDocument/completion",
-                              "params": {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}}})
+    error = error_of(
+        server,
+        {
+            "jsonrpc": "2.0",
+            "id": "long-uri",
+            "method": "textDocument/completion",
+            "params": {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 0}},
+        },
+    )
     assert error["code"] == -32602 and len(error["message"]) < 1000
-    server.send({"jsonrpc": "2.0", "method": "textDocument/didOpen",  # malformed: dropped with a log line
-                 "params": {"textDocument": {"uri": uri, "languageId": 5, "version": "x", "text": uri}}})
-    server.send({"jsonrpc": "2.0", "method": "textDocument/didChange",
-                 "params": {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "x"}]}})
+    server.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didOpen",  # malformed: dropped with a log line
+            "params": {"textDocument": {"uri": uri, "languageId": 5, "version": "x", "text": uri}},
+        }
+    )
+    server.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didChange",
+            "params": {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": "x"}]},
+        }
+    )
     msg_id, follow_up = stats_request()
     server.send_bytes(follow_up)
     answer(server, msg_id)
@@ -280,4 +375,5 @@ def _send(server, message: dict):
 
 def test_the_module_server_answered_nothing_twice(server):
     assert all(len(replies) == 1 for replies in server.responses.values()), json.dumps(
-        {str(k): v for k, v in server.responses.items() if len(v) > 1})[:2000]
+        {str(k): v for k, v in server.responses.items() if len(v) > 1}
+    )[:2000]

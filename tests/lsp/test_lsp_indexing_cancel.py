@@ -40,13 +40,18 @@ async def client(lsp_model_dir, tmp_path_factory):
         (folder / f"module_{i}.py").write_text(f"def function_{i}(value_0):\n{body}    return value_23\n")
     config = ClientServerConfig(server_command=[sys.executable, "-m", "codespec.cli", "serve"])
     client = await config.start()
-    await client.initialize_session(types.InitializeParams(
-        capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=True)),
-        root_uri=root.as_uri(),
-        workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="big")],
-        initialization_options={"model": str(lsp_model_dir), "device": "cpu",
-                                "index": {"path": str(tmp_path_factory.mktemp("index") / "index.db")}},
-    ))
+    await client.initialize_session(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=True)),
+            root_uri=root.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="big")],
+            initialization_options={
+                "model": str(lsp_model_dir),
+                "device": "cpu",
+                "index": {"path": str(tmp_path_factory.mktemp("index") / "index.db")},
+            },
+        )
+    )
     yield client
     await client.shutdown_session()
     await client.stop()
@@ -65,8 +70,9 @@ async def test_cancelling_the_progress_stops_indexing_and_reindex_still_works(cl
     stats = await client.protocol.send_request_async("codespec/stats", {})
     assert stats.index_documents == 0  # nothing of the cancelled scan was installed
 
-    await asyncio.wait_for(client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="codespec.reindex")), WAIT_S)
+    await asyncio.wait_for(
+        client.workspace_execute_command_async(types.ExecuteCommandParams(command="codespec.reindex")), WAIT_S
+    )
     ends = [values[-1] for values in indexing_values(client) if isinstance(values[-1], types.WorkDoneProgressEnd)]
     while len(ends) < 2:
         await next_progress(client)

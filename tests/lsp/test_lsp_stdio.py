@@ -43,13 +43,20 @@ async def client(lsp_model_dir, workspace):
         ),
         workspace=types.WorkspaceClientCapabilities(workspace_folders=True),
     )
-    result = await client.initialize_session(types.InitializeParams(
-        capabilities=capabilities,
-        root_uri=workspace.as_uri(),
-        workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="workspace")],
-        initialization_options={"model": str(lsp_model_dir), "device": "cpu", "limits": {**LIMITS, "maxDraft": -3},
-                                "debounceMs": 10, "index": {"path": str(workspace / "index.db")}},
-    ))
+    result = await client.initialize_session(
+        types.InitializeParams(
+            capabilities=capabilities,
+            root_uri=workspace.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="workspace")],
+            initialization_options={
+                "model": str(lsp_model_dir),
+                "device": "cpu",
+                "limits": {**LIMITS, "maxDraft": -3},
+                "debounceMs": 10,
+                "index": {"path": str(workspace / "index.db")},
+            },
+        )
+    )
     client.initialize_result = result
     client.edit_deltas = collections.defaultdict(list)  # editId -> texts, in arrival order
     client.first_delta = collections.defaultdict(lambda: asyncio.get_running_loop().create_future())
@@ -72,26 +79,37 @@ def engine_completion(target, text: str, offset: int) -> str:
     from lsp.inline import resolve_windows
 
     options = ServerOptions()
-    windows = resolve_windows(options.prefix_chars, options.suffix_chars, target.device.type, target.max_context,
-                              LIMITS["blockTokens"])
+    windows = resolve_windows(
+        options.prefix_chars, options.suffix_chars, target.device.type, target.max_context, LIMITS["blockTokens"]
+    )
     context = completion_context(text, offset, LIMITS["lineTokens"], LIMITS["blockTokens"], *windows, invoked=True)
     from lsp.service import COMPLETION_STOP_REPEATS
 
-    finished = generate_all(target, target.encode(completion_prompt(context, PromptRenderer(target.tokenizer, target.prompt_format))), None,
-                            limits=GenerationLimits(context.max_tokens, context.stop,
-                                                    stop_repeats=COMPLETION_STOP_REPEATS))
+    finished = generate_all(
+        target,
+        target.encode(completion_prompt(context, PromptRenderer(target.tokenizer, target.prompt_format))),
+        None,
+        limits=GenerationLimits(context.max_tokens, context.stop, stop_repeats=COMPLETION_STOP_REPEATS),
+    )
     return trim_completion(finished.text, context)
 
 
 def open_document(client, uri: str, text: str, version: int = 1) -> None:
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        text_document=types.TextDocumentItem(uri=uri, language_id="python", version=version, text=text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=version, text=text)
+        )
+    )
 
 
 async def inline(client, uri: str, line: int, character: int):
-    return await client.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line, character),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked)))
+    return await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line, character),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Invoked),
+        )
+    )
 
 
 async def test_initialize_declares_features_and_reports_bad_options(client):
@@ -106,9 +124,12 @@ async def test_initialize_declares_features_and_reports_bad_options(client):
 
 async def test_indexing_reports_progress(client):
     def finished() -> list:
-        return [values for token, values in client.progress_reports.items()
-                if str(token).startswith("codespec/indexing")
-                and any(isinstance(value, types.WorkDoneProgressEnd) for value in values)]
+        return [
+            values
+            for token, values in client.progress_reports.items()
+            if str(token).startswith("codespec/indexing")
+            and any(isinstance(value, types.WorkDoneProgressEnd) for value in values)
+        ]
 
     while not finished():  # each check is followed at once by registering the next wait: no race
         await asyncio.wait_for(client.protocol.wait_for_notification_async("$/progress"), WAIT_S)
@@ -142,32 +163,44 @@ async def test_incremental_changes_reach_completions(client, lsp_target, workspa
     text = "def helper(value):\n    return value * 2\n"
     open_document(client, uri, text)
     # insert an emoji (two UTF-16 units) then text after it, in two incremental changes
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-        content_changes=[
-            types.TextDocumentContentChangePartial(
-                range=types.Range(types.Position(1, 11), types.Position(1, 16)), text="'😀'"),
-            types.TextDocumentContentChangePartial(
-                range=types.Range(types.Position(1, 15), types.Position(1, 15)), text=" + str("),
-        ]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(types.Position(1, 11), types.Position(1, 16)), text="'😀'"
+                ),
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(types.Position(1, 15), types.Position(1, 15)), text=" + str("
+                ),
+            ],
+        )
+    )
     expected_text = "def helper(value):\n    return '😀' + str( * 2\n"
     offset = expected_text.index(" * 2")
     result = await inline(client, uri, 1, len("    return '") + 2 + len("' + str("))
     expected = engine_completion(lsp_target, expected_text, offset)
     assert [item.insert_text for item in result] == ([expected] if expected else [])
     # after save (which flushes the debounce) the index holds exactly the edited text
-    client.text_document_did_save(types.DidSaveTextDocumentParams(
-        text_document=types.TextDocumentIdentifier(uri=uri)))
+    client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
     stats = await client.protocol.send_request_async("codespec/stats", {})
     assert [entry.indexed for entry in stats.documents if entry.uri == uri] == [True]
 
 
 async def test_edit_streams_deltas_that_add_up_to_the_edit(client, workspace):
     uri = (workspace / "util.py").as_uri()
-    response = await asyncio.wait_for(client.protocol.send_request_async("codespec/edit", {
-        "textDocument": {"uri": uri}, "editId": "e-stream",
-        "range": {"start": {"line": 3, "character": 0}, "end": {"line": 5, "character": 31}},
-        "instruction": "rename parts to pieces"}), WAIT_S)
+    response = await asyncio.wait_for(
+        client.protocol.send_request_async(
+            "codespec/edit",
+            {
+                "textDocument": {"uri": uri},
+                "editId": "e-stream",
+                "range": {"start": {"line": 3, "character": 0}, "end": {"line": 5, "character": 31}},
+                "instruction": "rename parts to pieces",
+            },
+        ),
+        WAIT_S,
+    )
     edit = response.edits[0]
     assert edit.range.start.line == 3 and edit.range.end.line == 5
     deltas = client.edit_deltas["e-stream"]
@@ -181,8 +214,13 @@ async def test_cancel_edit_returns_request_cancelled(client, workspace):
     uri = (workspace / "util.py").as_uri()
     started = client.first_delta["e-cancel"]
     long_original = {"start": {"line": 0, "character": 0}, "end": {"line": 10, "character": 0}}
-    pending = asyncio.ensure_future(client.protocol.send_request_async("codespec/edit", {
-        "textDocument": {"uri": uri}, "editId": "e-cancel", "range": long_original}, msg_id="edit-to-cancel"))
+    pending = asyncio.ensure_future(
+        client.protocol.send_request_async(
+            "codespec/edit",
+            {"textDocument": {"uri": uri}, "editId": "e-cancel", "range": long_original},
+            msg_id="edit-to-cancel",
+        )
+    )
     await asyncio.wait_for(started, WAIT_S)  # generation is under way
     client.protocol.notify("$/cancelRequest", types.CancelParams(id="edit-to-cancel"))
     with pytest.raises(JsonRpcException) as raised:
@@ -197,8 +235,9 @@ async def test_cancel_edit_returns_request_cancelled(client, workspace):
 
 async def test_accepted_completion_lands_in_history(client, workspace):
     uri = (workspace / "util.py").as_uri()
-    await client.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="codespec.accepted", arguments=[uri, "join_all(argv)  # accepted"]))
+    await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="codespec.accepted", arguments=[uri, "join_all(argv)  # accepted"])
+    )
     stats = await client.protocol.send_request_async("codespec/stats", {})
     accepted = [entry for entry in stats.history if entry.kind == "accepted"]
     assert accepted and accepted[-1].text == "join_all(argv)  # accepted" and accepted[-1].uri == uri
@@ -220,20 +259,27 @@ async def test_out_of_range_position_is_an_error_not_a_crash(client, workspace):
 async def test_completion_fallback_returns_the_same_completion(client, workspace):
     uri = (workspace / "util.py").as_uri()
     inline_items = await inline(client, uri, 9, len("    result = "))
-    completion = await client.text_document_completion_async(types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(9, len("    result = "))))
+    completion = await client.text_document_completion_async(
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(9, len("    result = "))
+        )
+    )
     assert [item.text_edit.new_text for item in completion.items] == [item.insert_text for item in inline_items]
 
 
 async def test_reindex_command_reports_progress_again(client):
     def ended() -> int:
-        return sum(1 for token, values in client.progress_reports.items()
-                   if str(token).startswith("codespec/indexing")
-                   and any(isinstance(value, types.WorkDoneProgressEnd) for value in values))
+        return sum(
+            1
+            for token, values in client.progress_reports.items()
+            if str(token).startswith("codespec/indexing")
+            and any(isinstance(value, types.WorkDoneProgressEnd) for value in values)
+        )
 
     before = ended()
-    await asyncio.wait_for(client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="codespec.reindex")), WAIT_S)
+    await asyncio.wait_for(
+        client.workspace_execute_command_async(types.ExecuteCommandParams(command="codespec.reindex")), WAIT_S
+    )
     while ended() == before:  # the end notification precedes the command's response, but be safe
         await asyncio.wait_for(client.protocol.wait_for_notification_async("$/progress"), WAIT_S)
     assert ended() == before + 1

@@ -70,8 +70,9 @@ def test_range_offsets_and_changed_span():
 
 # ---- options ---------------------------------------------------------------------------------
 def test_options_fall_back_with_messages():
-    options, messages = parse_options({"model": "/m", "limits": {"lineTokens": 7, "maxDraft": -1},
-                                       "index": {"enabled": "yes"}, "colour": "blue"})
+    options, messages = parse_options(
+        {"model": "/m", "limits": {"lineTokens": 7, "maxDraft": -1}, "index": {"enabled": "yes"}, "colour": "blue"}
+    )
     assert options.model == "/m" and options.line_tokens == 7
     assert options.max_draft == ServerOptions().max_draft and options.index is True
     assert len(messages) == 3
@@ -166,6 +167,7 @@ def test_token_sources(tmp_path):
 def test_refusal_rules():
     def headers(**values):
         return {key.replace("_", "-"): value for key, value in values.items()}
+
     assert presented_token("/?token=abc", None) == "abc"
     assert presented_token("/", "Bearer  xyz ") == "xyz"
     assert refusal("/", headers(Authorization="Bearer t"), "t", ()) is None

@@ -44,9 +44,22 @@ def test_neovim_client_completes_accepts_and_rewrites(tmp_path):
     source.write_text(SOURCE)
     out = tmp_path / "seen.json"
     completed = subprocess.run(
-        [NVIM, "--headless", "--clean", "-l", str(REPO / "tests/lsp/nvim_driver.lua"), str(REPO), str(source),
-         str(out), sys.executable],
-        cwd=workspace, capture_output=True, text=True, timeout=300)
+        [
+            NVIM,
+            "--headless",
+            "--clean",
+            "-l",
+            str(REPO / "tests/lsp/nvim_driver.lua"),
+            str(REPO),
+            str(source),
+            str(out),
+            sys.executable,
+        ],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.exists(), completed.stderr[-2000:]
     seen = json.loads(out.read_text())
     assert "failure" not in seen, seen.get("failure")
@@ -86,13 +99,19 @@ GHOST_ROW = 9  # 1-based: the line with multibyte characters before the cursor (
 def run_driver(driver: str, config: dict, cwd: Path, tmp_path: Path) -> dict:
     """Run a harness driver in a real headless Neovim; the JSON it wrote (asserting it finished)."""
     out = tmp_path / f"{driver}.json"
-    env = dict(os.environ, CODESPEC_NVIM_TEST=json.dumps({"repo": str(REPO), "out": str(out), **config}),
-               CODESPEC_NVIM_DRIVER=str(REPO / "tests/lsp" / driver))
+    env = dict(
+        os.environ,
+        CODESPEC_NVIM_TEST=json.dumps({"repo": str(REPO), "out": str(out), **config}),
+        CODESPEC_NVIM_DRIVER=str(REPO / "tests/lsp" / driver),
+    )
     # A driver that fails to load must not leave Neovim running: report and quit.
-    load = ("lua local ok, err = pcall(dofile, vim.env.CODESPEC_NVIM_DRIVER) "
-            "if not ok then io.stderr:write(tostring(err)) vim.cmd('cquit 3') end")
-    completed = subprocess.run([NVIM, "--headless", "--clean", "-c", load], cwd=cwd, env=env,
-                               capture_output=True, text=True, timeout=120)
+    load = (
+        "lua local ok, err = pcall(dofile, vim.env.CODESPEC_NVIM_DRIVER) "
+        "if not ok then io.stderr:write(tostring(err)) vim.cmd('cquit 3') end"
+    )
+    completed = subprocess.run(
+        [NVIM, "--headless", "--clean", "-c", load], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.exists(), completed.stderr[-2000:]
     seen = json.loads(out.read_text())
     assert "failure" not in seen, (seen.get("failure"), completed.stderr[-2000:])
@@ -119,11 +138,22 @@ def ghost(row: int, col: int, text: str, tail: str = "") -> dict:
     the tail, which follows the last suggested line."""
     lines = text.split("\n")
     if len(lines) > 1 and tail:
-        return {"row": row, "col": col, "pos": "overlay", "hl": "CodespecSuggestion",
-                "virt_text": lines[0] + " " * max(0, len(tail) - len(lines[0])),
-                "virt_lines": lines[1:-1] + [lines[-1] + tail]}
-    return {"row": row, "col": col, "pos": "inline", "hl": "CodespecSuggestion", "virt_text": lines[0],
-            "virt_lines": lines[1:]}
+        return {
+            "row": row,
+            "col": col,
+            "pos": "overlay",
+            "hl": "CodespecSuggestion",
+            "virt_text": lines[0] + " " * max(0, len(tail) - len(lines[0])),
+            "virt_lines": lines[1:-1] + [lines[-1] + tail],
+        }
+    return {
+        "row": row,
+        "col": col,
+        "pos": "inline",
+        "hl": "CodespecSuggestion",
+        "virt_text": lines[0],
+        "virt_lines": lines[1:],
+    }
 
 
 @pytest.mark.parametrize("encoding", [None, "utf-16", "utf-32"], ids=["utf-8", "utf-16", "utf-32"])
@@ -168,7 +198,7 @@ def test_neovim_ghost_text_shows_filters_cancels_and_accepts(tmp_path, encoding)
     # 3. <Tab>: the whole suggestion in the buffer, the cursor after it, the ghost text gone, and
     #    codespec.accepted (workspace/executeCommand) recorded as history by the server.
     accepted = seen["accepted"]
-    assert accepted["lines"] == original[:GHOST_ROW - 1] + [line + text] + original[GHOST_ROW:]
+    assert accepted["lines"] == original[: GHOST_ROW - 1] + [line + text] + original[GHOST_ROW:]
     assert accepted["cursor"] == [GHOST_ROW, end + len(text.encode())]
     assert accepted["ghosts"] == [] and accepted["requests"] == 1
     assert seen["commands"][0] == {"command": "codespec.accepted", "arguments": [uri, text]}
@@ -209,8 +239,11 @@ def test_neovim_ghost_text_shows_filters_cancels_and_accepts(tmp_path, encoding)
     again_text = again["items"][0]["insertText"]
     assert again["ghosts"] == [ghost(0, 0, again_text, tail=original[0])]
     inserted = (again_text + original[0]).split("\n")
-    assert seen["block_accepted"]["lines"][:len(inserted)] == inserted
-    assert seen["block_accepted"]["lines"][len(inserted):] == accepted["lines"][1:GHOST_ROW - 1] + [line + text + "x"] + original[GHOST_ROW:]
+    assert seen["block_accepted"]["lines"][: len(inserted)] == inserted
+    assert (
+        seen["block_accepted"]["lines"][len(inserted) :]
+        == accepted["lines"][1 : GHOST_ROW - 1] + [line + text + "x"] + original[GHOST_ROW:]
+    )
     assert seen["block_accepted"]["cursor"] == [len(inserted), 0]
     assert seen["commands"][1] == {"command": "codespec.accepted", "arguments": [uri, again_text]}
     assert {"kind": "accepted", "uri": uri, "text": again_text} in seen["history"]
@@ -236,7 +269,9 @@ def test_neovim_ghost_text_ranges_multiline_and_stale_replies(tmp_path):
     # The range starts 3 utf-16 units back ("pre"); insertText retypes it: the rest shows at the cursor.
     shown = seen["range"]
     assert shown["line"] == line and shown["cursor"] == [2, len(line.encode())]
-    assert shown["position"] == {"line": 1, "character": units(line, "utf-16")} and shown["expected_character"] == units(line, "utf-16")
+    assert shown["position"] == {"line": 1, "character": units(line, "utf-16")} and shown[
+        "expected_character"
+    ] == units(line, "utf-16")
     assert shown["ghosts"] == [ghost(1, len(line.encode()), "fix_ü = 1\n    y = 2\n    z = 3")]
 
     # Typing "fix_ü = 1" and Enter (autoindent adds the 4 spaces): the rest, on the new line.
@@ -246,8 +281,13 @@ def test_neovim_ghost_text_ranges_multiline_and_stale_replies(tmp_path):
     assert along["status"] == {"shown": "y = 2\n    z = 3", "scheduled": False, "requesting": False}
 
     # <Tab>: the item replaced its range; the cursor at the end of its last line; its command ran.
-    assert seen["accepted"]["lines"] == ['def naïve(ünïcode):', '    s = "😀é"; x = prefix_ü = 1', "    y = 2",
-                                         "    z = 3", "    return x  # done"]
+    assert seen["accepted"]["lines"] == [
+        "def naïve(ünïcode):",
+        '    s = "😀é"; x = prefix_ü = 1',
+        "    y = 2",
+        "    z = 3",
+        "    return x  # done",
+    ]
     assert seen["accepted"]["cursor"] == [4, 9] and seen["accepted"]["ghosts"] == []
     assert seen["commands"][0] == {"command": "codespec.accepted", "arguments": ["fake", 1]}
 
@@ -264,8 +304,16 @@ def test_neovim_ghost_text_ranges_multiline_and_stale_replies(tmp_path):
     # suggestion), dropped when the cursor moves (and asked again there), then replacing it.
     replace = seen["replace"]
     assert replace["line"] == "    return x  # done" and replace["cursor"] == [5, 11]
-    assert replace["ghosts"] == [{"row": 4, "col": 11, "pos": "overlay", "hl": "CodespecSuggestion",
-                                  "virt_text": "value + 1  # done", "virt_lines": []}]
+    assert replace["ghosts"] == [
+        {
+            "row": 4,
+            "col": 11,
+            "pos": "overlay",
+            "hl": "CodespecSuggestion",
+            "virt_text": "value + 1  # done",
+            "virt_lines": [],
+        }
+    ]
     assert replace["moved"]["ghosts"] == []
     assert replace["moved"]["position"] == {"line": 4, "character": replace["moved"]["first"]["character"] - 1}
     assert replace["after"] == {"line": "    return value + 1  # done", "cursor": [5, 20]}

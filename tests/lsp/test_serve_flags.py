@@ -19,10 +19,13 @@ async def test_stdio_and_client_process_id_flags_start_the_server(lsp_model_dir,
     config = ClientServerConfig(server_command=[*SERVE, "--stdio", f"--clientProcessId={os.getpid()}"])
     client = await config.start()
     try:
-        result = await client.initialize_session(types.InitializeParams(
-            capabilities=types.ClientCapabilities(), root_uri=tmp_path.as_uri(),
-            initialization_options={"model": str(lsp_model_dir), "device": "cpu",
-                                    "index": {"enabled": False}}))
+        result = await client.initialize_session(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(),
+                root_uri=tmp_path.as_uri(),
+                initialization_options={"model": str(lsp_model_dir), "device": "cpu", "index": {"enabled": False}},
+            )
+        )
         assert result.capabilities.inline_completion_provider
     finally:
         await client.shutdown_session()
@@ -37,8 +40,13 @@ def test_other_transports_are_refused_with_a_message(flag):
 
 def test_server_exits_when_the_client_process_is_gone():
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
-    server = subprocess.Popen([*SERVE, "--clientProcessId", str(parent.pid)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [*SERVE, "--clientProcessId", str(parent.pid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         parent.wait(timeout=30)
         rc = server.wait(timeout=60)  # the watchdog polls every 2 s

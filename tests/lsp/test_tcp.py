@@ -31,8 +31,10 @@ async def test_an_http_post_is_refused_and_an_lsp_client_is_still_served():
         shutdown = lsp_message({"jsonrpc": "2.0", "id": 1, "method": "shutdown"})
         body = shutdown.split(b"\r\n\r\n", 1)[1]
         # What fetch("http://127.0.0.1:PORT", {method: "POST", mode: "no-cors", body}) sends.
-        http = (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://evil.example\r\n"
-                b"Content-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        http = (
+            b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://evil.example\r\n"
+            b"Content-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
         reader, writer = await asyncio.open_connection("127.0.0.1", number)
         writer.write(http)
         await writer.drain()

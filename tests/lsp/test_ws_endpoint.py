@@ -69,13 +69,18 @@ async def test_complete_streams_what_the_engine_returns(endpoint, lsp_target):
     from lsp.inline import resolve_windows
     from lsp.service import COMPLETION_STOP_REPEATS
 
-    windows = resolve_windows(OPTIONS.prefix_chars, OPTIONS.suffix_chars, lsp_target.device.type,
-                              lsp_target.max_context, OPTIONS.block_tokens)
-    context = completion_context(prefix + suffix, len(prefix), OPTIONS.line_tokens, OPTIONS.block_tokens,
-                                 *windows, invoked=True)
-    plain = generate_all(lsp_target, lsp_target.encode(completion_prompt(context, PromptRenderer(lsp_target.tokenizer, lsp_target.prompt_format))), None,
-                         limits=GenerationLimits(context.max_tokens, context.stop,
-                                                 stop_repeats=COMPLETION_STOP_REPEATS))
+    windows = resolve_windows(
+        OPTIONS.prefix_chars, OPTIONS.suffix_chars, lsp_target.device.type, lsp_target.max_context, OPTIONS.block_tokens
+    )
+    context = completion_context(
+        prefix + suffix, len(prefix), OPTIONS.line_tokens, OPTIONS.block_tokens, *windows, invoked=True
+    )
+    plain = generate_all(
+        lsp_target,
+        lsp_target.encode(completion_prompt(context, PromptRenderer(lsp_target.tokenizer, lsp_target.prompt_format))),
+        None,
+        limits=GenerationLimits(context.max_tokens, context.stop, stop_repeats=COMPLETION_STOP_REPEATS),
+    )
     assert done["text"] == plain.text  # lossless: speculative output == plain greedy output
     assert done["usage"]["completion_tokens"] == len(plain.token_ids)
     assert set(done["usage"]) >= {"accepted_prediction_tokens", "rejected_prediction_tokens", "prompt_tokens"}
@@ -128,13 +133,16 @@ async def test_stats(endpoint):
     assert "tokens_per_forward" in stats["engine"]
 
 
-@pytest.mark.parametrize("headers, query, status", [
-    ({}, "", 401),  # no token
-    ({"Authorization": "Bearer wrong"}, "", 401),
-    ({}, "?token=wrong", 401),
-    ({"Authorization": f"Bearer {TOKEN}", "Origin": "https://evil.example"}, "", 403),
-    ({"Origin": "https://evil.example"}, f"?token={TOKEN}", 403),
-])
+@pytest.mark.parametrize(
+    "headers, query, status",
+    [
+        ({}, "", 401),  # no token
+        ({"Authorization": "Bearer wrong"}, "", 401),
+        ({}, "?token=wrong", 401),
+        ({"Authorization": f"Bearer {TOKEN}", "Origin": "https://evil.example"}, "", 403),
+        ({"Origin": "https://evil.example"}, f"?token={TOKEN}", 403),
+    ],
+)
 async def test_refused_handshakes(endpoint, headers, query, status):
     with pytest.raises(websockets.InvalidStatus) as refused:
         async with connect(endpoint + query, additional_headers=headers):
@@ -142,11 +150,14 @@ async def test_refused_handshakes(endpoint, headers, query, status):
     assert refused.value.response.status_code == status
 
 
-@pytest.mark.parametrize("headers, query", [
-    ({"Authorization": f"Bearer {TOKEN}"}, ""),
-    ({}, f"?token={TOKEN}"),
-    ({"Origin": "https://trusted.example"}, f"?token={TOKEN}"),
-])
+@pytest.mark.parametrize(
+    "headers, query",
+    [
+        ({"Authorization": f"Bearer {TOKEN}"}, ""),
+        ({}, f"?token={TOKEN}"),
+        ({"Origin": "https://trusted.example"}, f"?token={TOKEN}"),
+    ],
+)
 async def test_accepted_handshakes(endpoint, headers, query):
     async with connect(endpoint + query, additional_headers=headers) as ws:
         await ws.send(json.dumps({"type": "stats", "id": 1}))
@@ -162,15 +173,29 @@ BAD_MESSAGES = [
     (json.dumps({"type": "complete", "prefix": "x"}), "invalid_request"),  # no id
     (json.dumps({"type": "complete", "id": 2, "prefix": 3}), "invalid_request"),
     (json.dumps({"type": "complete", "id": 3, "prefix": "x", "max_tokens": 0}), "invalid_request"),
-    (json.dumps({"type": "complete", "id": 4, "document": "a\nb", "position": {"line": 5, "character": 0}}),
-     "invalid_position"),
-    (json.dumps({"type": "complete", "id": 5, "document": "a\nb", "position": {"line": 0, "character": 9}}),
-     "invalid_position"),
-    (json.dumps({"type": "complete", "id": 6, "document": "x = '😀'", "position": {"line": 0, "character": 6}}),
-     "invalid_position"),  # between the two UTF-16 units of the emoji
-    (json.dumps({"type": "edit", "id": 8, "document": "ab", "range": {"start": {"line": 0, "character": 2},
-                                                                    "end": {"line": 0, "character": 1}}}),
-     "invalid_position"),
+    (
+        json.dumps({"type": "complete", "id": 4, "document": "a\nb", "position": {"line": 5, "character": 0}}),
+        "invalid_position",
+    ),
+    (
+        json.dumps({"type": "complete", "id": 5, "document": "a\nb", "position": {"line": 0, "character": 9}}),
+        "invalid_position",
+    ),
+    (
+        json.dumps({"type": "complete", "id": 6, "document": "x = '😀'", "position": {"line": 0, "character": 6}}),
+        "invalid_position",
+    ),  # between the two UTF-16 units of the emoji
+    (
+        json.dumps(
+            {
+                "type": "edit",
+                "id": 8,
+                "document": "ab",
+                "range": {"start": {"line": 0, "character": 2}, "end": {"line": 0, "character": 1}},
+            }
+        ),
+        "invalid_position",
+    ),
     (json.dumps({"type": "cancel", "id": "nothing-running"}), "unknown_id"),
 ]
 
@@ -183,8 +208,11 @@ async def test_bad_messages_get_errors_and_the_connection_stays_usable(endpoint)
             assert message["type"] == "error" and message["code"] == code, (raw[:60], message)
             assert message["message"]
         # a valid position next to the emoji still works on the same connection
-        await ws.send(json.dumps({"type": "complete", "id": "ok", "document": "x = '😀'\n",
-                                  "position": {"line": 0, "character": 7}}))
+        await ws.send(
+            json.dumps(
+                {"type": "complete", "id": "ok", "document": "x = '😀'\n", "position": {"line": 0, "character": 7}}
+            )
+        )
         _, final = await until_final(ws, "ok")
         assert final["type"] == "done"
 
@@ -210,8 +238,10 @@ async def test_per_connection_limit(endpoint):
 
 async def test_eight_clients_with_random_cancellations(endpoint):
     rng = random.Random(5)
-    plans = [[(f"c{client}-{n}", rng.choice(["complete", "edit"]), rng.random() < 0.4) for n in range(3)]
-             for client in range(8)]
+    plans = [
+        [(f"c{client}-{n}", rng.choice(["complete", "edit"]), rng.random() < 0.4) for n in range(3)]
+        for client in range(8)
+    ]
 
     async def run_client(plan) -> dict:
         outcomes = {}

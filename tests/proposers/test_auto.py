@@ -109,8 +109,18 @@ def test_buckets_shrink_toward_their_proposer():
     unseen = table.estimates("context", 5, 4)
     assert short[0] < 0.1 < 0.9 < long[0]
     assert short[0] < unseen[0] < long[0]  # an unseen bucket gets the proposer-level estimate
-    assert [bucket(n) for n in (0, 1, 2, 3, 4, 7, 8, 15, 16, 400)] == \
-        ["-", "1", "2-3", "2-3", "4-7", "4-7", "8-15", "8-15", "16+", "16+"]
+    assert [bucket(n) for n in (0, 1, 2, 3, 4, 7, 8, 15, 16, 400)] == [
+        "-",
+        "1",
+        "2-3",
+        "2-3",
+        "4-7",
+        "4-7",
+        "8-15",
+        "8-15",
+        "16+",
+        "16+",
+    ]
 
 
 def test_linear_cost_recovers_intercept_and_slope():
@@ -196,8 +206,9 @@ def stream(tiny_target):
 # Stream tests fix the costs (a forward = 1 s + 0.01 s per draft token; models 0.05 s per token) so
 # decisions depend only on what was accepted, never on how busy the machine is.
 def fixed(**overrides) -> PolicyConfig:
-    return PolicyConfig(verify_cost=VERIFY, proposal_costs={"model": (0.0, 0.05), "bad-model": (0.0, 0.05)},
-                        **overrides)
+    return PolicyConfig(
+        verify_cost=VERIFY, proposal_costs={"model": (0.0, 0.05), "bad-model": (0.0, 0.05)}, **overrides
+    )
 
 
 def run(target, prompt, proposer, max_new=160, max_draft=16):
@@ -359,8 +370,11 @@ def test_auto_sampling_is_exact(small_vocab_pair):
     context = create_proposer("context", ProposerSetup.from_options(target, {"min_ngram": 1}))
     # A negative margin makes auto speculate even where plain decoding would be faster here (the
     # draft is as big as the target), so both sources and the switching between them get verified.
-    auto = AutoProposer(lookups=[context], models=[DraftModelProposer(draft, SMALL_VOCAB)],
-                        config=PolicyConfig(margin=-0.9, verify_cost=VERIFY, proposal_costs={"draft": (0.0, 0.3)}))
+    auto = AutoProposer(
+        lookups=[context],
+        models=[DraftModelProposer(draft, SMALL_VOCAB)],
+        config=PolicyConfig(margin=-0.9, verify_cost=VERIFY, proposal_costs={"draft": (0.0, 0.3)}),
+    )
     samples = 1000
     counts = run_samples(target, auto, prompt, samples)
     assert not views_failing(counts, expected, samples)

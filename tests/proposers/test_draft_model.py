@@ -41,8 +41,10 @@ def prompts(tiny_target):
     from engine_harness import stdlib_corpus
 
     text = "\n".join(stdlib_corpus())
-    return [tiny_target.encode(text[start:start + length]) for start, length in
-            ((0, 200), (1500, 120), (4000, 300), (9000, 60))]
+    return [
+        tiny_target.encode(text[start : start + length])
+        for start, length in ((0, 200), (1500, 120), (4000, 300), (9000, 60))
+    ]
 
 
 # -- loading and vocabulary ---------------------------------------------------------------------
@@ -52,8 +54,9 @@ def test_from_setup_loads_a_draft_sharing_the_tokenizer(tiny_target, tiny_model_
     assert isinstance(proposer, DraftModelProposer)
     assert proposer.draft.device == tiny_target.device and proposer.draft.dtype == tiny_target.dtype
     assert proposer.min_confidence == 0.4  # transformers' assistant_confidence_threshold default
-    full_length = create_proposer("draft", ProposerSetup.from_options(tiny_target, {"draft_model": str(directory),
-                                                                       "draft_min_confidence": 0}))
+    full_length = create_proposer(
+        "draft", ProposerSetup.from_options(tiny_target, {"draft_model": str(directory), "draft_min_confidence": 0})
+    )
     assert full_length.min_confidence == 0.0
 
 
@@ -134,14 +137,15 @@ class CheckedDraft(DraftModelProposer):
             torch.testing.assert_close(layer.values, fresh_layer.values, atol=1e-4, rtol=0)
         # Feeding the unfed tokens to (a copy of) the rolled-back cache gives a fresh prefill's logits.
         if unfed:
-            cached_logits = self.draft.forward(self.sequence[len(cached):], copy.deepcopy(self.cache), keep_last=1)
+            cached_logits = self.draft.forward(self.sequence[len(cached) :], copy.deepcopy(self.cache), keep_last=1)
             full_logits = self.draft.forward(self.sequence, self.draft.new_cache(), keep_last=1)  # [1, V]
             torch.testing.assert_close(cached_logits, full_logits, atol=1e-4, rtol=0)
         self.checked += 1
 
 
-@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=1.0, top_p=0.9, seed=5)],
-                         ids=["greedy", "sampling"])
+@pytest.mark.parametrize(
+    "sampling", [SamplingParams(), SamplingParams(temperature=1.0, top_p=0.9, seed=5)], ids=["greedy", "sampling"]
+)
 def test_draft_cache_equals_a_fresh_prefill_after_every_step(tiny_target, prompts, sampling):
     draft = perturbed(tiny_target, scale=0.3, seed=2)
     proposer = CheckedDraft(draft, tiny_target.vocab_size)
@@ -158,8 +162,9 @@ def test_draft_cache_equals_a_fresh_prefill_after_every_step(tiny_target, prompt
 
 def test_confidence_stop_shortens_drafts(tiny_target, prompts):
     proposer = DraftModelProposer(perturbed(tiny_target, 0.3, 2), tiny_target.vocab_size, min_confidence=1.0)
-    finished = generate_all(tiny_target, prompts[0], proposer, SamplingParams(),
-                            GenerationLimits(max_new_tokens=12, max_draft_len=6))
+    finished = generate_all(
+        tiny_target, prompts[0], proposer, SamplingParams(), GenerationLimits(max_new_tokens=12, max_draft_len=6)
+    )
     drafted = [step.draft_len for step in finished.stats.steps if step.draft_len]
     assert len(drafted) >= 5 and set(drafted) == {1}  # depth 1 always, never beyond
 
@@ -252,7 +257,7 @@ class LyingDraft(DraftModelProposer):
         draft = super().propose(context)
         if draft.draft_probs is None:
             return draft
-        claimed = draft.draft_probs ** 3
+        claimed = draft.draft_probs**3
         return Draft(draft.token_ids, self.name, claimed / claimed.sum(-1, keepdim=True), draft.match)
 
 
@@ -286,8 +291,13 @@ def test_sampling_with_draft_model_is_exact(small_vocab_pair):
     counts = run_samples(target, proposer, prompt, samples)
     assert not views_failing(counts, expected, samples)
     # The draft must have been partly rejected, or this says nothing about the residual path.
-    finished = generate_all(target, prompt, proposer, SamplingParams(**SAMPLING, seed=0),
-                            GenerationLimits(max_new_tokens=60, max_draft_len=4))
+    finished = generate_all(
+        target,
+        prompt,
+        proposer,
+        SamplingParams(**SAMPLING, seed=0),
+        GenerationLimits(max_new_tokens=60, max_draft_len=4),
+    )
     assert 0 < finished.stats.accepted_tokens < finished.stats.drafted_tokens
 
 

@@ -23,8 +23,9 @@ LAYERS = 4
 @pytest.fixture(scope="module")
 def deep_target(tiny_target):
     """A 4-layer target sharing the tiny tokenizer (so exit layers 1..3 are all meaningful)."""
-    model = random_llama((64, LAYERS, 4, 2, 128), vocab_size=tiny_target.vocab_size, seed=3, init_std=0.25,
-                         max_context=512)
+    model = random_llama(
+        (64, LAYERS, 4, 2, 128), vocab_size=tiny_target.vocab_size, seed=3, init_std=0.25, max_context=512
+    )
     return TargetModel(model, tiny_target.tokenizer, name="deep-tiny")
 
 
@@ -123,19 +124,22 @@ class CheckedEarlyExit(EarlyExitProposer):
         with truncated_layers(self.target.model, self.exit_layer):
             self.target.forward(cached, fresh)
             if len(self.sequence) > len(cached):
-                from_cache = self.target.forward(self.sequence[len(cached):], copy.deepcopy(self.cache))
+                from_cache = self.target.forward(self.sequence[len(cached) :], copy.deepcopy(self.cache))
                 from_scratch = self.target.forward(self.sequence, self.target.new_cache())
                 torch.testing.assert_close(from_cache, from_scratch, atol=1e-4, rtol=0)
         for index in range(self.exit_layer):
-            torch.testing.assert_close(self.cache.hf_cache.layers[index].keys, fresh.hf_cache.layers[index].keys,
-                                       atol=1e-4, rtol=0)
-            torch.testing.assert_close(self.cache.hf_cache.layers[index].values,
-                                       fresh.hf_cache.layers[index].values, atol=1e-4, rtol=0)
+            torch.testing.assert_close(
+                self.cache.hf_cache.layers[index].keys, fresh.hf_cache.layers[index].keys, atol=1e-4, rtol=0
+            )
+            torch.testing.assert_close(
+                self.cache.hf_cache.layers[index].values, fresh.hf_cache.layers[index].values, atol=1e-4, rtol=0
+            )
         self.steps += 1
 
 
-@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=1.0, seed=2)],
-                         ids=["greedy", "sampling"])
+@pytest.mark.parametrize(
+    "sampling", [SamplingParams(), SamplingParams(temperature=1.0, seed=2)], ids=["greedy", "sampling"]
+)
 def test_early_exit_cache_equals_a_fresh_prefill_after_every_step(deep_target, prompt, sampling):
     proposer = CheckedEarlyExit(deep_target, exit_layer=2)
     limits = GenerationLimits(max_new_tokens=24, max_draft_len=4)

@@ -78,8 +78,9 @@ def test_a_completion_does_not_draft_itself_from_its_own_document(tokenizer):
     suffix = "2)\n\n\ndef c():\n    return compute(1)\n"
     workspace = WorkspaceIndex(tokenizer)
     workspace.add_document("doc.py", prefix + suffix, 1)
-    proposer = create_proposer("index", ProposerSetup.from_options(None, {"index": workspace, "uri": "doc.py",
-                                                             "cursor": len(prefix)}))
+    proposer = create_proposer(
+        "index", ProposerSetup.from_options(None, {"index": workspace, "uri": "doc.py", "cursor": len(prefix)})
+    )
     context_ids = codec.encode(prefix)
     proposer.begin(context_ids)
     draft = proposer.propose(ProposeContext(context_ids, len(context_ids), 4))
@@ -107,8 +108,11 @@ def test_greedy_output_is_identical_with_index_lookup(tmp_path):
     from codespec.decode import generate_all
     from codespec.model import TargetModel
 
-    target = TargetModel.load(str(save_random_model(tmp_path / "tiny", _corpus(), "tiny", vocab_size=512, seed=5,
-                                                    init_std=0.2)), device="cpu", dtype="float32")
+    target = TargetModel.load(
+        str(save_random_model(tmp_path / "tiny", _corpus(), "tiny", vocab_size=512, seed=5, init_std=0.2)),
+        device="cpu",
+        dtype="float32",
+    )
     prompt_ids = target.encode("def push(heap, item):\n    heap.append(item)\n")
     limits = GenerationLimits(max_new_tokens=64, max_draft_len=16)
     plain = generate_all(target, prompt_ids, None, limits=limits)
@@ -128,14 +132,37 @@ def test_simulate_completions_with_a_workspace(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path / "tok")
     workspace = tmp_path / "ws.jsonl"
     workspace.write_text(json.dumps({"path": "client.py", "text": CLIENT}) + "\n")
-    cases = [{"id": f"c{n}", "path": "app.py", "prefix": f"def call_{n}(self, request):\n"
-              "        response = self.transport.handle(request)\n", "suffix": "\n", "target":
-              "        response.raise_for_status()\n        return response\n"} for n in range(3)]
+    cases = [
+        {
+            "id": f"c{n}",
+            "path": "app.py",
+            "prefix": f"def call_{n}(self, request):\n        response = self.transport.handle(request)\n",
+            "suffix": "\n",
+            "target": "        response.raise_for_status()\n        return response\n",
+        }
+        for n in range(3)
+    ]
     workload = tmp_path / "completions.jsonl"
     workload.write_text("".join(json.dumps(c) + "\n" for c in cases))
     out = tmp_path / "report.json"
-    assert main(["simulate", "--workload", str(workload), "--workspace", str(workspace), "--tokenizer",
-                 str(tmp_path / "tok"), "--proposer", "index", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--workload",
+                str(workload),
+                "--workspace",
+                str(workspace),
+                "--tokenizer",
+                str(tmp_path / "tok"),
+                "--proposer",
+                "index",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(out.read_text())["proposers"]
     assert rows["index"]["tokens_per_forward"] > 2 * rows["hf-rule"]["tokens_per_forward"]
 
@@ -200,7 +227,7 @@ def test_repeated_blocks_the_draft_names_the_right_mark_and_the_cursor_follows(t
     assert last.proposer == "index" and last.accepted == last.draft_len >= 8
     draft = proposer.propose(ProposeContext([*prompt_ids, *output_ids[:done]], len(prompt_ids), 16))
     assert draft.match.source == "doc.py"
-    assert draft.token_ids == tuple(output_ids[done:done + 16])  # "\n    mark('gamma')\n..."
+    assert draft.token_ids == tuple(output_ids[done : done + 16])  # "\n    mark('gamma')\n..."
     assert codec.join(draft.token_ids).startswith(b"\n    mark('gamma')")
     # The draft continues the gamma block at its last line break, and the locality cursor is there.
     gamma_break = BLOCKS.index(block("gamma")) + len(LINES) - 1
@@ -213,7 +240,7 @@ def test_repeated_blocks_keep_the_occurrence_after_a_step_without_an_index_draft
     proposer, prompt_ids, output_ids, done, _ = copy_lines_of_gamma(tokenizer)
     # One plain step (auto decided nothing pays, or chose another proposer whose first token was
     # rejected): one token out, no draft of the index's. The copying goes on from the gamma block.
-    sequence = [*prompt_ids, *output_ids[:done + 1]]
+    sequence = [*prompt_ids, *output_ids[: done + 1]]
     proposer.observe(Outcome(EMPTY_DRAFT, 0, (output_ids[done],), len(sequence)))
     draft = proposer.propose(ProposeContext(sequence, len(prompt_ids), 16))
     assert codec.join(draft.token_ids).startswith(b" mark('gamma')")
@@ -235,7 +262,7 @@ def test_the_cursor_follows_text_another_proposer_copied(tokenizer, per_step):
     while done < len(lines):
         sequence = [*prompt_ids, *lines[:done]]
         proposer.propose(ProposeContext(sequence, len(prompt_ids), 16))  # its own draft, not verified
-        emitted = tuple(lines[done:done + per_step])
+        emitted = tuple(lines[done : done + per_step])
         other = Draft(emitted[:-1], "reference", match=MatchInfo(5, "reference", 0))
         proposer.observe(Outcome(other, len(emitted) - 1, emitted, len(sequence) + len(emitted)))
         done += len(emitted)
@@ -253,8 +280,7 @@ def test_insertion_inside_a_repeated_block_resumes_on_that_block(tokenizer):
     output = BLOCKS[:at] + inserted + BLOCKS[at:]
     output_ids = codec.encode(output)
     prompt_ids = codec.encode(EDIT_PROMPT)
-    stats = replay(IndexLookup(one_document(tokenizer, BLOCKS), uri="doc.py", cursor=0), prompt_ids, output_ids,
-                   64)
+    stats = replay(IndexLookup(one_document(tokenizer, BLOCKS), uri="doc.py", cursor=0), prompt_ids, output_ids, 64)
     # Up to the insertion in a few long drafts, the inserted tokens at most one forward each, then
     # the rest of the document in a few long drafts again.
     assert len(stats.steps) <= len(codec.encode(inserted)) + 10
@@ -272,15 +298,18 @@ def test_insertion_the_proposer_finds_its_way_back(tokenizer):
     old = "def f(x):\n    y = x * 2\n    return y\n\n\ndef g(y):\n    return y\n"
     output = "def f(x):\n    y = x * 2\n    y = y + 1\n    return y\n\n\ndef g(y):\n    return y\n"
     prompt_ids = codec.encode(EDIT_PROMPT)
-    stats = replay(IndexLookup(one_document(tokenizer, old, "old.py"), uri="old.py", cursor=0), prompt_ids,
-                   codec.encode(output), 64)
+    stats = replay(
+        IndexLookup(one_document(tokenizer, old, "old.py"), uri="old.py", cursor=0),
+        prompt_ids,
+        codec.encode(output),
+        64,
+    )
     inserted = len(codec.encode("    y = y + 1\n"))
     assert len(stats.steps) <= inserted + 4
     assert stats.steps[-1].accepted == stats.steps[-1].draft_len > 0  # the tail in one draft
     # One word of the old text after the inserted line is enough to find the place again.
     emitted = cut_after(codec, output, output.index(" return y") + len(" return"))
-    draft = step_to(IndexLookup(one_document(tokenizer, old, "old.py"), uri="old.py", cursor=0), prompt_ids,
-                    emitted)
+    draft = step_to(IndexLookup(one_document(tokenizer, old, "old.py"), uri="old.py", cursor=0), prompt_ids, emitted)
     assert codec.join(emitted) + codec.join(draft.token_ids) == output.encode()
 
 
@@ -293,8 +322,12 @@ def test_deletion_skips_the_deleted_text(tokenizer):
     draft = step_to(proposer, prompt_ids, codec.encode("import os\nimport json"))
     assert codec.join(draft.token_ids) == b"\n\n\ndef main():\n    print(os.getcwd())\n"
     assert draft.match.source == "old.py"
-    stats = replay(IndexLookup(one_document(tokenizer, old, "old.py"), uri="old.py", cursor=0), prompt_ids,
-                   codec.encode(output), 64)
+    stats = replay(
+        IndexLookup(one_document(tokenizer, old, "old.py"), uri="old.py", cursor=0),
+        prompt_ids,
+        codec.encode(output),
+        64,
+    )
     assert len(stats.steps) <= 4
 
 
@@ -318,13 +351,16 @@ def test_output_split_at_other_token_boundaries_is_picked_up_again(tokenizer, wo
     document = set(placed(codec.encode(CLIENT)))
     output = placed(output_ids)
     foreign = [n for n, token in enumerate(output) if token not in document]
-    back = next(n for n in range(max(foreign, default=0) + 2, len(output))
-                if all(token in document for token in output[n - 2:n]))  # min_ngram tokens in step
+    back = next(
+        n
+        for n in range(max(foreign, default=0) + 2, len(output))
+        if all(token in document for token in output[n - 2 : n])
+    )  # min_ngram tokens in step
     prompt_ids = codec.encode("# client\n")
     draft = step_to(IndexLookup(workspace), prompt_ids, output_ids[:back], 16)
     offset = output[back][0]
     assert draft.match.source == "client.py"
-    assert codec.join(draft.token_ids) == CLIENT.encode()[offset:offset + len(codec.join(draft.token_ids))]
+    assert codec.join(draft.token_ids) == CLIENT.encode()[offset : offset + len(codec.join(draft.token_ids))]
     assert len(draft) == 16
     # Over the whole output: the odd tokens and the few after them cost a forward each, the rest is
     # copied in full drafts.

@@ -35,7 +35,7 @@ def cases(tiny_target):
     prompts = []
     for index in range(8):
         start = rng.randrange(0, len(text) - 400)
-        window = text[start:start + rng.randrange(40, 240)]
+        window = text[start : start + rng.randrange(40, 240)]
         if index % 2:
             window += "\n" + window[: len(window) // 2]  # repeated structure: context lookup fires
         prompts.append(tiny_target.encode(window))
@@ -67,8 +67,7 @@ def builders(target, model_dir):
     }
 
 
-@pytest.mark.parametrize("kind", ["draft-self", "draft-nearby", "draft-unrelated", "early-exit", "auto",
-                                  "auto-nearby"])
+@pytest.mark.parametrize("kind", ["draft-self", "draft-nearby", "draft-unrelated", "early-exit", "auto", "auto-nearby"])
 def test_greedy_output_equals_plain_decoding(tiny_target, tiny_model_dir, cases, kind):
     # One instance across all requests: state (caches, statistics) carries over between them.
     proposer = Counting(builders(tiny_target, tiny_model_dir)[kind]())
@@ -106,6 +105,7 @@ class Counting:
 
 # -- lookups over an edited copy of the output: drafts partly accepted --------------------------
 
+
 def edited_copy(target: TargetModel, output_ids) -> list[int]:
     """The plain greedy output with an insertion, a deletion and a replaced word (token-level
     edits, so every aligned stretch is exactly the target's own tokens): a reference that is
@@ -114,9 +114,14 @@ def edited_copy(target: TargetModel, output_ids) -> list[int]:
     ids = list(output_ids)
     size = len(ids)
     insert_at, delete_at, replace_at = size // 5, size // 2, 3 * size // 4
-    return (ids[:insert_at] + target.encode("# note\n") + ids[insert_at:delete_at]  # inserted line
-            + ids[delete_at + 3:replace_at]  # three tokens deleted
-            + target.encode(" value") + ids[replace_at + 2:])  # two tokens replaced by a word
+    return (
+        ids[:insert_at]
+        + target.encode("# note\n")
+        + ids[insert_at:delete_at]  # inserted line
+        + ids[delete_at + 3 : replace_at]  # three tokens deleted
+        + target.encode(" value")
+        + ids[replace_at + 2 :]
+    )  # two tokens replaced by a word
 
 
 @pytest.fixture(scope="module")
@@ -156,18 +161,29 @@ def edit_builders(target, edited):
 
     def with_ids(number):
         text, ids = edited[number]
-        return ReferenceLookup(text, lambda piece: list(ids) if piece == text else target.encode(piece),
-                               tokenizer=target.tokenizer)
+        return ReferenceLookup(
+            text, lambda piece: list(ids) if piece == text else target.encode(piece), tokenizer=target.tokenizer
+        )
 
     def auto(number):
-        return create_proposer("auto", ProposerSetup.from_options(target, {
-            "reference": edited[number][0], "index": workspace, "auto_state": "fresh",
-            # no draft model: the shipped one does not fit this target, and it would win anyway
-            "auto_candidates": "context,reference,index,early-exit"}))
+        return create_proposer(
+            "auto",
+            ProposerSetup.from_options(
+                target,
+                {
+                    "reference": edited[number][0],
+                    "index": workspace,
+                    "auto_state": "fresh",
+                    # no draft model: the shipped one does not fit this target, and it would win anyway
+                    "auto_candidates": "context,reference,index,early-exit",
+                },
+            ),
+        )
 
     return {
-        "reference": lambda number: create_proposer("reference", ProposerSetup.from_options(target, {
-            "reference": edited[number][0]})),
+        "reference": lambda number: create_proposer(
+            "reference", ProposerSetup.from_options(target, {"reference": edited[number][0]})
+        ),
         "reference-ids": with_ids,
         "index": lambda number: index,
         "auto": auto,

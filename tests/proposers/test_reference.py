@@ -18,8 +18,9 @@ STDLIB = sysconfig.get_paths()["stdlib"]
 
 
 def _corpus() -> list[str]:
-    return [open(os.path.join(STDLIB, name), encoding="utf-8").read()
-            for name in ("textwrap.py", "difflib.py", "heapq.py")]
+    return [
+        open(os.path.join(STDLIB, name), encoding="utf-8").read() for name in ("textwrap.py", "difflib.py", "heapq.py")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +50,10 @@ def test_repeated_lines_keep_the_occurrence_being_copied(codec):
     block = "    total = total + value\n    count = count + 1\n"
     reference = "def f(values):\n" + block + block + block + "    return total\n"
     # The output inserts a comment inside the *third* copy of the block.
-    output = "def f(values):\n" + block + block + "    total = total + value\n    # seen\n" \
-             "    count = count + 1\n    return total\n"
+    output = (
+        "def f(values):\n" + block + block + "    total = total + value\n    # seen\n"
+        "    count = count + 1\n    return total\n"
+    )
     pointer = ReferenceLookup(reference, codec)
     emitted = cut_after(codec, output, output.index(" count", output.index("# seen")))
     draft = step_to(pointer, [], emitted)
@@ -119,13 +122,16 @@ def test_an_output_token_ending_inside_a_character_keeps_the_pointer_on_the_text
     pointer = ReferenceLookup(reference, codec)
     draft = pointer.propose(ProposeContext(lead + [first_byte], 0, 64))
     assert pointer.position == len(b"x = '") + 1
-    assert codec.join(draft.token_ids) == reference.encode()[len(b"x = '") + 1:][:len(codec.join(draft.token_ids))]
+    assert codec.join(draft.token_ids) == reference.encode()[len(b"x = '") + 1 :][: len(codec.join(draft.token_ids))]
     assert codec.join(draft.token_ids[:2]) == "中".encode()[1:]
     assert len(codec.join(draft.token_ids)) > 40  # well past the split character
     # The whole reference, with every multi-byte character emitted byte by byte, stays aligned.
     assert any(len(codec.token(t)) > 1 and max(codec.token(t)) >= 0x80 for t in codec.encode(reference))
-    output_ids = [i for t in codec.encode(reference) for i in
-                  ([codec.byte_id(b) for b in codec.token(t)] if any(b >= 0x80 for b in codec.token(t)) else [t])]
+    output_ids = [
+        i
+        for t in codec.encode(reference)
+        for i in ([codec.byte_id(b) for b in codec.token(t)] if any(b >= 0x80 for b in codec.token(t)) else [t])
+    ]
     assert codec.join(output_ids) == reference.encode()
     pointer = ReferenceLookup(reference, codec)
     stats = replay(pointer, [], output_ids, 32)
@@ -178,8 +184,9 @@ def tiny_target(tmp_path_factory):
     from bench.shapes import save_random_model
     from codespec.model import TargetModel
 
-    directory = save_random_model(tmp_path_factory.mktemp("tiny"), _corpus(), "tiny", vocab_size=512,
-                                  seed=3, init_std=0.2)
+    directory = save_random_model(
+        tmp_path_factory.mktemp("tiny"), _corpus(), "tiny", vocab_size=512, seed=3, init_std=0.2
+    )
     return TargetModel.load(str(directory), device="cpu", dtype="float32")
 
 
@@ -222,8 +229,9 @@ def test_inserted_text_is_drafted_from_the_request_itself_and_not_counted_as_pre
     assert draft.match.source == "context"
     assert (codec.join(emitted) + codec.join(draft.token_ids)).startswith(output.encode())
     plain = ReferenceLookup(reference, codec, own_text=False)
-    assert len(replay(ReferenceLookup(reference, codec), [], output_ids, 32).steps) < \
-        len(replay(plain, [], output_ids, 32).steps)
+    assert len(replay(ReferenceLookup(reference, codec), [], output_ids, 32).steps) < len(
+        replay(plain, [], output_ids, 32).steps
+    )
     counted = ReferenceLookup(reference, codec)
     stats = replay(counted, [], output_ids, 32)
     from_reference = [s for s in stats.steps if s.draft_len]  # context drafts are not prediction tokens
@@ -233,8 +241,9 @@ def test_inserted_text_is_drafted_from_the_request_itself_and_not_counted_as_pre
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st
 
-TEXT = st.lists(st.sampled_from(list("ab (),:=\n    é中") + ["def ", "return ", "self."]), min_size=1,
-                max_size=60).map("".join)
+TEXT = st.lists(st.sampled_from(list("ab (),:=\n    é中") + ["def ", "return ", "self."]), min_size=1, max_size=60).map(
+    "".join
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -16,8 +16,14 @@ from codespec.draft import EMPTY_DRAFT, Draft, NoDraft, ProposeContext
 from proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
 
 WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
-JSON_KEYS = {"coverage", "mean_accepted_length", "tokens_per_forward", "acceptance_by_depth",
-             "proposal_ms_p50", "proposal_ms_p99"}
+JSON_KEYS = {
+    "coverage",
+    "mean_accepted_length",
+    "tokens_per_forward",
+    "acceptance_by_depth",
+    "proposal_ms_p50",
+    "proposal_ms_p99",
+}
 
 
 class Oracle:
@@ -33,7 +39,7 @@ class Oracle:
 
     def propose(self, context: ProposeContext) -> Draft:
         done = len(context.token_ids) - self.prompt_len
-        return Draft(tuple(self.output[done:done + context.max_len]), self.name)
+        return Draft(tuple(self.output[done : done + context.max_len]), self.name)
 
     def observe(self, outcome):
         pass
@@ -89,8 +95,9 @@ def _fewest_forwards(prompt, output, max_draft, source=()):
     another source or the output so far, one path or a tree of them. Whatever was drafted, what a
     forward accepts is a prefix of the true continuation that occurs in that text, plus the
     target's own token."""
+
     def occurs(needle, haystack):
-        return any(haystack[k:k + len(needle)] == needle for k in range(len(haystack) - len(needle) + 1))
+        return any(haystack[k : k + len(needle)] == needle for k in range(len(haystack) - len(needle) + 1))
 
     best = {0: 0}
     for position in range(len(output)):  # positions only grow: a forward pass in order is a BFS
@@ -98,7 +105,7 @@ def _fewest_forwards(prompt, output, max_draft, source=()):
             continue
         available = [*source, None, *prompt, *output[:position]]  # None: no stretch spans two texts
         for accepted in range(min(max_draft, len(output) - position - 1) + 1):
-            if accepted and not occurs(list(output[position:position + accepted]), available):
+            if accepted and not occurs(list(output[position : position + accepted]), available):
                 break
             reached = position + accepted + 1
             best[reached] = min(best.get(reached, reached), best[position] + 1)
@@ -116,8 +123,9 @@ def test_hindsight_bound_is_the_optimum_of_every_lookup_drafting():
         source = [rng.randrange(alphabet) for _ in range(rng.randint(0, 8))]
         max_draft = rng.randint(1, 8)
         assert hindsight_forwards(prompt, output, max_draft) == _fewest_forwards(prompt, output, max_draft)
-        assert hindsight_forwards(prompt, output, max_draft, [source]) == \
-            _fewest_forwards(prompt, output, max_draft, source)
+        assert hindsight_forwards(prompt, output, max_draft, [source]) == _fewest_forwards(
+            prompt, output, max_draft, source
+        )
 
 
 @pytest.fixture(scope="module")
@@ -132,19 +140,34 @@ def tokenizer_dir(tmp_path_factory):
 
 
 def _edit(record_id: str, before: str, after: str) -> dict:
-    return {"source": "test", "id": record_id, "lang": "python", "instruction": "fix", "before": before,
-            "after": after}
+    return {"source": "test", "id": record_id, "lang": "python", "instruction": "fix", "before": before, "after": after}
 
 
 def test_cli_writes_exactly_the_agreed_json(tokenizer_dir, tmp_path, capsys):
     body = "".join(f"def handler_{n}(request):\n    return respond(request, {n})\n\n\n" for n in range(12))
-    records = [_edit("a", body, body.replace("respond(request, 7)", "respond(request, 7, retry=True)")),
-               _edit("b", body, body.replace("def handler_3", "def handler_three"))]
+    records = [
+        _edit("a", body, body.replace("respond(request, 7)", "respond(request, 7, retry=True)")),
+        _edit("b", body, body.replace("def handler_3", "def handler_three")),
+    ]
     workload = tmp_path / "edits-small.jsonl"
     workload.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "report.json"
-    code = main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
-                 "--proposer", "reference", "context", "--max-draft", "32", "--json", str(out)])
+    code = main(
+        [
+            "simulate",
+            "--workload",
+            str(workload),
+            "--tokenizer",
+            str(tokenizer_dir),
+            "--proposer",
+            "reference",
+            "context",
+            "--max-draft",
+            "32",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     report = json.loads(out.read_text())
     assert set(report) == {"workload", "records", "max_draft", "ceiling", "proposers"}
@@ -168,8 +191,9 @@ def test_cli_names_the_bad_line(tokenizer_dir, tmp_path, capsys):
     assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir)]) == 2
     assert "broken.jsonl:2" in capsys.readouterr().err
     assert main(["simulate", "--workload", str(tmp_path / "missing.jsonl"), "--tokenizer", str(tokenizer_dir)]) == 2
-    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
-                 "--proposer", "draft"]) == 2
+    assert (
+        main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir), "--proposer", "draft"]) == 2
+    )
     assert "needs a model" in capsys.readouterr().err
 
 
@@ -178,8 +202,24 @@ def test_real_edits_reference_beats_the_baseline(tokenizer_dir, tmp_path):
     if not source.is_file():
         pytest.skip(f"{source} absent (the shared workloads are not part of the repository)")
     out = tmp_path / "hef.json"
-    assert main(["simulate", "--workload", str(source), "--tokenizer", str(tokenizer_dir), "--max-records", "12",
-                 "--proposer", "reference", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "--workload",
+                str(source),
+                "--tokenizer",
+                str(tokenizer_dir),
+                "--max-records",
+                "12",
+                "--proposer",
+                "reference",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     rows = report["proposers"]
     assert report["records"] == 12
@@ -194,25 +234,42 @@ def test_cli_bad_workload_bytes_name_the_file_and_line(tmp_path):
 
     good = json.dumps(_edit("a", "x = 1\n", "x = 2\n")) + "\n"
     workload = tmp_path / "latin1.jsonl"
-    workload.write_bytes(good.encode() + b"\n" + json.dumps(_edit("b", "x", "y")).replace('"y"', '"caf\u00e9"')
-                         .encode("latin-1") + b"\n")
-    result = subprocess.run([sys.executable, "-m", "codespec.cli", "simulate", "--workload", str(workload),
-                             "--tokenizer", str(tmp_path / "unused")], capture_output=True, text=True, timeout=120)
+    workload.write_bytes(
+        good.encode() + b"\n" + json.dumps(_edit("b", "x", "y")).replace('"y"', '"caf\u00e9"').encode("latin-1") + b"\n"
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "codespec.cli",
+            "simulate",
+            "--workload",
+            str(workload),
+            "--tokenizer",
+            str(tmp_path / "unused"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stderr
     assert f"{workload}:3: not UTF-8" in result.stderr
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b'{"id": "a", "before": "x = 1\\n"}\n', "broken.jsonl:1: field 'after' must be a string, got NoneType"),
-    (b'\n\n{"id": "a", "before": 1, "after": "x"}\n', "broken.jsonl:3: field 'before' must be a string, got int"),
-    (b'{"id": "a", "prefix": "x = "}\n', "broken.jsonl:1: field 'target' must be a string"),
-    (b'{"id": "a", "text": "x"}\n', "broken.jsonl:1: neither an edit record"),
-    (b'[1, 2]\n', "broken.jsonl:1: expected a JSON object per line"),
-    (b'{"id": "a", "before": "\\ud800", "after": "x"}\n', "broken.jsonl:1: field 'before' is not valid Unicode"),
-    (b'\xff\xfe{"id": 1}\n', "broken.jsonl:1: not UTF-8 text (byte 1 of the line: b'\\xff')"),
-    (b'\n  \n', "holds no records"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b'{"id": "a", "before": "x = 1\\n"}\n', "broken.jsonl:1: field 'after' must be a string, got NoneType"),
+        (b'\n\n{"id": "a", "before": 1, "after": "x"}\n', "broken.jsonl:3: field 'before' must be a string, got int"),
+        (b'{"id": "a", "prefix": "x = "}\n', "broken.jsonl:1: field 'target' must be a string"),
+        (b'{"id": "a", "text": "x"}\n', "broken.jsonl:1: neither an edit record"),
+        (b"[1, 2]\n", "broken.jsonl:1: expected a JSON object per line"),
+        (b'{"id": "a", "before": "\\ud800", "after": "x"}\n', "broken.jsonl:1: field 'before' is not valid Unicode"),
+        (b'\xff\xfe{"id": 1}\n', "broken.jsonl:1: not UTF-8 text (byte 1 of the line: b'\\xff')"),
+        (b"\n  \n", "holds no records"),
+    ],
+)
 def test_cli_bad_records_are_clear_errors(tokenizer_dir, tmp_path, capsys, content, expected):
     workload = tmp_path / "broken.jsonl"
     workload.write_bytes(content)
@@ -225,18 +282,22 @@ def test_cli_bad_workspace_and_output_paths(tokenizer_dir, tmp_path, capsys):
     workload.write_text(json.dumps(_edit("a", "x = 1\n", "x = 2\n")) + "\n")
     workspace = tmp_path / "workspace.jsonl"
     workspace.write_bytes(b'{"path": "a.py", "text": "ok"}\n{"path": "b.py", "text": "caf\xe9"}\n')
-    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
-                 "--workspace", str(workspace)]) == 2
+    assert (
+        main(
+            ["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir), "--workspace", str(workspace)]
+        )
+        == 2
+    )
     assert f"{workspace}:2: not UTF-8" in capsys.readouterr().err
-    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
-                 "--workspace", str(tmp_path)]) == 2
+    assert (
+        main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir), "--workspace", str(tmp_path)])
+        == 2
+    )
     assert f"workspace file {tmp_path} is not a file" in capsys.readouterr().err
     out = tmp_path / "no-such-dir" / "report.json"
-    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
-                 "--json", str(out)]) == 2
+    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir), "--json", str(out)]) == 2
     assert "--json" in capsys.readouterr().err
-    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir),
-                 "--max-records", "0"]) == 2
+    assert main(["simulate", "--workload", str(workload), "--tokenizer", str(tokenizer_dir), "--max-records", "0"]) == 2
     assert "--max-records" in capsys.readouterr().err
     bom = tmp_path / "bom.jsonl"  # a byte-order mark at the start is accepted
     bom.write_bytes(b"\xef\xbb\xbf" + workload.read_bytes())
