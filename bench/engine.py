@@ -60,8 +60,10 @@ class CodespecConfig:
         if self.name in MODELS:
             found = [p for p in self.models() if p.name == self.name]
             if not found:
-                raise ValueError(f"configuration {self.name!r} is unavailable for this target "
-                                 f"(draft needs --draft; early exit a Llama-style layer stack)")
+                raise ValueError(
+                    f"configuration {self.name!r} is unavailable for this target "
+                    f"(draft needs --draft; early exit a Llama-style layer stack)"
+                )
             return found[0]
         from proposers.auto import PolicyState, build_auto
 
@@ -73,18 +75,35 @@ class CodespecConfig:
         """auto's learned verification cost fit (ms = a + b k) and acceptance, for the report."""
         if self._state is None:
             return None
+        from proposers.auto import cost_points
+
         fit = self._state.verify_cost.fit()
         plain = self._state.verify_cost.plain_measured
-        return {"verify_fit_ms": None if fit is None else [round(fit[0] * 1e3, 3), round(fit[1] * 1e3, 4)],
-                "plain_step_ms": None if plain is None else round(plain * 1e3, 3)}
+        curve = cost_points(self._state.verify_cost)
+        return {
+            "verify_fit_ms": None if fit is None else [round(fit[0] * 1e3, 3), round(fit[1] * 1e3, 4)],
+            "plain_step_ms": None if plain is None else round(plain * 1e3, 3),
+            "cost_curve_ms": None if curve is None else {str(k): round(s * 1e3, 2) for k, s in curve.items()},
+        }
 
-    def run(self, target, case, prompt_ids: Sequence[int], limits: GenerationLimits,
-            sampling: SamplingParams, probe: MemoryProbe) -> RunResult:
+    def run(
+        self,
+        target,
+        case,
+        prompt_ids: Sequence[int],
+        limits: GenerationLimits,
+        sampling: SamplingParams,
+        probe: MemoryProbe,
+    ) -> RunResult:
         from bench.sim_run import case_document
         from codespec.decode import generate_all
 
-        options = {"reference": case.reference, "reference_start": case.reference_start,
-                   "uri": case.uri, "cursor": case.cursor}
+        options = {
+            "reference": case.reference,
+            "reference_start": case.reference_start,
+            "uri": case.uri,
+            "cursor": case.cursor,
+        }
         if self.index is not None:
             options["index"] = self.index
         with case_document(self.index, case):

@@ -1,4 +1,5 @@
-"""The bench's target and draft: a model directory, or a random-weight Llama of a named shape.
+"""The bench's target and draft: a model directory, or a random-weight model of a named shape
+(a Llama of the project's sizes, or a real code model's published configuration: bench/shapes.py).
 
 Random weights are valid for replay timing (design.md §3: compute cost depends on the shape, the
 choice is forced). A shaped model uses the shipped default model's tokenizer, so token counts are
@@ -14,11 +15,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.shapes import PUBLISHED, SHAPE_NAMES
 from codespec.errors import CodespecError
 
 log = logging.getLogger(__name__)
-
-SHAPE_NAMES = ("tiny", "30m", "100m", "1b")
 
 
 @dataclass
@@ -40,22 +40,38 @@ def bench_tokenizer():
     return AutoTokenizer.from_pretrained(path, local_files_only=True), f"default model tokenizer ({path.name})"
 
 
-def random_target(shape: str, tokenizer, device: str = "auto", dtype: str = "auto", seed: int = 0,
-                  max_context: int = 16384):
-    from bench.shapes import random_llama
+def random_target(
+    shape: str, tokenizer, device: str = "auto", dtype: str = "auto", seed: int = 0, max_context: int = 16384
+):
+    from bench.shapes import random_llama, random_published
     from codespec.model import TargetModel, resolve_device, resolve_dtype
 
     if shape not in SHAPE_NAMES:
         raise CodespecError(f"unknown model shape {shape!r}; choose one of {', '.join(SHAPE_NAMES)}")
     torch_device = resolve_device(device)
-    model = random_llama(shape, len(tokenizer), seed=seed, max_context=max_context,
-                         eos_token_id=tokenizer.eos_token_id)
-    model = model.to(device=torch_device, dtype=resolve_dtype(dtype, torch_device))
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    if shape in PUBLISHED:  # the published vocabulary; the tokenizer's ids are its first rows
+        model = random_published(shape, seed, tokenizer.eos_token_id, torch_device, torch_dtype, max_context)
+        return TargetModel(model, tokenizer, name=f"random-{shape}")
+    model = random_llama(shape, len(tokenizer), seed=seed, max_context=max_context, eos_token_id=tokenizer.eos_token_id)
+    model = model.to(device=torch_device, dtype=torch_dtype)
     return TargetModel(model, tokenizer, name=f"random-llama-{shape}")
 
 
-def load_models(model: str | None, shape: str | None, draft: str | None, device: str, dtype: str,
-                need_draft: bool) -> BenchModels:
+def shape_description(shape: str) -> str:
+    if shape in PUBLISHED:
+        spec = PUBLISHED[shape]
+        tied = "tied" if spec.config.get("tie_word_embeddings") else "untied"
+        return (
+            f"random-weight {spec.model_type} of the published {shape} configuration "
+            f"(vocabulary {spec.vocab_size:,}, {tied} embeddings)"
+        )
+    return f"random-weight Llama, shape {shape}"
+
+
+def load_models(
+    model: str | None, shape: str | None, draft: str | None, device: str, dtype: str, need_draft: bool
+) -> BenchModels:
     """``--model`` / ``--model-shape`` and ``--draft`` (a path, or a shape name for a random draft)."""
     from codespec.default_model import draft_path as default_draft
     from codespec.model import TargetModel
@@ -63,7 +79,7 @@ def load_models(model: str | None, shape: str | None, draft: str | None, device:
     if shape is not None:
         tokenizer, where = bench_tokenizer()
         target = random_target(shape, tokenizer, device, dtype)
-        description = f"random-weight Llama, shape {shape} ({_params(target)}), tokenizer: {where}"
+        description = f"{shape_description(shape)} ({_params(target)}), tokenizer: {where}"
     else:
         from codespec.default_model import target_path
 
@@ -81,20 +97,29 @@ def load_models(model: str | None, shape: str | None, draft: str | None, device:
     if draft_path is not None and need_draft:
         from transformers import AutoModelForCausalLM
 
-        draft_hf = AutoModelForCausalLM.from_pretrained(draft_path, local_files_only=True,
-                                                        dtype=target.dtype).to(target.device).eval()
+        draft_hf = (
+            AutoModelForCausalLM.from_pretrained(draft_path, local_files_only=True, dtype=target.dtype)
+            .to(target.device)
+            .eval()
+        )
         count = sum(p.numel() for p in draft_hf.parameters()) / 1e6
-        draft_description = (f"{'random ' + draft + ' shape' if draft in SHAPE_NAMES else draft_path} "
-                             f"({count:.1f}M parameters{_weights_digest(draft_path)})")
+        draft_description = (
+            f"{'random ' + draft + ' shape' if draft in SHAPE_NAMES else draft_path} "
+            f"({count:.1f}M parameters{_weights_digest(draft_path)})"
+        )
     return BenchModels(target, draft_path, draft_hf, description, draft_description)
 
 
 def _save_random_draft(shape: str, target) -> Path:
-    from bench.shapes import random_llama
+    from bench.shapes import random_llama, random_published
 
     directory = Path(tempfile.mkdtemp(prefix=f"codespec-bench-draft-{shape}-"))
-    model = random_llama(shape, target.vocab_size, seed=1, max_context=target.max_context,
-                         eos_token_id=target.tokenizer.eos_token_id)
+    if shape in PUBLISHED:
+        model = random_published(shape, 1, target.tokenizer.eos_token_id)
+    else:
+        model = random_llama(
+            shape, target.vocab_size, seed=1, max_context=target.max_context, eos_token_id=target.tokenizer.eos_token_id
+        )
     model.save_pretrained(directory)
     target.tokenizer.save_pretrained(directory)
     return directory

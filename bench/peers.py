@@ -5,6 +5,10 @@
 - ``hf-assisted``: ``assistant_model`` = the same draft model codespec's ``draft`` uses;
 - ``hf-early-exit``: ``assistant_early_exit=E`` with codespec's default exit layer.
 
+transformers runs as users run it: its own ``sdpa`` attention and PyTorch's ``linear`` (codespec's
+forwards use ``codespec.attention`` and ``codespec.linear``); ``--peer-kernels codespec`` lends the
+peers codespec's kernels instead, which separates the kernels' share of a ratio from speculation's.
+
 Timing uses a streamer (``BaseStreamer``-compatible): ``generate`` calls ``put`` once with the
 prompt and then once per decoding step with that step's new tokens, so the put times give TTFT and
 inter-token gaps on the same footing as codespec's streamed steps. The candidate generator that
@@ -22,7 +26,7 @@ import time
 from collections.abc import Sequence
 
 from bench.measure import MemoryProbe, RunResult
-from bench.replay import Recording, ReplayLogitsProcessor
+from bench.replay import Recording, ReplayLogitsProcessor, VocabularyLimit
 from codespec.config import SamplingParams
 from codespec.stats import RequestStats, StepRecord
 
@@ -97,8 +101,9 @@ def steps_from(streamer: TimingStreamer, log: StepLog, start: float) -> RequestS
         else:
             draft_len, proposal_s, verify_s = 0, 0.0, at - previous
         accepted = min(max(emitted - 1, 0), draft_len)
-        stats.steps.append(StepRecord("hf" if draft_len else "", draft_len, accepted, emitted,
-                                      proposal_s, verify_s, at - start))
+        stats.steps.append(
+            StepRecord("hf" if draft_len else "", draft_len, accepted, emitted, proposal_s, verify_s, at - start)
+        )
         if number:
             stats.token_gaps_s.append(at - previous)
         previous = at
@@ -111,12 +116,22 @@ def steps_from(streamer: TimingStreamer, log: StepLog, start: float) -> RequestS
 
 
 class HFConfig:
-    def __init__(self, name: str, model, eos_token_ids: Sequence[int], draft_hf=None,
-                 exit_layer: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        model,
+        eos_token_ids: Sequence[int],
+        draft_hf=None,
+        exit_layer: int | None = None,
+        stock_kernels: bool = True,
+        vocab_limit: int | None = None,
+    ) -> None:
         if name not in HF_CONFIGS:
             raise ValueError(f"unknown transformers configuration {name!r}")
         self.name = name
         self.model = model
+        self.stock_kernels = stock_kernels  # transformers' sdpa and PyTorch's linear, as users run it
+        self.vocab_limit = vocab_limit  # real mode on a random published shape: ids the tokenizer has
         self.eos_token_ids = sorted(eos_token_ids)
         self.extra: dict = {}
         if name == "hf-pld":
@@ -128,33 +143,47 @@ class HFConfig:
         elif name == "hf-early-exit":
             self.extra = {"assistant_early_exit": exit_layer}
 
-    def run(self, case, prompt_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams,
-            probe: MemoryProbe, recording: Recording | None = None) -> RunResult:
+    def run(
+        self,
+        case,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        sampling: SamplingParams,
+        probe: MemoryProbe,
+        recording: Recording | None = None,
+    ) -> RunResult:
         import torch
         from transformers import LogitsProcessorList
 
         from codespec.attention import stock_attention
+        from codespec.linear import stock_linears
 
         device = next(self.model.parameters()).device
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)  # [1, T]
         processors = LogitsProcessorList([ReplayLogitsProcessor(recording)] if recording is not None else [])
-        kwargs = dict(max_new_tokens=max_new_tokens, eos_token_id=self.eos_token_ids or None,
-                      pad_token_id=self.eos_token_ids[0] if self.eos_token_ids else None,
-                      logits_processor=processors, attention_mask=torch.ones_like(ids))
+        if recording is None and self.vocab_limit is not None:
+            processors.append(VocabularyLimit(self.vocab_limit))
+        kwargs = dict(
+            max_new_tokens=max_new_tokens,
+            eos_token_id=self.eos_token_ids or None,
+            pad_token_id=self.eos_token_ids[0] if self.eos_token_ids else None,
+            logits_processor=processors,
+            attention_mask=torch.ones_like(ids),
+        )
         if sampling.greedy:
             kwargs.update(do_sample=False)
         else:  # top_k=0 switches transformers' default top-k (50) off, as codespec's 0 does
-            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k)
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
         log = StepLog()
         probe.start()
         streamer = TimingStreamer()
-        # transformers as users run it: its own sdpa (codespec's forwards use codespec.attention).
-        with instrumented(self.model, log), stock_attention(self.model, self.extra.get("assistant_model")), \
-                torch.inference_mode():
+        # transformers as users run it: its own sdpa and PyTorch's linear (codespec's forwards use
+        # codespec.attention and codespec.linear); ``stock_kernels=False`` lends it codespec's.
+        models = (self.model, self.extra.get("assistant_model")) if self.stock_kernels else ()
+        with instrumented(self.model, log), stock_attention(*models), stock_linears(*models), torch.inference_mode():
             output = self.model.generate(ids, streamer=streamer, **kwargs, **self.extra)
         stats = steps_from(streamer, log, streamer.start)
         rss, cuda = probe.stop()
-        return RunResult(tuple(output[0, ids.shape[1]:].tolist()), stats, rss, cuda)
+        return RunResult(tuple(output[0, ids.shape[1] :].tolist()), stats, rss, cuda)

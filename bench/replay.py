@@ -83,18 +83,30 @@ class ReplayTarget:
     widened (e.g. by the prompt formats' end markers) so codespec and transformers stop alike.
     """
 
-    def __init__(self, target, eos_token_ids: frozenset[int] | None = None, strength: float = REPLAY_BIAS) -> None:
+    def __init__(
+        self,
+        target,
+        eos_token_ids: frozenset[int] | None = None,
+        strength: float = REPLAY_BIAS,
+        vocab_limit: int | None = None,
+    ) -> None:
         self.inner = target
         self.recordings = Recordings()
         self.strength = strength
         self.eos_token_ids = frozenset(eos_token_ids) if eos_token_ids is not None else target.eos_token_ids
         self.biased_rows = 0  # rows that got a forced token (tests and reports check replay happened)
+        # A random model of a published shape drives the shipped tokenizer's 4,096 ids through a
+        # 151,936-row head: left alone it would pick ids the tokenizer cannot spell. In real mode
+        # the rows past ``vocab_limit`` are masked (after the whole head ran: the cost is the real one).
+        self.vocab_limit = vocab_limit
 
     def __getattr__(self, name):  # tokenizer, model, device, max_context, encode, decode, new_cache, ...
         return getattr(self.inner, name)
 
     def forward(self, input_ids: Sequence[int], cache, keep_last: int = 1):
         logits = self.inner.forward(input_ids, cache, keep_last)  # [keep_last, V]
+        if self.vocab_limit is not None and logits.shape[-1] > self.vocab_limit and self._full_depth():
+            logits = mask_beyond(logits, self.vocab_limit)
         if not self.recordings or not self._full_depth():
             return logits
         sequence = cache.token_ids  # the whole sequence, the inputs included
@@ -112,6 +124,23 @@ class ReplayTarget:
         layers = getattr(getattr(model, "model", None), "layers", None)
         wanted = getattr(model.config, "num_hidden_layers", None)
         return layers is None or wanted is None or len(layers) >= wanted
+
+
+def mask_beyond(scores, limit: int):
+    """``scores`` [rows, V] with every id >= ``limit`` at -inf (a copy: inference tensors are read-only)."""
+    scores = scores.clone()
+    scores[..., limit:] = float("-inf")
+    return scores
+
+
+class VocabularyLimit:
+    """``mask_beyond`` as a transformers ``LogitsProcessor`` (the hf-* configurations in real mode)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def __call__(self, input_ids, scores):
+        return mask_beyond(scores, self.limit) if scores.shape[-1] > self.limit else scores
 
 
 class ReplayLogitsProcessor:

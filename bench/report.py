@@ -9,13 +9,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-COLUMNS = (("tokens_per_s", "tok/s", "{:.1f}"), ("speedup", "x greedy", "{:.2f}"),
-           ("speedup_median", "median x", "{:.2f}"), ("tokens_per_forward", "tok/fwd", "{:.2f}"),
-           ("mean_accepted_length", "MAL", "{:.2f}"), ("coverage", "coverage", "{:.0%}"),
-           ("ttft_ms_p50", "TTFT p50 ms", "{:.0f}"), ("itl_ms_p50", "ITL p50", "{:.1f}"),
-           ("itl_ms_p95", "ITL p95", "{:.1f}"), ("itl_ms_p99", "ITL p99", "{:.1f}"),
-           ("proposal_ms_p50", "prop. ms", "{:.2f}"), ("verify_ms_p50", "verify ms", "{:.1f}"),
-           ("peak_rss_mb", "RSS MB", "{:.0f}"), ("equivalence", "equiv.", "{:.0%}"))
+COLUMNS = (
+    ("tokens_per_s", "tok/s", "{:.1f}"),
+    ("speedup", "x greedy", "{:.2f}"),
+    ("speedup_median", "median x", "{:.2f}"),
+    ("tokens_per_forward", "tok/fwd", "{:.2f}"),
+    ("mean_accepted_length", "MAL", "{:.2f}"),
+    ("coverage", "coverage", "{:.0%}"),
+    ("ttft_ms_p50", "TTFT p50 ms", "{:.0f}"),
+    ("itl_ms_p50", "ITL p50", "{:.1f}"),
+    ("itl_ms_p95", "ITL p95", "{:.1f}"),
+    ("itl_ms_p99", "ITL p99", "{:.1f}"),
+    ("proposal_ms_p50", "prop. ms", "{:.2f}"),
+    ("verify_ms_p50", "verify ms", "{:.1f}"),
+    ("peak_rss_mb", "RSS MB", "{:.0f}"),
+    ("equivalence", "equiv.", "{:.0%}"),
+)
 
 
 def _fmt(value, pattern: str) -> str:
@@ -34,8 +43,10 @@ def _rows(configs: dict) -> list[list[str]]:
 def table_text(report: dict) -> str:
     lines = []
     for workload, body in report["workloads"].items():
-        lines.append(f"{workload} ({report['mode']} mode, {body['records']} requests; x greedy = tokens/s over "
-                     f"codespec greedy, same run)")
+        lines.append(
+            f"{workload} ({report['mode']} mode, {body['records']} requests; x greedy = tokens/s over "
+            f"codespec greedy, same run)"
+        )
         header = ["config", *(title for _, title, _ in COLUMNS)]
         rows = [header, *_rows(body["configs"])]
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -60,7 +71,9 @@ def depth_table(configs: dict, depths: int = 8) -> str:
         if not values:
             continue
         cells = [f"{values[i]:.2f}" if i < len(values) else "-" for i in range(depths)]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {row.get('proposed_tokens')} | {row.get('accepted_tokens')} |")
+        lines.append(
+            f"| {name} | " + " | ".join(cells) + f" | {row.get('proposed_tokens')} | {row.get('accepted_tokens')} |"
+        )
     return "\n".join(lines)
 
 
@@ -78,56 +91,88 @@ def cost_table(configs: dict) -> str:
     return "\n".join(lines)
 
 
-def markdown(report: dict, command: str = "", plots_note: str | None = None, title: str = "codespec bench",
-             level: int = 1) -> str:
+def markdown(
+    report: dict, command: str = "", plots_note: str | None = None, title: str = "codespec bench", level: int = 1
+) -> str:
     setup = report.get("setup", {})
     h1, h2 = "#" * level, "#" * (level + 1)
-    out = [f"{h1} {title}", "",
-           f"- date: {setup.get('date_utc')}; machine: {setup.get('cpu_model')} ({setup.get('machine')})"
-           + (f"; CUDA: {setup['cuda']}" if setup.get("cuda") else ""),
-           f"- mode: **{report['mode']}**; model: {setup.get('model')}"
-           + (f"; draft: {setup.get('draft')}" if setup.get("draft") else ""),
-           f"- max new tokens {setup.get('max_new_tokens')}, draft length K = {setup.get('draft_len')}, temperature "
-           f"{setup.get('temperature')}, top-p {setup.get('top_p')}; profile {setup.get('profile')}; "
-           f"torch {setup.get('torch')} ({setup.get('threads')} CPU threads), transformers {setup.get('transformers')}; wall {setup.get('wall_s')} s",
-           f"- reproduce: `{command}`" if command else "", "",
-           "tok/s is the decode rate (tokens after the first / first-to-last-token time; TTFT separate); "
-           "x greedy = tok/s over codespec `greedy` in the same run (aggregate), median x = median over requests "
-           "of the per-request ratio; equiv. = requests whose output is token-identical to codespec `greedy`.", ""]
+    out = [
+        f"{h1} {title}",
+        "",
+        f"- date: {setup.get('date_utc')}; machine: {setup.get('cpu_model')} ({setup.get('machine')})"
+        + (f"; CUDA: {setup['cuda']}" if setup.get("cuda") else ""),
+        f"- mode: **{report['mode']}**; model: {setup.get('model')}"
+        + (f"; draft: {setup.get('draft')}" if setup.get("draft") else ""),
+        f"- max new tokens {setup.get('max_new_tokens')}, draft length K = {setup.get('draft_len')}, temperature "
+        f"{setup.get('temperature')}, top-p {setup.get('top_p')}; profile {setup.get('profile')}; "
+        f"torch {setup.get('torch')} ({setup.get('threads')} CPU threads), transformers {setup.get('transformers')}; wall {setup.get('wall_s')} s",
+        f"- reproduce: `{command}`" if command else "",
+        "",
+        "tok/s is the decode rate (tokens after the first / first-to-last-token time; TTFT separate); "
+        "x greedy = tok/s over codespec `greedy` in the same run (aggregate), median x = median over requests "
+        "of the per-request ratio; equiv. = requests whose output is token-identical to codespec `greedy`.",
+        "",
+    ]
     for workload, body in report["workloads"].items():
-        out += [f"{h2} {workload} ({report['mode']}, {body['records']} {body.get('kind', '')} requests)", "",
-                markdown_table(body["configs"]), "", "Acceptance by depth (P(draft i accepted | 1..i-1 accepted)):", "",
-                depth_table(body["configs"]), "", "Verification time by draft length (p50 ms; the first step of each "
-                "request, with the prefill, left out):", "", cost_table(body["configs"]), ""]
+        out += [
+            f"{h2} {workload} ({report['mode']}, {body['records']} {body.get('kind', '')} requests)",
+            "",
+            markdown_table(body["configs"]),
+            "",
+            "Acceptance by depth (P(draft i accepted | 1..i-1 accepted)):",
+            "",
+            depth_table(body["configs"]),
+            "",
+            "Verification time by draft length (p50 ms; the first step of each request, with the prefill, left out):",
+            "",
+            cost_table(body["configs"]),
+            "",
+        ]
         if body.get("auto_policy"):
             auto = body["configs"].get("auto", {})
             sources = auto.get("drafts_by_proposer")
-            out += [(f"`auto`: drafts by source {sources}; " if sources else "`auto`: ")
-                    + f"fitted verification cost at the end (ms = a + b k for k >= 1 drafted tokens): "
-                    f"{body['auto_policy'].get('verify_fit_ms')}, plain step "
-                    f"{body['auto_policy'].get('plain_step_ms')} ms", ""]
+            out += [
+                (f"`auto`: drafts by source {sources}; " if sources else "`auto`: ")
+                + f"fitted verification cost at the end (ms = a + b k for k >= 1 drafted tokens): "
+                f"{body['auto_policy'].get('verify_fit_ms')}, plain step "
+                f"{body['auto_policy'].get('plain_step_ms')} ms; planned cost(k) ms "
+                f"{body['auto_policy'].get('cost_curve_ms')}",
+                "",
+            ]
     if len(report["workloads"]) > 1:
         out += [f"{h2} all workloads together", "", markdown_table(report["configs"]), ""]
     if report.get("sweeps"):
-        out += [f"{h2} sweeps", "", "| parameter | value | workload | config | tok/s | x greedy | tok/fwd | equiv. |",
-                "|---|---:|---|---|---:|---:|---:|---:|"]
+        out += [
+            f"{h2} sweeps",
+            "",
+            "| parameter | value | workload | config | tok/s | x greedy | tok/fwd | equiv. |",
+            "|---|---:|---|---|---:|---:|---:|---:|",
+        ]
         for point in report["sweeps"]:
             for name, row in point["configs"].items():
-                out.append(f"| {point['parameter']} | {point['value']} | {point['workload']} | {name} | "
-                           f"{_fmt(row['tokens_per_s'], '{:.1f}')} | {_fmt(row['speedup'], '{:.2f}')} | "
-                           f"{_fmt(row['tokens_per_forward'], '{:.2f}')} | {_fmt(row['equivalence'], '{:.0%}')} |")
+                out.append(
+                    f"| {point['parameter']} | {point['value']} | {point['workload']} | {name} | "
+                    f"{_fmt(row['tokens_per_s'], '{:.1f}')} | {_fmt(row['speedup'], '{:.2f}')} | "
+                    f"{_fmt(row['tokens_per_forward'], '{:.2f}')} | {_fmt(row['equivalence'], '{:.0%}')} |"
+                )
         out.append("")
     load = report.get("load")
     if load:
-        out += [f"{h2} offered load (websocket, {load['proposer']} proposer, {load['mode']} mode)", "",
-                f"SLO: p95 time to first token <= {load['slo_ttft_ms']:.0f} ms; largest concurrency meeting it: "
-                f"**{load['max_concurrency_within_slo']}**.", "",
-                "| clients | requests | req/s | latency p50 ms | latency p95 ms | TTFT p50 ms | TTFT p95 ms | errors |",
-                "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        out += [
+            f"{h2} offered load (websocket, {load['proposer']} proposer, {load['mode']} mode)",
+            "",
+            f"SLO: p95 time to first token <= {load['slo_ttft_ms']:.0f} ms; largest concurrency meeting it: "
+            f"**{load['max_concurrency_within_slo']}**.",
+            "",
+            "| clients | requests | req/s | latency p50 ms | latency p95 ms | TTFT p50 ms | TTFT p95 ms | errors |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for level in load["levels"]:
-            out.append(f"| {level['concurrency']} | {level['requests']} | {_fmt(level['requests_per_s'], '{:.2f}')} | "
-                       f"{_fmt(level['latency_ms_p50'], '{:.0f}')} | {_fmt(level['latency_ms_p95'], '{:.0f}')} | "
-                       f"{_fmt(level['ttft_ms_p50'], '{:.0f}')} | {_fmt(level['ttft_ms_p95'], '{:.0f}')} | {level['errors']} |")
+            out.append(
+                f"| {level['concurrency']} | {level['requests']} | {_fmt(level['requests_per_s'], '{:.2f}')} | "
+                f"{_fmt(level['latency_ms_p50'], '{:.0f}')} | {_fmt(level['latency_ms_p95'], '{:.0f}')} | "
+                f"{_fmt(level['ttft_ms_p50'], '{:.0f}')} | {_fmt(level['ttft_ms_p95'], '{:.0f}')} | {level['errors']} |"
+            )
         ran = {}
         for level in load["levels"]:
             for name, count in (level.get("proposers") or {}).items():
@@ -155,7 +200,11 @@ def write_plots(report: dict, directory: Path) -> str:
         depth = row.get("acceptance_by_depth") or []
         if depth:
             axes.plot(range(1, len(depth) + 1), depth, marker=".", label=name)
-    axes.set(xlabel="draft depth i", ylabel="P(accepted | previous accepted)", title=f"acceptance by depth ({report['mode']})")
+    axes.set(
+        xlabel="draft depth i",
+        ylabel="P(accepted | previous accepted)",
+        title=f"acceptance by depth ({report['mode']})",
+    )
     axes.legend(fontsize=8)
     written.append(_save(figure, directory / "acceptance_by_depth.png"))
 

@@ -54,6 +54,7 @@ class BenchPlan:
     seed: int = 0
     profile: str | None = None
     threads: int | None = None  # torch CPU threads (None: torch's default)
+    peer_kernels: str = "stock"  # transformers peers: "stock" (as users run them) or "codespec"
 
 
 def check_configs(configs: Sequence[str]) -> list[str]:
@@ -80,26 +81,41 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = print) -> dict:
     started = time.perf_counter()
     models = load_models(plan.model, plan.model_shape, plan.draft, plan.device, plan.dtype, needs_draft)
     if needs_draft and models.draft_path is None:
-        raise CodespecError("configurations draft / hf-assisted need a draft model: pass --draft PATH "
-                            "(or a shape name: a random draft of that shape)")
+        raise CodespecError(
+            "configurations draft / hf-assisted need a draft model: pass --draft PATH "
+            "(or a shape name: a random draft of that shape)"
+        )
     raw = models.target
     end_ids = frozenset(raw.eos_token_ids | stop_token_ids(raw.tokenizer))
-    target = ReplayTarget(raw, end_ids)
+    # a random published shape: only the tokenizer's ids (its head's first rows) may be chosen
+    limit = len(raw.tokenizer) if plan.model_shape and raw.vocab_size > len(raw.tokenizer) else None
+    target = ReplayTarget(raw, end_ids, vocab_limit=limit)
     say(f"bench: target {models.description}; device {raw.device}; mode {plan.mode}")
     probe = MemoryProbe(raw.device)
     built = _Configs(configs, raw, models, plan, end_ids)
 
-    first = RunSettings(plan.mode, plan.max_new_tokens[0], plan.draft_len[0],
-                        SamplingParams(plan.temperature[0], 0, plan.top_p[0], plan.seed))
-    report: dict = {"mode": plan.mode, "workloads": {}, "configs": {}, "sweeps": [], "load": None,
-                    "setup": _setup(plan, models, configs, first)}
+    first = RunSettings(
+        plan.mode,
+        plan.max_new_tokens[0],
+        plan.draft_len[0],
+        SamplingParams(plan.temperature[0], 0, plan.top_p[0], plan.seed),
+    )
+    report: dict = {
+        "mode": plan.mode,
+        "workloads": {},
+        "configs": {},
+        "sweeps": [],
+        "load": None,
+        "setup": _setup(plan, models, configs, first),
+    }
     all_results: dict[str, list] = {name: [] for name in configs}
     workload_cases = {}
     for path in plan.workloads:
         from bench.workload import load_cases
 
-        cases = load_cases(path, plan.max_requests, plan.max_chars, plan.stride, plan.token_budget,
-                           plan.max_new_tokens[0])
+        cases = load_cases(
+            path, plan.max_requests, plan.max_chars, plan.stride, plan.token_budget, plan.max_new_tokens[0]
+        )
         workload_cases[path.stem] = cases
         index = built.index_for(cases)
         prepared = _prepare_all(target, cases, first, end_ids)
@@ -109,8 +125,10 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = print) -> dict:
         _warm_up(runners, prepared[0])
         results = run_interleaved(prepared, runners, lambda line, stem=path.stem: say(f"  {stem}: {line}"))
         report["workloads"][path.stem] = {
-            "records": len(prepared), "kind": prepared[0].case.kind,
-            "configs": _table(results, not first.sampling.greedy)}
+            "records": len(prepared),
+            "kind": prepared[0].case.kind,
+            "configs": _table(results, not first.sampling.greedy),
+        }
         if "auto" in codespec_configs:
             report["workloads"][path.stem]["auto_policy"] = codespec_configs["auto"].policy_summary()
         for name in configs:
@@ -152,8 +170,10 @@ class _Configs:
         from bench.engine import CodespecConfig
 
         wanted = [n for n in (names or self.configs) if n in CODESPEC_CONFIGS]
-        return {name: CodespecConfig(name, self.raw, self.models.draft_path, index if name in ("index", "auto") else None)
-                for name in wanted}
+        return {
+            name: CodespecConfig(name, self.raw, self.models.draft_path, index if name in ("index", "auto") else None)
+            for name in wanted
+        }
 
     def hf(self) -> dict:
         if self._hf is None:
@@ -161,8 +181,14 @@ class _Configs:
             from proposers.early_exit import decoder_layers, default_exit_layer
 
             exit_layer = default_exit_layer(len(decoder_layers(self.raw.model)))
-            self._hf = {name: HFConfig(name, self.raw.model, self.end_ids, self.models.draft_hf, exit_layer)
-                        for name in self.configs if name in HF_CONFIGS}
+            stock = self.plan.peer_kernels == "stock"
+            tokens = len(self.raw.tokenizer)
+            limit = tokens if self.plan.model_shape and self.raw.vocab_size > tokens else None
+            self._hf = {
+                name: HFConfig(name, self.raw.model, self.end_ids, self.models.draft_hf, exit_layer, stock, limit)
+                for name in self.configs
+                if name in HF_CONFIGS
+            }
         return self._hf
 
 
@@ -185,8 +211,9 @@ def _table(results: dict[str, list], sampling: bool) -> dict:
     return {name: summarize(rows, baseline, sampling) for name, rows in results.items()}
 
 
-def _sweeps(plan: BenchPlan, target, built: _Configs, workload_cases: dict, first: RunSettings, end_ids,
-            probe, say) -> list[dict]:
+def _sweeps(
+    plan: BenchPlan, target, built: _Configs, workload_cases: dict, first: RunSettings, end_ids, probe, say
+) -> list[dict]:
     """One point per extra value of each swept parameter, on a few requests, configurations
     ``SWEEP_CONFIGS`` (those of the run), everything else as in the main run."""
     points: list[tuple[str, object, RunSettings, int | None]] = []
@@ -195,11 +222,19 @@ def _sweeps(plan: BenchPlan, target, built: _Configs, workload_cases: dict, firs
     for value in plan.max_new_tokens[1:]:
         points.append(("max_new_tokens", value, replace(first, max_new_tokens=value), None))
     for temperature in plan.temperature[1:]:
-        points.append(("temperature", temperature, replace(first, sampling=replace(first.sampling, temperature=temperature)), None))
+        points.append(
+            (
+                "temperature",
+                temperature,
+                replace(first, sampling=replace(first.sampling, temperature=temperature)),
+                None,
+            )
+        )
     sampled = max(plan.temperature) or 1.0  # top-p only acts when sampling
     for top_p in plan.top_p[1:]:
-        points.append(("top_p", top_p, replace(first, sampling=replace(first.sampling, temperature=sampled,
-                                                                       top_p=top_p)), None))
+        points.append(
+            ("top_p", top_p, replace(first, sampling=replace(first.sampling, temperature=sampled, top_p=top_p)), None)
+        )
     for chars in plan.context_chars:
         points.append(("context_chars", chars, first, chars))
     names = [n for n in built.configs if n in SWEEP_CONFIGS]
@@ -210,16 +245,25 @@ def _sweeps(plan: BenchPlan, target, built: _Configs, workload_cases: dict, firs
         for workload, cases in workload_cases.items():
             if chars is not None:
                 path = next(p for p in plan.workloads if p.stem == workload)
-                cases = load_cases(path, plan.max_requests, chars, plan.stride, plan.token_budget,
-                                   settings.max_new_tokens)
+                cases = load_cases(
+                    path, plan.max_requests, chars, plan.stride, plan.token_budget, settings.max_new_tokens
+                )
             cases = cases[: plan.sweep_requests] if plan.sweep_requests else cases
             prepared = _prepare_all(target, cases, settings, end_ids)
             say(f"bench: sweep {parameter}={value} on {workload}: {len(prepared)} requests x {len(names)}")
-            runners = make_runners(names, target, built.codespec(built.index_for(cases), names), built.hf(),
-                                   settings, probe)
+            runners = make_runners(
+                names, target, built.codespec(built.index_for(cases), names), built.hf(), settings, probe
+            )
             results = run_interleaved(prepared, runners)
-            sweeps.append({"parameter": parameter, "value": value, "workload": workload,
-                           "records": len(prepared), "configs": _table(results, not settings.sampling.greedy)})
+            sweeps.append(
+                {
+                    "parameter": parameter,
+                    "value": value,
+                    "workload": workload,
+                    "records": len(prepared),
+                    "configs": _table(results, not settings.sampling.greedy),
+                }
+            )
     return sweeps
 
 
@@ -230,15 +274,26 @@ def _setup(plan: BenchPlan, models, configs, first: RunSettings) -> dict:
         "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.processor() or platform.machine()}, {_cpu_count()} CPUs, {platform.system()}",
         "cpu_model": _cpu_model(),
-        "torch": torch.__version__, "threads": torch.get_num_threads(), "transformers": __import__("transformers").__version__,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "transformers": __import__("transformers").__version__,
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "model": models.description, "draft": models.draft_description,
-        "profile": plan.profile, "configs": list(configs),
-        "max_new_tokens": first.max_new_tokens, "draft_len": first.draft_len,
-        "temperature": first.sampling.temperature, "top_p": first.sampling.top_p,
-        "max_requests": plan.max_requests, "stride": plan.stride, "max_chars": plan.max_chars,
+        "model": models.description,
+        "draft": models.draft_description,
+        "profile": plan.profile,
+        "configs": list(configs),
+        "peer_kernels": plan.peer_kernels,
+        "packed_linears": getattr(models.target, "packed_linears", 0),
+        "max_new_tokens": first.max_new_tokens,
+        "draft_len": first.draft_len,
+        "temperature": first.sampling.temperature,
+        "top_p": first.sampling.top_p,
+        "max_requests": plan.max_requests,
+        "stride": plan.stride,
+        "max_chars": plan.max_chars,
         "token_budget": plan.token_budget,
-        "workloads": [str(p) for p in plan.workloads], "workspace": str(plan.workspace) if plan.workspace else None,
+        "workloads": [str(p) for p in plan.workloads],
+        "workspace": str(plan.workspace) if plan.workspace else None,
     }
 
 

@@ -1,5 +1,8 @@
 """A request's KV cache and its rollback contract.
 
+Storage: transformers' DynamicCache whose full-attention layers are ``codespec.cache_layer``'s
+``GrowingLayer`` (a buffer with spare capacity, written in place; a rollback moves a length).
+
 Contract: the cache holds keys/values for exactly ``token_ids`` (the invariant
 ``hf_cache.get_seq_length() == len(token_ids)`` is checked on every change). Verification writes
 K+1 positions; ``rollback(n)`` then drops everything past the accepted sequence, so the next
@@ -34,9 +37,16 @@ class KVCache:
 
     def __init__(self, model_config) -> None:
         from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        from codespec.cache_layer import GrowingLayer
 
         self.hf_cache = DynamicCache(config=model_config)
-        _keep_every_position(self.hf_cache)  # sliding-window layers become full ones
+        _keep_every_position(self.hf_cache)  # sliding-window layers become full ones first
+        # full-attention layers write in place
+        self.hf_cache.layers = [
+            GrowingLayer() if type(layer) is DynamicLayer else layer for layer in self.hf_cache.layers
+        ]
         self.token_ids: list[int] = []
 
     def __len__(self) -> int:

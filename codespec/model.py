@@ -16,14 +16,18 @@ log = logging.getLogger(__name__)
 
 
 def resolve_device(device: str = "auto") -> torch.device:
-    """"auto" picks cuda, then mps, then cpu; anything else is passed to torch as given."""
+    """ "auto" picks cuda, then mps, then cpu; anything else is passed to torch as given."""
     if device != "auto":
         try:
             chosen = torch.device(device)
         except (RuntimeError, TypeError) as error:
-            raise InvalidRequestError(f"unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps ({error})") from None
+            raise InvalidRequestError(
+                f"unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps ({error})"
+            ) from None
         if chosen.type == "cuda" and not torch.cuda.is_available():
-            raise InvalidRequestError(f"device {device!r} asked for, but this torch sees no CUDA device; use auto or cpu")
+            raise InvalidRequestError(
+                f"device {device!r} asked for, but this torch sees no CUDA device; use auto or cpu"
+            )
         return chosen
     if torch.cuda.is_available():
         return torch.device("cuda")
@@ -34,11 +38,17 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """"auto" is bf16 on CUDA and fp32 elsewhere (CPU matmuls in bf16 are slow and less exact)."""
+    """ "auto" is bf16 on CUDA and fp32 elsewhere (CPU matmuls in bf16 are slow and less exact)."""
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    names = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if dtype not in names:
         raise InvalidRequestError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
     return names[dtype]
@@ -77,10 +87,16 @@ class TargetModel:
 
     def __init__(self, model, tokenizer, name: str = "", prompt_format: str | None = None) -> None:
         from codespec.attention import use_native_gqa
+        from codespec.linear import ENV as LINEAR_ENV
+        from codespec.linear import pack_linears
         from codespec.prompts import resolve_format
 
         self.model = model.eval()
         use_native_gqa(self.model)  # no K/V head copies in verification forwards on CPU
+        # oneDNN on weights packed once (MKL's few-row GEMMs are 2-3x slower on this CPU class), only
+        # when asked for: it holds the linear weights twice and oneDNN's primitive cache grows with
+        # every new prompt length (RSS +0.4 MiB per new length in a server), see codespec/linear.py.
+        self.packed_linears = pack_linears(self.model) if os.environ.get(LINEAR_ENV, "").lower() == "onednn" else 0
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         self.device = next(model.parameters()).device
@@ -93,8 +109,14 @@ class TargetModel:
         self.prompt_format = resolve_format(tokenizer, prompt_format)
 
     @classmethod
-    def load(cls, name_or_path: str, device: str = "auto", dtype: str = "auto",
-             trust_remote_code: bool = False, prompt_format: str | None = None) -> TargetModel:
+    def load(
+        cls,
+        name_or_path: str,
+        device: str = "auto",
+        dtype: str = "auto",
+        trust_remote_code: bool = False,
+        prompt_format: str | None = None,
+    ) -> TargetModel:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path = locate_model(name_or_path)

@@ -34,21 +34,26 @@ from codespec.errors import CodespecError
 from codespec.kv import common_prefix_len
 from proposers.draft_model import ModelDrafter
 from proposers.policy import (
+    STOP_BELOW,
     AcceptanceTable,
     Candidate,
     Choice,
     ForwardCosts,
+    IdleBudget,
     LinearCost,
     PolicyConfig,
     ProbeSchedule,
+    VerifyCost,
     best_length,
     choose,
+    verify_seconds,
 )
 from proposers.setup import ProposerSetup
 
 log = logging.getLogger(__name__)
 
 LOOKUP, MODEL = "lookup", "model"
+PLAIN = Choice(None, 0, 1.0, 0.0)  # the decision of an idle step that did not look
 
 
 @dataclass
@@ -61,11 +66,23 @@ class PolicyState:
     acceptance: AcceptanceTable
     verify_cost: ForwardCosts
     proposal_costs: dict[str, LinearCost] = field(default_factory=dict)
+    # While speculation is off: the looking and probing budgets (carried across requests), the
+    # plain-step streak (reset by each request: its first steps look), what a look costs, and per
+    # model proposer the seconds per token of catching its cache up before it can draft.
+    idle: IdleBudget = field(default_factory=IdleBudget)
+    probe_budget: IdleBudget = field(default_factory=lambda: IdleBudget(0.03))
+    plain_streak: int = 0
+    look_s: float = 0.0
+    catch_up_s: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def fresh(cls, config: PolicyConfig) -> PolicyState:
-        return cls(AcceptanceTable(config.acceptance_decay, config.prior_acceptance, config.prior_strength),
-                   ForwardCosts(config.cost_decay))
+        return cls(
+            AcceptanceTable(config.acceptance_decay, config.prior_acceptance, config.prior_strength),
+            ForwardCosts(config.cost_decay),
+            idle=IdleBudget(config.idle_share),
+            probe_budget=IdleBudget(config.probe_share),
+        )
 
 
 _SHARED_STATES: dict[tuple, PolicyState] = {}
@@ -92,20 +109,30 @@ class _Sub:
 class AutoProposer:
     name = "auto"
 
-    def __init__(self, lookups: Sequence[Proposer] = (), models: Sequence[Proposer] = (),
-                 config: PolicyConfig = PolicyConfig(), state: PolicyState | None = None) -> None:
+    def __init__(
+        self,
+        lookups: Sequence[Proposer] = (),
+        models: Sequence[Proposer] = (),
+        config: PolicyConfig = PolicyConfig(),
+        state: PolicyState | None = None,
+    ) -> None:
         names = [p.name for p in (*lookups, *models)]
         if len(set(names)) != len(names):
             raise ValueError(f"sub-proposer names must be unique, got {names}")
         self.config = config
         self.state = state or PolicyState.fresh(config)
         costs = self.state.proposal_costs
-        self.subs = [_Sub(p, LOOKUP, costs.setdefault(p.name, LinearCost("proportional"))) for p in lookups] + \
-                    [_Sub(p, MODEL, costs.setdefault(p.name, LinearCost("proportional"))) for p in models]
+        self.subs = [_Sub(p, LOOKUP, costs.setdefault(p.name, LinearCost("proportional"))) for p in lookups] + [
+            _Sub(p, MODEL, costs.setdefault(p.name, LinearCost("proportional"))) for p in models
+        ]
         self.acceptance = self.state.acceptance
         self.verify_cost = self.state.verify_cost
         self.probes = ProbeSchedule(config.probe_interval, config.probe_max_interval)
         self.decisions: deque[Choice] = deque(maxlen=4096)  # the latest per-step choices, for logs and tests
+        self.idle = self.state.idle
+        self.skipped_looks = 0  # idle steps answered "no draft" without looking (for reports)
+        self._looked_at = 0.0  # when this step's look started (idle: charged to the budget)
+        self._last_end = 0.0
         self._chosen: _Sub | None = None
         self._probing = False
         self._proposed = False
@@ -118,6 +145,8 @@ class AutoProposer:
     # -- protocol ------------------------------------------------------------------------------
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._steps = 0
+        self._last_end = 0.0
+        self.state.plain_streak = 0  # a new request brings new text to look in: its first steps look
         self._chosen = None
         self._proposed = False
         for sub in self.subs:
@@ -126,6 +155,19 @@ class AutoProposer:
 
     def propose(self, context: ProposeContext) -> Draft:
         self._proposed = True
+        started = time.perf_counter()
+        # (modelled costs, as in tests and model-free replays: a look costs nothing in that time)
+        idle = self.state.plain_streak >= self.config.idle_after and self.config.verify_cost is None
+        if idle and not self.idle.allows(self.state.look_s):
+            # 0. Speculation is off and looking again would overrun its share of the time: plain step.
+            self.skipped_looks += 1
+            self._looked_at = 0.0
+            for sub in self.subs:
+                sub.draft, sub.proposal_s = EMPTY_DRAFT, 0.0
+            self.decisions.append(PLAIN)
+            self._chosen = None
+            return EMPTY_DRAFT
+        self._looked_at = started if idle else 0.0
         # 1. Every lookup drafts (nearly free; its draft and match length inform the decision).
         for sub in self.subs:
             sub.draft, sub.proposal_s = EMPTY_DRAFT, 0.0
@@ -134,21 +176,31 @@ class AutoProposer:
                 sub.draft = sub.proposer.propose(context).truncated(context.max_len)
                 sub.proposal_s = time.perf_counter() - start
 
-        # 2. Score every option; a model's cost is its fitted proposal time, a lookup's is sunk.
+        # 2. Score every option against the measured cost(k) curve (a fixed a + b k in tests and
+        #    model-free replays); a model's cost is its fitted proposal time, a lookup's is sunk.
+        verify_s: VerifyCost
         if self.config.verify_cost is not None:
-            verify_fit, plain_s = self.config.verify_cost, self.config.verify_cost[0]
+            verify_s, plain_s = self.config.verify_cost, self.config.verify_cost[0]
         else:
-            verify_fit, plain_s = self.verify_cost.verify_fit(), self.verify_cost.plain()
-        candidates = [self._candidate(sub, context.max_len, verify_fit) for sub in self.subs]
-        decision, _ = choose([c for c in candidates if c is not None], verify_fit, self.config.margin,
-                             self.config.waste, plain_s)
+            verify_s = self.verify_cost.curve()
+            plain_s = verify_s(0)
+        candidates = [self._candidate(sub, context, verify_s) for sub in self.subs]
+        decision, _ = choose(
+            [c for c in candidates if c is not None], verify_s, self.config.margin, self.config.waste, plain_s
+        )
 
         # 3. Nothing pays: plain decoding, but probe a model proposer now and then.
         self._probing = False
         if decision.name is None and self.probes_due(candidates):
-            decision = self._probe(candidates, verify_fit)
-            self._probing = True
+            probe = self._probe(candidates, verify_s)
+            # an idle probe must fit its own budget: with its catch-up prefill (_candidate priced it)
+            # it can cost many forwards
+            extra = probe.cost_s - verify_seconds(verify_s, 0)
+            if not idle or self.state.probe_budget.allows(extra):
+                decision, self._probing = probe, True
+                self.state.probe_budget.charge(extra)
         self.decisions.append(decision)
+        self._learn_look_cost(time.perf_counter() - started)
         if decision.name is None:
             self._chosen = None
             return EMPTY_DRAFT
@@ -159,34 +211,51 @@ class AutoProposer:
             start = time.perf_counter()
             sub.draft = sub.proposer.propose(replace_max_len(context, decision.draft_len))
             sub.proposal_s = time.perf_counter() - start
-            caught_up = not isinstance(sub.proposer, ModelDrafter) or sub.proposer.last_fed <= self.config.catch_up_limit
-            if caught_up and len(sub.draft):
+            fed = sub.proposer.last_fed if isinstance(sub.proposer, ModelDrafter) else 0
+            if fed <= self.config.catch_up_limit and len(sub.draft):
                 sub.proposal_cost.add(len(sub.draft), sub.proposal_s)
+            elif fed > self.config.catch_up_limit:  # a catch-up: learn its cost per token
+                per_token = sub.proposal_s / (fed + len(sub.draft))
+                known = self.state.catch_up_s.get(sub.name)
+                self.state.catch_up_s[sub.name] = per_token if known is None else 0.7 * known + 0.3 * per_token
         self._chosen = sub if len(sub.draft) else None
         return sub.draft.truncated(decision.draft_len) if len(sub.draft) else EMPTY_DRAFT
 
     def observe(self, outcome: Outcome) -> None:
+        drafted = len(outcome.draft)
+        now = time.perf_counter()
         if self._steps > 0:  # the first step's forward includes the prompt prefill
-            self.verify_cost.add(len(outcome.draft), outcome.verify_s)
+            self.verify_cost.add(drafted, outcome.verify_s)
+            seconds = now - self._last_end if self._last_end else outcome.proposal_s + outcome.verify_s
+            self.idle.step(seconds)
+            self.state.probe_budget.step(seconds)
         self._steps += 1
-        chosen = self._chosen if self._proposed else None
+        self._last_end = now
+        if self._looked_at:  # an idle look: its time is overhead (a probe's is booked in its own budget)
+            self.idle.charge(outcome.proposal_s if not self._probing else self.state.look_s)
+            self._looked_at = 0.0
+        if not drafted:
+            self.state.plain_streak += 1
+        elif not self._probing:
+            self.state.plain_streak = 0
+        proposed = self._proposed
+        chosen = self._chosen if proposed else None
         for sub in self.subs:
-            own = sub.draft if self._proposed else EMPTY_DRAFT
+            own = sub.draft
             if sub is chosen:
-                self._record(sub, outcome.draft, outcome.accepted, outcome.accepted < len(outcome.draft))
-            elif sub.kind == LOOKUP and len(own):
+                self._record(sub, outcome.draft, outcome.accepted, outcome.accepted < drafted)
+            elif proposed and sub.kind == LOOKUP and len(own):
                 # Shadow score: how many of its tokens the emitted ones confirm; a rejection is
                 # known only where an emitted token disagrees.
                 confirmed = common_prefix_len(own.token_ids, outcome.emitted)
                 self._record(sub, own, confirmed, confirmed < min(len(own), len(outcome.emitted)))
             sub.proposer.observe(outcome)
+            sub.draft, sub.proposal_s = EMPTY_DRAFT, 0.0
         if chosen is not None:
             if self._probing:
                 self.probes.probed()
             else:
                 self.probes.speculated()
-        for sub in self.subs:
-            sub.draft, sub.proposal_s = EMPTY_DRAFT, 0.0
         self._chosen, self._proposed, self._probing = None, False, False
 
     def end(self) -> None:
@@ -197,6 +266,22 @@ class AutoProposer:
                 log.exception("auto: %s.end() failed", sub.name)
 
     # -- helpers -------------------------------------------------------------------------------
+    def _learn_look_cost(self, seconds: float) -> None:
+        known = self.state.look_s
+        self.state.look_s = seconds if known == 0.0 else 0.9 * known + 0.1 * seconds
+
+    def _catch_up_s(self, sub: _Sub, context: ProposeContext, plain_s: float) -> float:
+        """Seconds a model proposer needs before it can draft: feeding it every token it has not seen
+        (its KV cache lags by all it missed since it last drafted; a whole prompt after a new request)."""
+        if not isinstance(sub.proposer, ModelDrafter):
+            return 0.0
+        cache = sub.proposer.cache
+        pending = len(context.token_ids) - (len(cache) if cache is not None else 0)
+        if pending <= self.config.catch_up_limit:
+            return 0.0
+        per_token = self.state.catch_up_s.get(sub.name, 0.01 * plain_s)  # unmeasured: a batched token's share
+        return per_token * pending
+
     def _sub(self, name: str) -> _Sub:
         return next(sub for sub in self.subs if sub.name == name)
 
@@ -204,47 +289,74 @@ class AutoProposer:
         """Count a plain step; True when a model proposer should be probed now."""
         return any(c is not None and self._sub(c.name).kind == MODEL for c in candidates) and self.probes.plain_step()
 
-    def _probe(self, candidates: Sequence[Candidate | None], verify_fit: tuple[float, float]) -> Choice:
+    def _probe(self, candidates: Sequence[Candidate | None], verify_s: VerifyCost) -> Choice:
         """The most promising model proposer, with a short draft (its best length, capped)."""
         models = [c for c in candidates if c is not None and self._sub(c.name).kind == MODEL]
-        best = max((best_length(c, verify_fit, self.config.waste) for c in models), key=lambda choice: choice.rate)
+        best = max((best_length(c, verify_s, self.config.waste) for c in models), key=lambda choice: choice.rate)
         return replace(best, draft_len=min(self.config.probe_max_len, best.draft_len))
 
     def _record(self, sub: _Sub, draft: Draft, passed: int, rejected_next: bool) -> None:
         match_len = draft.match.match_len if draft.match is not None else None
         self.acceptance.record(sub.name, match_len, passed, rejected_next)
 
-    def _candidate(self, sub: _Sub, max_len: int, verify_fit: tuple[float, float]) -> Candidate | None:
+    def _candidate(self, sub: _Sub, context: ProposeContext, verify_s: VerifyCost) -> Candidate | None:
+        max_len = context.max_len
         if sub.kind == LOOKUP:
             if not len(sub.draft):
                 return None
             match_len = sub.draft.match.match_len if sub.draft.match is not None else None
-            rates = self.acceptance.estimates(sub.name, match_len, len(sub.draft), self.config.lookup_continuation)
-            return Candidate(sub.name, rates, len(sub.draft))
-        # Untimed model: assume a tenth of a forward per token, so it gets tried once.
+            rates = self.acceptance.estimates(
+                sub.name, match_len, len(sub.draft), self.config.lookup_continuation, STOP_BELOW
+            )
+            return Candidate(sub.name, rates, len(rates))
+        # Untimed model: assume a tenth of a forward per token, so it gets tried once; plus what
+        # catching its cache up costs now (fixed costs, as in tests, are taken as given).
         fixed = (self.config.proposal_costs or {}).get(sub.name)
-        proposal = fixed or sub.proposal_cost.fit() or (0.0, 0.1 * verify_fit[0])
-        max_len = min(max_len, self.config.model_max_len)
-        return Candidate(sub.name, self.acceptance.estimates(sub.name, None, max_len), max_len, proposal)
+        plain_s = verify_seconds(verify_s, 0)
+        proposal = fixed or sub.proposal_cost.fit() or (0.0, 0.1 * plain_s)
+        if fixed is None and self.config.verify_cost is None:
+            catch_up = self._catch_up_s(sub, context, plain_s)
+            if catch_up > self.config.catch_up_free * plain_s:  # a little is exploration; more is a cost
+                proposal = (proposal[0] + catch_up, proposal[1])
+        rates = self.acceptance.estimates(
+            sub.name, None, min(max_len, self.config.model_max_len), stop_below=STOP_BELOW
+        )
+        return Candidate(sub.name, rates, len(rates), proposal)
 
     def summary(self) -> dict:
         """Current estimates, for logs and benchmarks."""
         return {
             "verify_s": self.verify_cost.fit(),
             "plain_s": self.verify_cost.plain_measured,
+            "cost_curve_s": cost_points(self.verify_cost),
             "proposal_s": {sub.name: sub.proposal_cost.fit() for sub in self.subs if sub.kind == MODEL},
-            "acceptance": {name: [round(a, 3) for a in table.estimates(8, self.acceptance.prior)]
-                           for name, table in self.acceptance.by_proposer.items()},
+            "acceptance": {
+                name: [round(a, 3) for a in table.estimates(8, self.acceptance.prior)]
+                for name, table in self.acceptance.by_proposer.items()
+            },
             "probe_interval": self.probes.interval,
+            "skipped_looks": self.skipped_looks,
         }
+
+
+COST_POINTS = (0, 1, 2, 4, 8, 16, 32, 64)
+
+
+def cost_points(costs: ForwardCosts) -> dict[int, float] | None:
+    """The planned cost(k) at a few draft lengths (None before any measurement), for reports."""
+    if costs.plain_measured is None and costs.fit() is None:
+        return None
+    curve = costs.curve()
+    return {k: curve(k) for k in COST_POINTS}
 
 
 def replace_max_len(context: ProposeContext, max_len: int) -> ProposeContext:
     return ProposeContext(context.token_ids, context.prompt_len, max_len, context.sampling, context.generator)
 
 
-def build_auto(setup: ProposerSetup, models: Sequence[Proposer] | None = None,
-               state: PolicyState | None = None) -> AutoProposer:
+def build_auto(
+    setup: ProposerSetup, models: Sequence[Proposer] | None = None, state: PolicyState | None = None
+) -> AutoProposer:
     """``auto`` for one request, as the server, the CLI and the bench all build it.
 
     Lookups: context always, reference / index when the request has them. ``models``: long-lived

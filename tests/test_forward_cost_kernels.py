@@ -1,0 +1,185 @@
+"""The kernels that make a verification forward cheaper on a CPU keep speculative decoding exact:
+oneDNN linears on packed weights, grouped attention for several queries over a long cache, and the
+KV cache layer that writes in place. Each against the stock computation, then greedy equivalence and
+the K+1-rows-equal-one-token-rows property on a model large enough to take every new path."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from engine_harness import (
+    ScriptedProposer,
+    always_wrong,
+    assert_greedy_equivalent,
+    oracle,
+    plain_greedy,
+    right_then_wrong,
+)
+
+from bench.shapes import build_tokenizer, random_llama
+from codespec.attention import grouped_attention, grouped_pays
+from codespec.linear import MIN_WORK, is_packed, pack_linears, stock_linears
+from codespec.model import TargetModel
+
+ONEDNN = pack_linears(torch.nn.Linear(1024, 1024)) == 1
+needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this torch has no oneDNN linear")
+
+
+# -- packed linears ------------------------------------------------------------------------------
+@needs_onednn
+def test_packed_linear_matches_pytorch_and_stock_restores_it():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(896, 1024), torch.nn.Linear(1024, 896, bias=False))
+    rows = torch.randn(1, 17, 896)
+    with torch.no_grad():
+        stock = model(rows)
+    assert pack_linears(model) == 2 and all(is_packed(m) for m in model)
+    with torch.inference_mode():
+        packed = model(rows)
+        with stock_linears(model):
+            assert not any(is_packed(m) for m in model)
+            assert torch.equal(model(rows), stock)
+    assert all(is_packed(m) for m in model)
+    torch.testing.assert_close(packed, stock, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_a_weight_written_in_place_is_packed_again_and_copies_pack_their_own():
+    model = torch.nn.Linear(1024, 1024)
+    pack_linears(model)
+    rows = torch.randn(4, 1024)
+    with torch.no_grad():
+        model.weight.mul_(2.0)
+        expected = F.linear(rows, model.weight, model.bias)
+    with torch.inference_mode():
+        torch.testing.assert_close(model(rows), expected, rtol=1e-5, atol=1e-4)
+        twin = copy.deepcopy(model)
+        torch.testing.assert_close(twin(rows), expected, rtol=1e-5, atol=1e-4)
+
+
+@needs_onednn
+def test_small_products_and_training_keep_pytorchs_linear():
+    model = torch.nn.Linear(64, 64)
+    pack_linears(model)
+    assert 64 * 64 < MIN_WORK
+    rows = torch.randn(3, 64, requires_grad=True)
+    out = model(rows)  # autograd on: PyTorch's op, gradients flow to the weight
+    out.sum().backward()
+    assert model.weight.grad is not None
+
+
+# -- grouped attention ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "queries,cached,heads,kv_heads,width", [(17, 1000, 14, 2, 64), (33, 400, 8, 2, 128), (5, 2000, 28, 4, 128)]
+)
+def test_grouped_attention_equals_sdpa_within_rounding(queries, cached, heads, kv_heads, width):
+    torch.manual_seed(queries)
+    keys = cached + queries
+    query = torch.randn(1, queries, heads, width).transpose(1, 2)  # [1, Hq, T, D] as transformers passes it
+    key, value = torch.randn(1, kv_heads, keys, width), torch.randn(1, kv_heads, keys, width)
+    mask = torch.ones(queries, keys, dtype=torch.bool).tril(cached)[None, None]  # [1, 1, T, S]
+    expected = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, enable_gqa=True).transpose(1, 2)
+    assert grouped_pays(query, key, mask, 0.0, False)
+    torch.testing.assert_close(grouped_attention(query, key, value, mask, None), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_one_query_and_small_shapes_keep_sdpa():
+    query, key = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 100, 16)
+    assert not grouped_pays(query, key, None, 0.0, False)
+    assert not grouped_pays(torch.randn(1, 4, 8, 16), key, None, 0.0, False)  # too little work
+
+
+# -- the in-place cache layer --------------------------------------------------------------------
+def test_growing_layer_gives_the_dynamic_layers_logits_bit_for_bit():
+    from transformers import DynamicCache
+
+    from codespec.cache_layer import GrowingLayer
+    from codespec.kv import KVCache
+
+    model = random_llama((64, 2, 4, 2, 128), vocab_size=97, init_std=0.2)
+    generator = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, 97, (300,), generator=generator).tolist()  # past the first capacity
+    drafts = [torch.randint(0, 97, (k,), generator=generator).tolist() for k in (1, 5, 33, 300)]
+
+    def run(cache) -> list[torch.Tensor]:
+        with torch.inference_mode():
+            out = [model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True).logits[0, -1]]
+            for draft in drafts:
+                out.append(
+                    model(
+                        input_ids=torch.tensor([draft]), cache=cache, use_cache=True, logits_to_keep=len(draft)
+                    ).logits[0]
+                )
+                cache.crop(-(len(draft) - 1))  # keep one: the cache grows across steps
+        return out
+
+    ours = KVCache(model.config)
+    assert all(isinstance(layer, GrowingLayer) for layer in ours.hf_cache.layers)
+    stock = run(DynamicCache(config=model.config))
+    grown = run(ours.hf_cache)
+    assert all(torch.equal(a, b) for a, b in zip(stock, grown))
+    assert ours.hf_cache.get_seq_length() == 300 + len(drafts)
+
+
+# -- the engine on a model that takes every new path ---------------------------------------------
+@pytest.fixture(scope="module")
+def mid_target():
+    """512 wide, 8 heads over 2 K/V heads, a 600-token prompt: packed linears and grouped attention
+    both serve its verification forwards."""
+    from engine_harness import stdlib_corpus
+
+    tokenizer = build_tokenizer(stdlib_corpus(), vocab_size=1024)
+    model = random_llama((512, 2, 8, 2, 1024), len(tokenizer), seed=5, init_std=0.1, max_context=2048)
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("CODESPEC_CPU_LINEAR", "onednn")  # packing is opt-in (codespec/model.py)
+    try:
+        return TargetModel(model, tokenizer, name="mid")
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.fixture(scope="module")
+def mid_case(mid_target):
+    generator = torch.Generator().manual_seed(11)
+    prompt = torch.randint(0, mid_target.vocab_size, (600,), generator=generator).tolist()
+    return prompt, plain_greedy(mid_target, prompt, 40)
+
+
+def test_the_mid_model_takes_the_new_paths(mid_target, mid_case):
+    prompt, _ = mid_case
+    if ONEDNN:
+        assert mid_target.packed_linears > 0
+    query = torch.zeros(1, 8, 17, 64)
+    assert grouped_pays(query, torch.zeros(1, 2, len(prompt) + 17, 64), None, 0.0, False)
+
+
+@pytest.mark.parametrize("kind", ["oracle", "always_wrong", "right_then_wrong"])
+@pytest.mark.parametrize("draft_len", [4, 16, 32])
+def test_speculative_greedy_equals_plain_through_the_new_kernels(mid_target, mid_case, kind, draft_len):
+    prompt, reference = mid_case
+    full = [*prompt, *reference]
+    script = {
+        "oracle": lambda: oracle(full),
+        "always_wrong": lambda: always_wrong(full, mid_target.vocab_size),
+        "right_then_wrong": lambda: right_then_wrong(full, mid_target.vocab_size, right_steps=2),
+    }[kind]()
+    assert_greedy_equivalent(mid_target, prompt, ScriptedProposer(kind, script), reference, 40, draft_len)
+
+
+def test_verification_rows_equal_one_token_forwards(mid_target, mid_case):
+    """Row i of a (K+1)-position forward is the distribution a one-token forward gives at that
+    position, to float rounding: what exact sampling's acceptance test relies on."""
+    prompt, reference = mid_case
+    block = list(reference[:17])
+    cache = mid_target.new_cache()
+    mid_target.forward(prompt, cache)
+    batched = mid_target.forward(block, cache, keep_last=len(block))  # [17, V]
+    cache.rollback(len(prompt))
+    single = []
+    for token in block:
+        single.append(mid_target.forward([token], cache)[0])
+    torch.testing.assert_close(batched, torch.stack(single), rtol=1e-4, atol=1e-4)
+    assert torch.equal(batched.softmax(-1).argmax(-1), torch.stack(single).softmax(-1).argmax(-1))
