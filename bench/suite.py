@@ -20,6 +20,7 @@ from bench.peers import HF_CONFIGS
 from bench.run import BASELINE, Prepared, RunSettings, make_runners, prepare, run_interleaved, summarize
 from codespec.config import SamplingParams
 from codespec.errors import CodespecError
+from codespec.prompts import PromptRenderer
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +111,12 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = print) -> dict:
     }
     all_results: dict[str, list] = {name: [] for name in configs}
     workload_cases = {}
+    renderer = PromptRenderer(target.tokenizer, target.prompt_format)  # as the server renders them
     for path in plan.workloads:
         from bench.workload import load_cases
 
         cases = load_cases(
-            path, plan.max_requests, plan.max_chars, plan.stride, plan.token_budget, plan.max_new_tokens[0]
+            path, plan.max_requests, plan.max_chars, plan.stride, plan.token_budget, plan.max_new_tokens[0], renderer
         )
         workload_cases[path.stem] = cases
         index = built.index_for(cases)
@@ -127,6 +129,7 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = print) -> dict:
         report["workloads"][path.stem] = {
             "records": len(prepared),
             "kind": prepared[0].case.kind,
+            "prompt_tokens": [len(item.prompt_ids) for item in prepared],
             "configs": _table(results, not first.sampling.greedy),
         }
         if "auto" in codespec_configs:
@@ -246,7 +249,13 @@ def _sweeps(
             if chars is not None:
                 path = next(p for p in plan.workloads if p.stem == workload)
                 cases = load_cases(
-                    path, plan.max_requests, chars, plan.stride, plan.token_budget, settings.max_new_tokens
+                    path,
+                    plan.max_requests,
+                    chars,
+                    plan.stride,
+                    plan.token_budget,
+                    settings.max_new_tokens,
+                    PromptRenderer(target.tokenizer, target.prompt_format),
                 )
             cases = cases[: plan.sweep_requests] if plan.sweep_requests else cases
             prepared = _prepare_all(target, cases, settings, end_ids)
@@ -279,6 +288,7 @@ def _setup(plan: BenchPlan, models, configs, first: RunSettings) -> dict:
         "transformers": __import__("transformers").__version__,
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "model": models.description,
+        "prompt_format": models.target.prompt_format.name,
         "draft": models.draft_description,
         "profile": plan.profile,
         "configs": list(configs),

@@ -35,3 +35,28 @@ def test_bench_cases_render_in_the_target_format(family_checkpoints, loaded, nam
     prompts = prompt_renderer(target.tokenizer)
     assert case_prompt(sim_case(EDIT, "test"), prompts) == renderer.render(edit.request).text
     assert case_prompt(sim_case(COMPLETION, "test"), prompts) == COMPLETION["prefix"]
+
+
+def test_codespec_bench_renders_the_checkpoint_format(family_checkpoints, loaded, tmp_path):
+    """`codespec bench --model DIR` tokenizes each case as the server would prompt that family."""
+    import json
+
+    from codespec.cli import main
+
+    family = family_checkpoints("starcoder2")
+    workload = tmp_path / "completions.jsonl"
+    workload.write_text(json.dumps(COMPLETION) + "\n")
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--workload", str(workload), "--mode", "replay", "--model", str(family.target)]
+    argv += ["--configs", "greedy,context", "--max-new-tokens", "4", "--threads", "1", "--json", str(out)]
+    assert main(argv) == 0
+    data = json.loads(out.read_text())
+    target = loaded(family.target)
+    expected = target.encode(
+        PromptRenderer(target.tokenizer, target.prompt_format)
+        .render(case_from_record(COMPLETION, "w", "t").request)
+        .text
+    )
+    assert data["setup"]["prompt_format"] == target.prompt_format.name == "starcoder2"
+    assert data["workloads"]["completions"]["prompt_tokens"] == [len(expected)]
+    assert expected[0] == target.tokenizer.convert_tokens_to_ids("<fim_prefix>")
