@@ -84,7 +84,8 @@ def load_models(
         from codespec.default_model import target_path
 
         path = model or str(target_path())
-        target = TargetModel.load(path, device=device, dtype=dtype)
+        # dense weights kept: transformers' peers run the same model with PyTorch's linear
+        target = TargetModel.load(path, device=device, dtype=dtype, release_dense=False)
         description = f"{path} ({_params(target)}{_weights_digest(path)})"
     draft_path = None
     if draft in SHAPE_NAMES:
@@ -136,4 +137,4 @@ def _weights_digest(path) -> str:
 
 
 def _params(target) -> str:
-    return f"{sum(p.numel() for p in target.model.parameters()) / 1e6:.1f}M parameters"
+    return f"{target.parameter_count / 1e6:.1f}M parameters"

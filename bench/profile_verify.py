@@ -345,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     target = build_target(args.shape, args.device, args.dtype, args.model)
+    if "codespec" in args.kernels and not target.packed_linears:  # CODESPEC_CPU_LINEAR=stock turned it off
+        from codespec.linear import pack_linears
+
+        target.packed_linears = pack_linears(target.model)
     ks = sorted(set(args.ks))
     with torch.inference_mode():
         measured = profile(target, args.context, ks, args.kernels, args.repeats, args.prefill)

@@ -13,11 +13,15 @@ from 119 ms to ~73 ms.
 gives the module a forward that calls oneDNN's linear on the packed weight (PyTorch's for products
 too small to amortise oneDNN's fixed cost per call, ``MIN_WORK``). The dense weight stays
 (state dicts, transformers' own generate under ``stock_linears``, tied embeddings read it), so a
-packed model holds its linear weights twice: +2.0 GB for the 0.5b in fp32. Anywhere else (CUDA,
+packed model holds its linear weights twice (+2.0 GB for the 0.5b in fp32), unless
+``release_dense`` frees the dense copies that the packed ones replace (``TargetModel.load`` does:
+then only a tied LM head is held twice, +0.5 GB at 0.5b). Anywhere else (CUDA,
 MPS, fp16, a torch without the oneDNN ops, autograd wanting weight gradients) a module keeps
-PyTorch's linear. ``TargetModel`` packs only with ``CODESPEC_CPU_LINEAR=onednn`` (off by default:
-twice the linear weights in memory, and oneDNN's primitive cache grows with every new input length,
-about 0.4 MiB per new prompt length in a long-running server); ``stock`` forces packing off here too.
+PyTorch's linear. ``TargetModel`` packs by default; ``CODESPEC_CPU_LINEAR=stock`` leaves PyTorch's
+linear everywhere. oneDNN builds and caches a kernel per product shape; with every new prompt length
+that cache grew by ~0.4 MiB in a long-running server, so inputs longer than one step's rows run in
+blocks of a few fixed row counts (``row_blocks``): over 120 distinct prompt lengths at 0.5b the
+resident size then grows as much as with PyTorch's linear (+51 vs +63 MiB, allocator noise).
 
 A weight written in place after packing (its tensor version moves) is packed again on the next
 forward. Results differ from MKL's in the last bits (another summation order), as a K+1-row GEMM differs from
@@ -54,16 +58,47 @@ def onednn_available() -> bool:
 
 def _packed_forward(self, input: torch.Tensor) -> torch.Tensor:
     """``nn.Linear.forward`` on the packed weight: input [..., in] -> [..., out]."""
+    state: Packed = getattr(self, _PACKED)
     if torch.is_grad_enabled() and (input.requires_grad or self.weight.requires_grad):
-        return F.linear(input, self.weight, self.bias)  # training: gradients need PyTorch's op
-    if input.dtype != self.weight.dtype or input.device.type != "cpu":
-        return F.linear(input, self.weight, self.bias)
+        return F.linear(input, state.dense(self.weight), self.bias)  # training: gradients need PyTorch's op
+    if input.dtype != state.dtype or input.device.type != "cpu":
+        return F.linear(input, state.dense(self.weight), self.bias)
     rows = input.reshape(-1, input.shape[-1])  # [N, in]
-    if rows.shape[0] * self.weight.numel() < MIN_WORK:  # too small: oneDNN's ~10 us per call would dominate
-        return F.linear(input, self.weight, self.bias)
-    packed = getattr(self, _PACKED).of(self.weight)
-    output = torch.ops.mkldnn._linear_pointwise(rows, packed, self.bias, "none", [], "")  # [N, out]
+    if rows.shape[0] * state.numel < MIN_WORK:  # too small: oneDNN's ~10 us per call would dominate
+        return F.linear(input, state.dense(self.weight), self.bias)
+    output = _bounded_rows(rows, state.of(self.weight), self.bias)  # [N, out]
     return output.reshape(*input.shape[:-1], output.shape[-1])
+
+
+# oneDNN builds (and caches) a kernel per product shape. Row counts up to EXACT_ROWS (one step's K+1
+# verified positions) run as they are; longer inputs (a prefill: every prompt length is new) run in
+# blocks of BLOCK_ROWS rows, the last one padded to a multiple of PAD_ROWS, so a weight meets at most
+# EXACT_ROWS + BLOCK_ROWS / PAD_ROWS shapes whatever the prompt lengths (a server's cache stays small).
+EXACT_ROWS = 64
+BLOCK_ROWS = 256
+PAD_ROWS = 64
+
+
+def row_blocks(count: int) -> list[tuple[int, int, int]]:
+    """(start, rows, padded rows) of each block a product of ``count`` rows runs in."""
+    if count <= EXACT_ROWS:
+        return [(0, count, count)]
+    blocks = []
+    for start in range(0, count, BLOCK_ROWS):
+        size = min(BLOCK_ROWS, count - start)
+        blocks.append((start, size, size if size == BLOCK_ROWS else -(-size // PAD_ROWS) * PAD_ROWS))
+    return blocks
+
+
+def _bounded_rows(rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """rows [N, in] -> [N, out] through kernels of a bounded set of row counts (``row_blocks``)."""
+    outputs = []
+    for start, size, padded in row_blocks(rows.shape[0]):
+        block = rows[start : start + size]  # [size, in]
+        if padded != size:
+            block = F.pad(block, (0, 0, 0, padded - size))  # zero rows, dropped below
+        outputs.append(torch.ops.mkldnn._linear_pointwise(block, packed, bias, "none", [], "")[:size])
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
 
 def _version(weight: torch.Tensor) -> int:
@@ -74,33 +109,91 @@ def _version(weight: torch.Tensor) -> int:
 class Packed:
     """A module's weight in oneDNN's layout, packed again whenever the weight was written in place
     (its tensor version moved). Copies and pickles carry no packed tensor (an opaque oneDNN tensor has
-    no storage to copy): they pack on first use."""
+    no storage to copy): they pack on first use.
+
+    ``release(module)`` frees the module's dense weight (the Parameter keeps its place, empty): the
+    packed tensor is then the only copy, ``dense()`` rebuilds the dense one where a caller needs it
+    (autograd, another dtype, transformers' own linear under ``stock_linears``, a copy)."""
 
     def __init__(self, weight: torch.Tensor | None = None) -> None:
         self.tensor: torch.Tensor | None = None
         self.version = -1
+        self.released = False
+        self.numel = 0
+        self.dtype = torch.float32
         if weight is not None:
+            self.numel, self.dtype = weight.numel(), weight.dtype
             self.of(weight)
 
     def of(self, weight: torch.Tensor) -> torch.Tensor:
+        if self.released:
+            assert self.tensor is not None
+            return self.tensor
         version = _version(weight)
         if self.tensor is None or self.version != version:
             with torch.no_grad():
                 self.tensor = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
             self.version = version
+            self.numel, self.dtype = weight.numel(), weight.dtype
         return self.tensor
 
+    def dense(self, weight: torch.Tensor) -> torch.Tensor:
+        """The dense weight: the module's own, or rebuilt from the packed one once released."""
+        if not self.released:
+            return weight
+        assert self.tensor is not None
+        return self.tensor.to_dense()
+
+    def release(self, module: torch.nn.Linear) -> None:
+        self.of(module.weight)
+        with torch.no_grad():
+            module.weight.data = torch.empty(0, dtype=self.dtype)
+        self.released = True
+
+    def restore(self, module: torch.nn.Linear) -> None:
+        """Give the module its dense weight back for a while (``stock_linears``)."""
+        if self.released:
+            with torch.no_grad():
+                module.weight.data = self.dense(module.weight)
+
+    def free(self, module: torch.nn.Linear) -> None:
+        if self.released:
+            with torch.no_grad():
+                module.weight.data = torch.empty(0, dtype=self.dtype)
+
     def __deepcopy__(self, memo) -> Packed:
-        return Packed()
+        if not self.released:
+            return Packed()
+        twin = Packed()
+        with torch.no_grad():
+            twin.tensor = torch.ops.mkldnn._reorder_linear_weight(self.dense(torch.empty(0)), None)
+        twin.released, twin.numel, twin.dtype = True, self.numel, self.dtype
+        return twin
 
     def __getstate__(self) -> dict:
-        return {"tensor": None, "version": -1}
+        if self.released:
+            raise TypeError(
+                "a module whose dense weight was released cannot be pickled; load it with "
+                f"{ENV}=stock to save or train it"
+            )
+        return {"tensor": None, "version": -1, "released": False, "numel": self.numel, "dtype": self.dtype}
 
 
-def pack_linears(model) -> int:
-    """Pack every CPU fp32 / bf16 ``nn.Linear`` of ``model``; returns how many were packed."""
+def pack_linears(model, release_dense: bool = False) -> int:
+    """Pack every CPU fp32 / bf16 ``nn.Linear`` of ``model``; returns how many were packed.
+
+    ``release_dense``: free the dense weight of every packed module whose products always take
+    oneDNN (weight elements >= MIN_WORK) and whose weight no other module shares (a tied LM head is
+    the input embedding: kept), so the packed copy is the only one. For models the caller does not
+    use otherwise (``TargetModel.load``); state dicts of such a model hold empty tensors."""
     if os.environ.get(ENV, "").lower() == "stock" or not onednn_available():
         return 0
+    shared = {
+        id(parameter)
+        for module in model.modules()
+        if not isinstance(module, torch.nn.Linear)
+        for parameter in module.parameters(recurse=False)
+    }
     packed = 0
     for module in model.modules():
         if not isinstance(module, torch.nn.Linear) or hasattr(module, _PACKED):
@@ -110,8 +203,11 @@ def pack_linears(model) -> int:
             continue
         if module.bias is not None and module.bias.dtype != weight.dtype:
             continue
-        setattr(module, _PACKED, Packed(weight))
+        state = Packed(weight)
+        setattr(module, _PACKED, state)
         module.forward = types.MethodType(_packed_forward, module)  # type: ignore[method-assign]
+        if release_dense and weight.numel() >= MIN_WORK and id(weight) not in shared:
+            state.release(module)
         packed += 1
     return packed
 
@@ -125,9 +221,11 @@ def stock_linears(*models) -> Iterator[None]:
     """Run ``models`` with PyTorch's own linear for a while (the benchmark's transformers peers)."""
     switched = [module for model in models if model is not None for module in model.modules() if is_packed(module)]
     for module in switched:
+        getattr(module, _PACKED).restore(module)  # a released dense weight, rebuilt for the while
         del module.forward  # the class's forward again
     try:
         yield
     finally:
         for module in switched:
+            getattr(module, _PACKED).free(module)
             module.forward = types.MethodType(_packed_forward, module)

@@ -85,18 +85,16 @@ def locate_model(name_or_path: str | os.PathLike) -> Path:
 class TargetModel:
     """A causal LM + tokenizer behind the few calls the engine needs."""
 
-    def __init__(self, model, tokenizer, name: str = "", prompt_format: str | None = None) -> None:
+    def __init__(
+        self, model, tokenizer, name: str = "", prompt_format: str | None = None, release_dense: bool = False
+    ) -> None:
         from codespec.attention import use_native_gqa
-        from codespec.linear import ENV as LINEAR_ENV
         from codespec.linear import pack_linears
         from codespec.prompts import resolve_format
 
         self.model = model.eval()
         use_native_gqa(self.model)  # no K/V head copies in verification forwards on CPU
-        # oneDNN on weights packed once (MKL's few-row GEMMs are 2-3x slower on this CPU class), only
-        # when asked for: it holds the linear weights twice and oneDNN's primitive cache grows with
-        # every new prompt length (RSS +0.4 MiB per new length in a server), see codespec/linear.py.
-        self.packed_linears = pack_linears(self.model) if os.environ.get(LINEAR_ENV, "").lower() == "onednn" else 0
+        self.parameter_count = sum(p.numel() for p in model.parameters())
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         self.device = next(model.parameters()).device
@@ -107,6 +105,11 @@ class TargetModel:
         # How this family spells FIM and rewrites (codespec/prompts.py): detected from the
         # tokenizer's special tokens unless named.
         self.prompt_format = resolve_format(tokenizer, prompt_format)
+        # oneDNN on weights packed once on CPU (MKL's few-row GEMMs are 2-3x slower on this CPU class;
+        # codespec/linear.py), unless CODESPEC_CPU_LINEAR=stock. ``release_dense`` (a model this object
+        # owns: ``load``) frees the dense copies the packed ones replace, so packing costs memory only
+        # for a tied LM head and the small projections.
+        self.packed_linears = pack_linears(self.model, release_dense)
 
     @classmethod
     def load(
@@ -116,6 +119,7 @@ class TargetModel:
         dtype: str = "auto",
         trust_remote_code: bool = False,
         prompt_format: str | None = None,
+        release_dense: bool = True,
     ) -> TargetModel:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -127,7 +131,7 @@ class TargetModel:
             path, local_files_only=True, trust_remote_code=trust_remote_code, dtype=torch_dtype
         )
         model = model.to(torch_device)  # type: ignore[arg-type]  # transformers' stubs type .to() oddly
-        return cls(model, tokenizer, name=str(name_or_path), prompt_format=prompt_format)
+        return cls(model, tokenizer, name=str(name_or_path), prompt_format=prompt_format, release_dense=release_dense)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

@@ -66,11 +66,11 @@ class PolicyState:
     acceptance: AcceptanceTable
     verify_cost: ForwardCosts
     proposal_costs: dict[str, LinearCost] = field(default_factory=dict)
-    # While speculation is off: the looking and probing budgets (carried across requests), the
-    # plain-step streak (reset by each request: its first steps look), what a look costs, and per
-    # model proposer the seconds per token of catching its cache up before it can draft.
+    # While speculation is off: the looking and probing budgets and the plain-step streak (carried
+    # across requests; a request's first step always looks), what a look costs, and per model
+    # proposer the seconds per token of catching its cache up before it can draft.
     idle: IdleBudget = field(default_factory=IdleBudget)
-    probe_budget: IdleBudget = field(default_factory=lambda: IdleBudget(0.03))
+    probe_budget: IdleBudget = field(default_factory=IdleBudget)
     plain_streak: int = 0
     look_s: float = 0.0
     catch_up_s: dict[str, float] = field(default_factory=dict)
@@ -146,7 +146,9 @@ class AutoProposer:
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._steps = 0
         self._last_end = 0.0
-        self.state.plain_streak = 0  # a new request brings new text to look in: its first steps look
+        # A new request brings new text to look in: its first step looks even when the session's
+        # lookups stopped paying (one plain step more and it is idle again).
+        self.state.plain_streak = min(self.state.plain_streak, self.config.idle_after - 1)
         self._chosen = None
         self._proposed = False
         for sub in self.subs:

@@ -68,12 +68,12 @@ class PolicyConfig:
     # tokens before it drafts: up to this many plain steps' worth is exploration, more is priced in.
     catch_up_free: float = 2.0
     # Speculation that does not pay must cost (almost) nothing: after ``idle_after`` plain steps in
-    # a row, looking for a draft (every lookup, the arithmetic, model probes) may take at most
+    # a row, looking for a draft (every lookup and the arithmetic; model probes apart) may take at most
     # ``idle_share`` of the decoding time (``IdleBudget``); on other steps auto answers "no draft" at
     # once. A tiny CPU model's 2 ms step would otherwise pay ~0.3 ms of Python on every step.
     idle_after: int = 8
-    idle_share: float = 0.01
-    probe_share: float = 0.03  # idle probes of model proposers (their catch-up prefill included), on their own
+    idle_share: float = 0.005
+    probe_share: float = 0.005  # idle probes of model proposers (their catch-up prefill included), on their own
 
 
 # -- acceptance ---------------------------------------------------------------------------------
@@ -556,7 +556,7 @@ class IdleBudget:
     steps: a probe whose catch-up prefill costs ten forwards waits for ~1,000 idle steps).
     ``allows(cost)`` says whether one more look of ``cost`` seconds fits; ``charge`` books it."""
 
-    def __init__(self, share: float = 0.01, decay: float = 0.999) -> None:
+    def __init__(self, share: float = 0.005, decay: float = 0.999) -> None:
         self.share = share
         self.decay = decay
         self.spent = 0.0

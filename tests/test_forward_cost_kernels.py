@@ -134,7 +134,7 @@ def mid_target():
     tokenizer = build_tokenizer(stdlib_corpus(), vocab_size=1024)
     model = random_llama((512, 2, 8, 2, 1024), len(tokenizer), seed=5, init_std=0.1, max_context=2048)
     monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setenv("CODESPEC_CPU_LINEAR", "onednn")  # packing is opt-in (codespec/model.py)
+    monkeypatch.delenv("CODESPEC_CPU_LINEAR", raising=False)  # packing is the default (codespec/model.py)
     try:
         return TargetModel(model, tokenizer, name="mid")
     finally:
@@ -183,3 +183,68 @@ def test_verification_rows_equal_one_token_forwards(mid_target, mid_case):
         single.append(mid_target.forward([token], cache)[0])
     torch.testing.assert_close(batched, torch.stack(single), rtol=1e-4, atol=1e-4)
     assert torch.equal(batched.softmax(-1).argmax(-1), torch.stack(single).softmax(-1).argmax(-1))
+
+
+# -- bounded kernel shapes and released dense weights --------------------------------------------
+def test_long_inputs_run_in_a_bounded_set_of_row_counts():
+    from codespec.linear import BLOCK_ROWS, EXACT_ROWS, PAD_ROWS, row_blocks
+
+    shapes = {padded for count in range(1, 3000) for _, _, padded in row_blocks(count)}
+    assert len(shapes) <= EXACT_ROWS + BLOCK_ROWS // PAD_ROWS  # whatever the prompt lengths
+    for count in (1, 64, 65, 300, 513, 2999):
+        blocks = row_blocks(count)
+        assert sum(size for _, size, _ in blocks) == count and blocks[0][0] == 0
+        assert all(padded >= size for _, size, padded in blocks)
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows", [1, 17, 64, 65, 300, 513])
+def test_blocked_products_equal_pytorchs(rows):
+    model = torch.nn.Linear(896, 1536)
+    pack_linears(model)
+    x = torch.randn(rows, 896)
+    with torch.no_grad():
+        expected = F.linear(x, model.weight, model.bias)
+    with torch.inference_mode():
+        torch.testing.assert_close(model(x), expected, rtol=1e-5, atol=1e-4)
+
+
+@needs_onednn
+def test_released_dense_weights_live_only_packed_and_come_back_where_needed(tmp_path, monkeypatch):
+    import pickle
+
+    from transformers import PreTrainedTokenizerFast
+
+    from bench.shapes import SPECIAL_TOKENS, byte_level_bpe
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=byte_level_bpe(["def f(x):\n    return x\n"] * 50, 300, SPECIAL_TOKENS),
+        eos_token=SPECIAL_TOKENS[0],
+    )
+    model = random_llama((1024, 1, 8, 2, 2048), len(tokenizer), seed=2, init_std=0.1)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    ids = list(range(5, 60))
+    monkeypatch.setenv("CODESPEC_CPU_LINEAR", "stock")
+    stock = TargetModel.load(str(tmp_path), device="cpu")
+    assert stock.packed_linears == 0
+    reference = stock.forward(ids, stock.new_cache(), keep_last=5)
+    monkeypatch.delenv("CODESPEC_CPU_LINEAR")  # packed by default
+    packed = TargetModel.load(str(tmp_path), device="cpu")
+    assert packed.packed_linears > 0 and packed.parameter_count == stock.parameter_count
+    big = packed.model.model.layers[0].mlp.up_proj  # 2048 x 1024 elements: released
+    assert big.weight.numel() == 0 and packed.vocab_size == stock.vocab_size
+    torch.testing.assert_close(packed.forward(ids, packed.new_cache(), keep_last=5), reference, rtol=1e-4, atol=1e-4)
+    with stock_linears(packed.model):  # transformers' own linear: the dense weight is rebuilt for the while
+        assert big.weight.shape == (2048, 1024)
+        with torch.inference_mode():
+            torch.testing.assert_close(
+                packed.model(torch.tensor([ids])).logits[0, -5:], reference, rtol=1e-4, atol=1e-4
+            )
+    assert big.weight.numel() == 0
+    twin = copy.deepcopy(big)
+    rows = torch.randn(3, 1024)
+    with torch.inference_mode():
+        torch.testing.assert_close(twin(rows), big(rows))
+    with pytest.raises(TypeError, match="released"):
+        pickle.dumps(big)

@@ -33,14 +33,17 @@ def test_tied_heads_stay_tied_and_biases_load(family_checkpoints, loaded, name):
 
 def exit_chain(target, sequence: list[int], exit_layer: int, steps: int) -> list[int]:
     """Greedy early-exit tokens computed by hand: hidden state after layer E, the final norm, then
-    the embedding matrix itself when the head is tied to it (else the head's own weight)."""
+    the embedding matrix itself when the head is tied to it (else the head module: a loaded model's
+    untied head may hold its weight only packed, codespec/linear.py)."""
     model = target.model
-    head = model.model.embed_tokens.weight if model.config.tie_word_embeddings else model.lm_head.weight
+    embedding = model.model.embed_tokens.weight  # [V, H]
+    tied = model.config.tie_word_embeddings
     tokens = []
     with torch.inference_mode():
         for _ in range(steps):
             hidden = model(input_ids=torch.tensor([sequence + tokens]), output_hidden_states=True).hidden_states
-            logits = model.model.norm(hidden[exit_layer][0, -1]) @ head.T  # [V]
+            normed = model.model.norm(hidden[exit_layer][0, -1])  # [H]
+            logits = normed @ embedding.T if tied else model.lm_head(normed)  # [V]
             tokens.append(int(logits.argmax()))
     return tokens
 
