@@ -123,3 +123,17 @@ def test_profile_verify_reports_cost_parts_and_bound(tmp_path):
     model = random_llama("tiny", vocab_size=100)
     small, large = forward_work(model, 100, 0), forward_work(model, 100, 16)
     assert large["flops"] > 16 * small["flops"] * 0.9 and large["weight_bytes"] == small["weight_bytes"]
+
+
+def test_kernel_memory_reports_resident_memory_over_prompt_lengths(tmp_path, capsys):
+    import json
+
+    from bench.kernel_memory import main
+    from bench.shapes import save_shape
+
+    model = save_shape("tiny", tmp_path / "tiny")
+    assert main(["--model", str(model), "--lengths", "6"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(report["after_lengths"], key=int) == ["1", "2", "4", "6"]
+    for point in [report["after_load"], *report["after_lengths"].values()]:
+        assert point["VmRSS"] >= point["RssAnon"] > 0
