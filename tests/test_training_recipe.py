@@ -132,3 +132,55 @@ def test_finishing_phase_is_deterministic_and_can_keep_the_starting_weights(toke
     assert first.best_step == second.best_step == 4 and first.steps == 4
     assert not all(torch.equal(trained[k], start[k]) for k in start)
     assert all(torch.equal(trained[k], again[k]) for k in start)
+
+
+def test_fim_repeat_rows_repeat_the_region_and_put_the_loss_on_the_middle_only(tokenizer):
+    """The context-copy phase's FIM rows with repeated code: the region, blank lines, its repetition
+    with a gap; the loss on the middle and its end token only, and the middle can be copied."""
+    from codespec import prompts
+    from training.examples import IGNORE
+
+    function = (
+        "def area(width, height):\n    if width < 0:\n        raise ValueError(width)\n    return width * height\n"
+    )
+    maker = tiny_maker(tokenizer)
+    maker.region = lambda max_chars=600: function
+    same = renamed = 0
+    for _ in range(30):
+        ids, targets = maker.fim_repeat_row()
+        assert len(ids) == len(targets)
+        text = tokenizer.decode(ids, skip_special_tokens=False)
+        assert text.startswith(prompts.FIM_PREFIX) and text.endswith(prompts.END_OF_TEXT)
+        prefix = text[len(prompts.FIM_PREFIX) : text.index(prompts.FIM_SUFFIX)]
+        suffix = text[text.index(prompts.FIM_SUFFIX) + len(prompts.FIM_SUFFIX) : text.index(prompts.FIM_MIDDLE)]
+        assert prefix.startswith(function + "\n")
+        trained = [t for t in targets if t != IGNORE]
+        assert ids[len(ids) - len(trained) - 1] == tokenizer.convert_tokens_to_ids(prompts.FIM_MIDDLE)
+        middle = tokenizer.decode(trained, skip_special_tokens=False)
+        assert middle.endswith(prompts.END_OF_TEXT) and middle[: -len(prompts.END_OF_TEXT)].strip()
+        repetition = prefix[len(function) :].lstrip("\n") + middle[: -len(prompts.END_OF_TEXT)] + suffix
+        assert repetition.count("\n") == function.count("\n")  # the gap's bounds put the copy back
+        same += repetition == function
+        renamed += repetition != function
+    assert same and renamed  # the same code again, or a near-copy with a name changed
+
+
+def test_context_copy_probe_rejects_steps_that_lose_fim_validity(monkeypatch):
+    """With a tolerance, a probed step whose FIM validity falls more than it below the first probe's
+    (the starting weights') scores under the starting weights, however much it copies."""
+    from training import probe
+
+    monkeypatch.setattr(probe, "copy_probe", lambda model, tok, fns: model[0])
+    monkeypatch.setattr(probe, "fim_probe", lambda model, tok, splits: model[1])
+    monkeypatch.setattr(probe, "plain_copy_probe", lambda model, tok, fns: model[2])
+    monkeypatch.setattr("training.corpus.heldout_functions", lambda count, files=None: [])
+    messages = []
+    score = probe.context_copy_scorer(None, [], fim_tolerance=0.03, log=messages.append)
+    start = score((0.85, 0.55, 0.0))
+    assert start == pytest.approx(1.40)
+    assert score((0.90, 0.53, 0.80)) == pytest.approx(2.23)  # within the tolerance
+    assert score((0.95, 0.50, 0.90)) < start  # FIM 5 points down: never kept
+    assert "rejected" in messages[-1] and "rejected" not in messages[1]
+    plain = probe.context_copy_scorer(None, [])
+    plain((0.85, 0.55, 0.0))
+    assert plain((0.95, 0.30, 0.90)) == pytest.approx(2.15)  # no tolerance: the plain sum

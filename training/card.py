@@ -110,11 +110,19 @@ def write_card(
         context_line = (
             f"\n- Then the context-copy phase (`training/context_copy.py`, target only): {result.context_steps:,} "
             f"steps of batch {context.batch[0]} x {context.batch[1]}, "
-            f"{', '.join(f'{k} {round(100 * w)}%' for k, w in context.mixture)}, LR {context.lr:g}, "
+            f"{', '.join(f'{k} {round(100 * w)}%' for k, w in context.mixture)}, LR {context.lr:g}"
+            f"{' (constant after warmup)' if context.min_lr_ratio == 1 else ''}, "
             f"{result.context_wall_s / 60:.1f} minutes. `plain_copy` rows repeat a region without any template "
             f"(the same code again, or a near-copy with an identifier renamed), loss on the repetition, so the "
             f"model copies from plain context as real code models do. It starts from the exported finish "
-            f"weights; a probe of copy rate + FIM validity + plain-context copy rate picks the kept weights: "
+            f"weights; a probe of copy rate + FIM validity + plain-context copy rate picks the kept weights"
+            + (
+                f" (a step whose probe FIM validity is more than {100 * context.fim_tolerance:g} points under the "
+                f"starting weights' is never kept: it scores 3 less)"
+                if context.fim_tolerance is not None
+                else ""
+            )
+            + f": "
             f"{kept_context} (probe: {', '.join(f'{score:.2f} at {step}' for step, score in result.context_probes)})."
             + (
                 " **This invocation ran only this phase** (`--from-shipped`), from the weights the run recorded in "

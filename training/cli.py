@@ -51,15 +51,21 @@ def add_parser(subparsers) -> None:
         "--context-steps",
         type=int,
         default=None,
-        help="steps of the context-copy phase after the finishing phase (default: 0, off: it "
-        "teaches plain-context copying but lowers FIM validity below its bar, see "
-        "docs/training-sweep.md; with --from-shipped: ContextCopyConfig's)",
+        help="steps of the context-copy phase after the finishing phase (0: skip; default: ContextCopyConfig's)",
     )
     parser.add_argument(
         "--from-shipped",
         action="store_true",
-        help="run only the context-copy phase, from the finish weights in --out (a full run "
-        "exports exactly those before the phase), and write the card",
+        help="run only the context-copy phase, from the finish weights in --start (a full run "
+        "exports exactly those before the phase), write the result to --out, and write the card",
+    )
+    parser.add_argument(
+        "--start",
+        type=Path,
+        default=None,
+        help="with --from-shipped: a directory with target/ and draft/ holding the finish weights the phase "
+        "starts from (the shipped pair before the phase, commit 0fb9784; checked against "
+        "training/runs/shipped-finish.json); the result goes to --out",
     )
     parser.add_argument(
         "--resume",
@@ -104,11 +110,9 @@ def run(args) -> int:
 
     pipeline = Pipeline(args.seed, args.threads, args.work, args.out, args.device)
     pipeline.prepare()
-    # Off in the default recipe until it keeps FIM validity (docs/training-sweep.md, "Context-copy phase").
-    default_context = ContextCopyConfig.steps if args.from_shipped else 0
-    context_steps = default_context if args.context_steps is None else args.context_steps
+    context_steps = ContextCopyConfig.steps if args.context_steps is None else args.context_steps
     if args.from_shipped:
-        result = pipeline.load_shipped()
+        result = pipeline.load_shipped(args.start)
         pipeline.context_copy(result, context_steps)
         pipeline.export()
         if not args.no_eval:

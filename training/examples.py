@@ -70,6 +70,8 @@ class ExampleMaker:
                 example, mask = self.fim_middle_row()
             elif kind == "plain_copy":
                 example, mask = self.plain_copy_row()
+            elif kind == "fim_repeat":
+                example, mask = self.fim_repeat_row()
             else:
                 text = {"rewrite": self.rewrite_text, "identity": self.identity_text, "fim": self.fim_text}[kind]()
                 example = self.encode(text)
@@ -94,6 +96,15 @@ class ExampleMaker:
         or class would have it); loss on the repetition only. Real code models copy like this
         (induction over plain context), which is what makes lookup drafts acceptable outside the
         rewrite template."""
+        first, second = self.repeated_regions()
+        head = self.encode(first + "\n" * self.rng.randint(1, 2))
+        ids = head + self.encode(second) + [self.eos_id]
+        keep = len(head) - 1  # BPE may merge across the boundary: start the loss a token early
+        return ids, [IGNORE] * keep + ids[keep:]
+
+    def repeated_regions(self) -> tuple[str, str]:
+        """A region and its repetition as ``plain_copy_row`` makes them: the same text, or a near-copy
+        with one identifier renamed throughout (40%)."""
         first = self.region()
         second = first
         if self.rng.random() < 0.4:
@@ -101,10 +112,18 @@ class ExampleMaker:
             if names:
                 old = self.rng.choice(names)
                 second = re.sub(rf"\b{re.escape(old)}\b", self.new_name(old), first)
-        head = self.encode(first + "\n" * self.rng.randint(1, 2))
-        ids = head + self.encode(second) + [self.eos_id]
-        keep = len(head) - 1  # BPE may merge across the boundary: start the loss a token early
-        return ids, [IGNORE] * keep + ids[keep:]
+        return first, second
+
+    def fim_repeat_row(self) -> tuple[list[int], list[int]]:
+        """A FIM example whose context repeats code: a region, blank lines, then its repetition with
+        a gap (``fim_parts``) in it; loss on the middle and its end token only. The middle can be
+        copied from the earlier region, so copying from context and filling a gap ask for the same
+        answer, and the gap's bounds (stop at the suffix) are kept while copying."""
+        first, second = self.repeated_regions()
+        prefix, middle, suffix = self.fim_parts(second)
+        prompt = self.encode(prompts.fim_prompt(first + "\n" * self.rng.randint(1, 2) + prefix, suffix))
+        ids = prompt + self.encode(middle + prompts.END_OF_TEXT)
+        return ids, [IGNORE] * len(prompt) + ids[len(prompt) :]
 
     # -- text examples --------------------------------------------------------------------------
     def region(self, max_chars: int = 600) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import random
@@ -162,7 +163,13 @@ class Pipeline:
 
         config = replace(ContextCopyConfig(seed=self.seed + ContextCopyConfig.seed), steps=steps, **overrides)
         self.context_config = config
-        score = context_copy_scorer(self.tokenizer, self.heldout_files, count=config.probe_functions)
+        score = context_copy_scorer(
+            self.tokenizer,
+            self.heldout_files,
+            count=config.probe_functions,
+            fim_tolerance=config.fim_tolerance,
+            log=self.say,
+        )
         self.say(f"context-copy phase: {steps} steps, mixture {config.mixture}")
         done = finish(
             self.target.to(self.device), self.maker, config, score, log=self.say, stop=(self.work / "STOP").exists
@@ -172,20 +179,25 @@ class Pipeline:
         result.context_probes = done.probes
         result.tokens_seen += done.tokens_seen
 
-    def load_shipped(self) -> TrainResult:
-        """The exported target in ``out`` as the starting weights, and the record of the run that made
-        them (``training/runs/shipped-finish.json``: its main run and finishing phase)."""
+    def load_shipped(self, start: Path | None = None) -> TrainResult:
+        """The exported pair in ``start`` (default: the package's codespec/models/default, the shipped
+        finish weights) as the starting weights, and the record of the run that made them
+        (``training/runs/shipped-finish.json``: its main run and finishing phase). The phase's
+        output still goes to ``out``, so it can be written elsewhere than the weights it starts from."""
         from safetensors.torch import load_file
 
-        for model, name in ((self.target, "target"), (self.draft, "draft")):
-            state = load_file(str(self.out / name / "model.safetensors"))
-            model.load_state_dict({key: value.float() for key, value in state.items()})
+        start = Path(start) if start is not None else default_out()
         record = json.loads((Path(__file__).parent / "runs" / "shipped-finish.json").read_text())
-        result = TrainResult(**{key: value for key, value in record.items() if not key.startswith("_")})
+        check_finish_weights(start, record)
+        for model, name in ((self.target, "target"), (self.draft, "draft")):
+            state = load_file(str(start / name / "model.safetensors"))
+            model.load_state_dict({key: value.float() for key, value in state.items()})
+        fields = {field.name for field in dataclasses.fields(TrainResult)}  # the record also holds digests
+        result = TrainResult(**{key: value for key, value in record.items() if key in fields})
         result.from_shipped = True
         self.say(
-            f"started from the shipped target in {self.out} (recorded run: main {result.steps} steps, "
-            f"finishing {result.finish_steps})"
+            f"started from the shipped target in {start} (recorded run: main {result.steps} steps, "
+            f"finishing {result.finish_steps}); writing to {self.out}"
         )
         return result
 
@@ -239,3 +251,21 @@ class Pipeline:
 
 def count(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def check_finish_weights(start: Path, record: dict) -> None:
+    """The context-copy phase must start from the finish weights the record names; the package now
+    ships the phase's output, so starting from it would run the phase twice."""
+    import hashlib
+
+    for name in ("target", "draft"):
+        path = start / name / "model.safetensors"
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+        if digest != record[f"finish_{name}_sha256"]:
+            commit = record["finish_commit"]
+            raise SystemExit(
+                f"{path}: not the finish weights the context-copy phase starts from (sha256 {digest[:12]}, "
+                f"expected {record[f'finish_{name}_sha256'][:12]}). Write them from commit {commit}: "
+                f"for m in target draft; do mkdir -p DIR/$m; git show {commit}:codespec/models/default/$m/"
+                f"model.safetensors > DIR/$m/model.safetensors; done; then pass --start DIR"
+            )

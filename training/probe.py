@@ -100,15 +100,38 @@ def copy_and_fim_scorer(tokenizer, heldout_files, count: int = PROBE_COUNT) -> C
     return lambda model: copy_probe(model, tokenizer, functions) + fim_probe(model, tokenizer, splits)
 
 
-def context_copy_scorer(tokenizer, heldout_files, count: int = PROBE_COUNT) -> Callable[[object], float]:
-    """Copy rate + FIM validity + plain-context copy rate (0-3) on ``count`` probe functions."""
+def context_copy_scorer(
+    tokenizer,
+    heldout_files,
+    count: int = PROBE_COUNT,
+    fim_tolerance: float | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Callable[[object], float]:
+    """Copy rate + FIM validity + plain-context copy rate (0-3) on ``count`` probe functions.
+
+    With ``fim_tolerance``, a checkpoint whose FIM validity is more than that below the first one
+    scored (the phase's starting weights: ``finish`` probes them first) scores 3 less, under every
+    admissible checkpoint and the starting weights: plain-context copy (0 -> 0.8) would otherwise
+    outweigh a FIM drop (0.55 -> 0.35) in the sum, and the phase traded FIM away."""
     from training import corpus
     from training.evaluate import fim_split
 
     functions = corpus.heldout_functions(PROBE_START + count, files=heldout_files)[PROBE_START:]
     splits = [s for s in (fim_split(fn) for fn in functions) if s is not None]
-    return lambda model: (
-        copy_probe(model, tokenizer, functions)
-        + fim_probe(model, tokenizer, splits)
-        + plain_copy_probe(model, tokenizer, functions)
-    )
+    start_fim: list[float] = []
+
+    def score(model) -> float:
+        copy_rate = copy_probe(model, tokenizer, functions)
+        fim = fim_probe(model, tokenizer, splits)
+        plain = plain_copy_probe(model, tokenizer, functions)
+        if not start_fim:
+            start_fim.append(fim)
+        rejected = fim_tolerance is not None and fim < start_fim[0] - fim_tolerance - 1e-9
+        if log is not None:
+            log(
+                f"probe: copy {copy_rate:.3f}, FIM valid {fim:.3f} (start {start_fim[0]:.3f}), "
+                f"plain copy {plain:.3f}{', rejected: FIM below the start' if rejected else ''}"
+            )
+        return copy_rate + fim + plain - (3.0 if rejected else 0.0)
+
+    return score
