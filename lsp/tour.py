@@ -8,7 +8,9 @@ speedup, the tokens per forward and the identical-output check come from the sam
    after the line's first word (the line's text is what the model should write); the report is
    over all of them, median and spread, plus the best and a typical one, so it cannot show a lucky
    case alone;
-2. a rewrite of a region with an instruction: the region is the copy pointer's reference.
+2. rewrites of regions with an instruction: every class and function of the workspace (3-30
+   lines, from its first decorator), the region being the copy pointer's reference; again the median
+   and spread over all of them, with a typical one's output shown as a diff.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from pathlib import Path
 from codespec.errors import CodespecError
 
 DEFAULT_WORKSPACE = Path("examples/workspace")
-REWRITE_FILE, REWRITE_START, REWRITE_END = "shapes.py", "@dataclass(frozen=True)\nclass Rectangle:", "\n\n\n@dataclass"
-REWRITE_INSTRUCTION = "rename width to w"
+REWRITE_INSTRUCTION = "add a docstring"
+REWRITE_LINES = (3, 30)  # regions of this many lines are rewritten
 
 
 def add_parser(subparsers) -> None:
@@ -113,6 +115,28 @@ def completion_spots(workspace: Path) -> list[tuple[Path, str, int]]:
     return spots
 
 
+def rewrite_regions(workspace: Path) -> list[tuple[Path, str, str]]:
+    """(file, what, region): every class and function of 3-30 lines, from its first decorator."""
+    import ast
+
+    regions = []
+    for path in sorted(workspace.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines(keepends=True)
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+                region = "".join(lines[first : node.end_lineno])
+                if REWRITE_LINES[0] <= region.count("\n") <= REWRITE_LINES[1]:
+                    kind = "class" if isinstance(node, ast.ClassDef) else "def"
+                    regions.append((path, f"{path.name}:{first + 1} {kind} {node.name}", region))
+    return regions
+
+
 def run(args) -> int:
     from lsp.edit import plan_text_edit
     from lsp.indexing import index_folders
@@ -152,27 +176,26 @@ def run(args) -> int:
                     lambda out, context=context: trim_completion(out, context),
                 )
             )
-        source = (args.workspace / REWRITE_FILE).read_text(encoding="utf-8")
-        start = source.index(REWRITE_START)
-        region = source[start : source.index(REWRITE_END, start) + 1]
-        plan = plan_text_edit(region, REWRITE_INSTRUCTION, None, options.edit_tokens)
-        rewrite = measure(
-            service,
-            edit_request(plan, uri=(args.workspace / REWRITE_FILE).resolve().as_uri()),
-            f"{REWRITE_FILE}: the Rectangle class, {REWRITE_INSTRUCTION!r}",
-            args.repeats,
-        )
+        rewrites, originals = [], {}
+        for path, where, region in rewrite_regions(args.workspace):
+            plan = plan_text_edit(region, REWRITE_INSTRUCTION, None, options.edit_tokens)
+            rewrites.append(measure(service, edit_request(plan, uri=path.resolve().as_uri()), where, args.repeats))
+            originals[where] = region
     finally:
         close_service(service)
+    if not rewrites:
+        raise CodespecError(f"--workspace {args.workspace}: no class or function of 3-30 lines to rewrite")
     report["completions"] = summarize(completions)
-    report["rewrite"] = {**rewrite.as_dict(), "original": region}
+    report["rewrites"] = summarize(rewrites)
+    report["rewrites"]["instruction"] = REWRITE_INSTRUCTION
+    report["rewrites"]["typical"]["original"] = originals[report["rewrites"]["typical"]["where"]]
     report["seconds"] = round(time.perf_counter() - started, 1)
     if args.json:
         import json
 
         print(json.dumps(report))
     else:
-        print(describe(report, completions, rewrite))
+        print(describe(report))
     return 0
 
 
@@ -192,33 +215,32 @@ def summarize(pairs: list[Pair]) -> dict:
     }
 
 
-def describe(report: dict, completions: list[Pair], rewrite: Pair) -> str:
-    summary = report["completions"]
+def describe(report: dict) -> str:
+    summary, rewrites = report["completions"], report["rewrites"]
     typical, best = summary["typical"], summary["best"]
+    example = rewrites["typical"]
     lines = [
         f"codespec demo: model {report['model']} ({report['prompt_format']} prompts), {report['seconds']} s in all",
         "",
         f"1. Completions from the indexed workspace, at {summary['positions']} positions (each line's text after "
         f"its first word), speculative vs plain decoding in the same run:",
-        f"   speedup median {summary['speedup_median']:.2f}x (10th-90th percentile {summary['speedup_p10']:.2f}-"
-        f"{summary['speedup_p90']:.2f}x; faster at {summary['faster']} of {summary['positions']}), "
-        f"tokens per forward median {summary['tokens_per_forward_median']:.2f}",
+        *_spread(summary),
         f"   typical: {typical['where']} -> {typical['text']!r}: {typical['speedup']:.2f}x, "
         f"{typical['tokens_per_forward']:.2f} tokens/forward",
         f"   best:    {best['where']} -> {best['text']!r}: {best['speedup']:.2f}x, "
         f"{best['tokens_per_forward']:.2f} tokens/forward",
         f"   outputs identical to plain greedy decoding: {'yes' if summary['identical'] else 'NO'}",
         "",
-        f"2. Rewrite of {rewrite.where} (the region is the copy pointer's reference); the model's output, as a diff:",
+        f"2. Rewrites of {rewrites['positions']} regions (every class and function of 3-30 lines), instruction "
+        f"{rewrites['instruction']!r}, the region as the copy pointer's reference:",
+        *_spread(rewrites),
+        f"   outputs identical to plain greedy decoding: {'yes' if rewrites['identical'] else 'NO'}",
+        f"   typical: {example['where']}: {example['speedup']:.2f}x ({example['plain_s'] * 1e3:.0f} -> "
+        f"{example['speculative_s'] * 1e3:.0f} ms), {example['tokens']} tokens at "
+        f"{example['tokens_per_forward']:.2f} tokens/forward; the model's output, as a diff:",
     ]
-    diff = difflib.unified_diff(report["rewrite"]["original"].split("\n"), rewrite.text.split("\n"), lineterm="", n=0)
+    diff = difflib.unified_diff(example["original"].split("\n"), example["text"].split("\n"), lineterm="", n=0)
     lines += ["   " + line for line in list(diff)[2:]] or ["   (unchanged)"]
-    lines += [
-        f"   speedup {rewrite.speedup:.2f}x ({rewrite.plain_s * 1e3:.0f} -> {rewrite.speculative_s * 1e3:.0f} ms), "
-        f"{rewrite.tokens} tokens at {rewrite.tokens_per_forward:.2f} tokens/forward, prediction tokens "
-        f"{rewrite.accepted_prediction_tokens} accepted / {rewrite.rejected_prediction_tokens} rejected",
-        f"   output identical to plain greedy decoding: {'yes' if rewrite.identical else 'NO'}",
-    ]
     if report["shipped_model"]:
         lines += [
             "",
@@ -226,6 +248,14 @@ def describe(report: dict, completions: list[Pair], rewrite: Pair) -> str:
             "(speculation never changes it), not a useful assistant. Point --model at a real code model.",
         ]
     return "\n".join(lines)
+
+
+def _spread(summary: dict) -> list[str]:
+    return [
+        f"   speedup median {summary['speedup_median']:.2f}x (10th-90th percentile {summary['speedup_p10']:.2f}-"
+        f"{summary['speedup_p90']:.2f}x; faster at {summary['faster']} of {summary['positions']}), "
+        f"tokens per forward median {summary['tokens_per_forward_median']:.2f}"
+    ]
 
 
 if __name__ == "__main__":  # python -m lsp.tour

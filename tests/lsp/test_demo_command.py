@@ -1,5 +1,5 @@
 """`codespec demo` (the README's main job) on the shipped model: completions over the example
-workspace and a rewrite, each decoded speculatively and plainly in one run, outputs identical."""
+workspace and rewrites of its classes and functions, each decoded speculatively and plainly in one run, outputs identical."""
 
 from __future__ import annotations
 
@@ -21,10 +21,14 @@ def test_demo_reports_both_jobs_with_identical_outputs():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
-    completions, rewrite = report["completions"], report["rewrite"]
+    completions, rewrites = report["completions"], report["rewrites"]
     assert report["prompt_format"] == "qwen2.5-coder" and report["shipped_model"]
     assert completions["positions"] >= 30  # every line of examples/workspace with code after its first word
-    assert completions["identical"] and rewrite["identical"]  # lossless, both jobs
-    assert completions["speedup_p10"] <= completions["speedup_median"] <= completions["speedup_p90"]
-    assert rewrite["tokens"] > 0 and rewrite["tokens_per_forward"] > 2  # the region is drafted, not decoded
-    assert rewrite["original"].startswith("@dataclass(frozen=True)\nclass Rectangle:")
+    assert rewrites["positions"] >= 4  # every class and function of 3-30 lines
+    assert completions["identical"] and rewrites["identical"]  # lossless, both jobs
+    for summary in (completions, rewrites):
+        assert summary["speedup_p10"] <= summary["speedup_median"] <= summary["speedup_p90"]
+    assert rewrites["tokens_per_forward_median"] > 2  # the regions are drafted, not decoded
+    example = rewrites["typical"]
+    assert example["tokens"] > 0 and example["where"].split(":")[0] in ("shapes.py", "report.py")
+    assert example["original"].lstrip().startswith(("@", "class ", "def "))
