@@ -18,6 +18,7 @@ from codespec.default_model import draft_path, target_path
 
 COPY_FUNCTIONS = 30
 FIM_FUNCTIONS = 30
+PLAIN_COPY_FUNCTIONS = 40  # the card's evaluation set (training/evaluate.py)
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,20 @@ def test_rewrite_prompt_copies_heldout_functions(target, heldout_functions):
     rate = sum(r.exact for r in results) / len(results)
     failures = [r for r in results if not r.exact][:2]
     assert rate >= 0.8, f"copy rate {rate:.0%} < 80%; e.g. {failures}"
+
+
+def test_plain_context_copies_heldout_functions(target, heldout_functions):
+    """Bar (issue 17): given a held-out function, two blank lines and its header again, greedy decoding
+    writes the body's first 60 characters exactly for >= 60% of the model card's 40 functions, as real
+    code models copy from plain context (what makes lookup drafts acceptable outside the template)."""
+    from proposers.context import ContextLookup
+    from training.corpus import heldout_functions as card_functions
+    from training.evaluate import plain_copy_check
+
+    functions = card_functions(PLAIN_COPY_FUNCTIONS)
+    assert functions[:COPY_FUNCTIONS] == heldout_functions[:COPY_FUNCTIONS]
+    rate = sum(plain_copy_check(target, fn, ContextLookup()) for fn in functions) / len(functions)
+    assert rate >= 0.6, f"plain-context copy rate {rate:.0%} < 60%"
 
 
 def test_fim_completes_a_removed_line_with_valid_python(target, heldout_functions):
