@@ -18,11 +18,12 @@ import gc
 import json
 import time
 
+from bench.measure import status_mb
 
-def resident_mib() -> dict[str, float]:
+
+def resident_mib() -> dict[str, float | None]:
     """VmRSS, RssAnon and RssFile of this process in MiB (Linux /proc/self/status)."""
-    fields = dict(line.split(":", 1) for line in open("/proc/self/status", encoding="ascii"))
-    return {key: int(fields[key].split()[0]) / 1024 for key in ("VmRSS", "RssAnon", "RssFile")}
+    return {key: status_mb(key) for key in ("VmRSS", "RssAnon", "RssFile")}
 
 
 def measure(model: str, lengths: int, device: str = "cpu") -> dict:

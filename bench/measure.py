@@ -41,9 +41,9 @@ class MemoryProbe:
 
     def stop(self) -> tuple[float, float | None]:
         """(peak RSS MB during the request, CUDA max allocated MB or None)."""
-        rss = _status_mb("VmHWM")
+        rss = status_mb("VmHWM")
         if rss is None:
-            rss = _status_mb("VmRSS")
+            rss = status_mb("VmRSS")
         if rss is None:  # not Linux: the lifetime peak is all there is
             scale = 1 if sys.platform == "darwin" else 1024
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**20
@@ -55,7 +55,8 @@ class MemoryProbe:
         return rss, cuda
 
 
-def _status_mb(key: str) -> float | None:
+def status_mb(key: str) -> float | None:
+    """A /proc/self/status field (VmRSS, RssAnon, VmHWM, ...) in MB; None where there is none."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
@@ -64,3 +65,15 @@ def _status_mb(key: str) -> float | None:
     except OSError:
         return None
     return None
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("" where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import torch
 
+from bench.measure import cpu_model
+
 PARTS = ("body linears", "LM head", "attention", "mask", "KV cache", "other")
 KERNELS = ("transformers", "gqa", "codespec")
 
@@ -366,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         "rates": rates,
         "work": work,
         "bound": {k: bound_ms(w, rates) for k, w in work.items()},
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "torch": torch.__version__,
         "wall_s": round(time.perf_counter() - started, 1),
     }
@@ -379,17 +381,6 @@ def main(argv: list[str] | None = None) -> int:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(text)
     return 0
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench.engine import CODESPEC_CONFIGS
-from bench.measure import MemoryProbe
+from bench.measure import MemoryProbe, cpu_model
 from bench.peers import HF_CONFIGS
 from bench.run import BASELINE, Prepared, RunSettings, make_runners, prepare, run_interleaved, summarize
 from codespec.config import SamplingParams
@@ -314,11 +314,4 @@ def _cpu_count() -> int:
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+    return cpu_model() or platform.processor()
