@@ -33,6 +33,7 @@ from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
 from codespec.errors import CodespecError
 from codespec.kv import common_prefix_len
 from proposers.draft_model import ModelDrafter
+from proposers.index_lookup import IndexLookup
 from proposers.policy import (
     STOP_BELOW,
     AcceptanceTable,
@@ -375,9 +376,12 @@ def build_auto(
         return wanted is None or name in wanted
 
     lookups: list[Proposer] = [create_proposer("context", setup)] if allowed("context") else []
-    for name, given in (("reference", setup.request.reference), ("index", setup.request.index)):
-        if allowed(name) and given is not None:
-            lookups.append(create_proposer(name, setup))
+    if allowed("reference") and setup.request.reference is not None:
+        lookups.append(create_proposer("reference", setup))
+    if allowed("index") and setup.request.index is not None:
+        # auto prices every draft by its match length, so it sees the short matches in other
+        # documents too (docs/index.md "Which matches draft": human completions follow some)
+        lookups.append(IndexLookup.from_setup(setup, min_other_match=1))
     chosen = model_proposers(setup) if models is None else list(models)
     chosen = [model for model in chosen if allowed(model.name)]
     config = setup.config.auto.policy

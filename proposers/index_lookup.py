@@ -4,7 +4,9 @@ Two sources are asked every step: ``WorkspaceIndex.lookup`` (workspace documents
 ranked same-document-near-the-cursor first, then recency, then frequency) and the request's own
 prompt + output (the context-lookup rule). The longest suffix match wins, because a longer match
 predicts the continuation better than any ranking does; on a tie the index's ranking decides and
-the request's own text comes last.
+the request's own text comes last. A match in another document or the session history drafts only
+from ``min_other_match`` tokens: two tokens that also occur in some other file say little about
+what follows here (docs/index.md "Which matches draft").
 
 While the output keeps copying one place of the current document, the ranking's "cursor" follows
 that place (also when another proposer's draft was the one verified, as long as the emitted
@@ -22,6 +24,7 @@ from proposers.context import ContextLookup
 from proposers.setup import ProposerSetup
 
 CONTEXT_SOURCE = "context"
+MIN_OTHER_MATCH = 3  # the index proposer alone (IndexConfig.min_other_match)
 
 
 class IndexLookup:
@@ -34,11 +37,13 @@ class IndexLookup:
         cursor: int | None = None,
         max_candidates: int = 4,
         use_context: bool = True,
+        min_other_match: int = MIN_OTHER_MATCH,
     ) -> None:
         """``cursor``: character offset in document ``uri`` (as editors send it)."""
         self.index = index
         self.uri = uri if uri is not None and index.has_document(uri) else None
         self.max_candidates = max_candidates
+        self.min_other_match = min_other_match
         self.context = ContextLookup(index.max_ngram, index.min_ngram) if use_context else None
         # The index's own char -> token conversion (its token starts are cached per document).
         self._start_cursor = (
@@ -47,12 +52,18 @@ class IndexLookup:
         self.begin(())
 
     @classmethod
-    def from_setup(cls, setup: ProposerSetup) -> IndexLookup:
+    def from_setup(cls, setup: ProposerSetup, min_other_match: int = MIN_OTHER_MATCH) -> IndexLookup:
+        """``min_other_match``: used where ``IndexConfig.min_other_match`` is None (auto passes 1)."""
         request = setup.request
         if request.index is None:
             raise ValueError("the index proposer needs an index (RequestContext.index: a WorkspaceIndex)")
+        config = setup.config.index
         return cls(
-            request.index, uri=request.uri, cursor=request.cursor, max_candidates=setup.config.index.max_candidates
+            request.index,
+            uri=request.uri,
+            cursor=request.cursor,
+            max_candidates=config.max_candidates,
+            min_other_match=min_other_match if config.min_other_match is None else config.min_other_match,
         )
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
@@ -66,7 +77,7 @@ class IndexLookup:
             context.token_ids, context.max_len, self.uri, self._cursor, self.max_candidates, skip=self._start_cursor
         )
         own = self.context.propose(context) if self.context is not None else EMPTY_DRAFT
-        best = next((c for c in candidates if c.token_ids), None)
+        best = next((c for c in candidates if c.token_ids and self._drafts_from(c)), None)
         own_match = own.match if own.token_ids else None  # a context draft always says where it matched
         if own_match is not None and (best is None or own_match.match_len > best.match_len):
             self._last = Draft(
@@ -81,6 +92,10 @@ class IndexLookup:
                 match=MatchInfo(best.match_len, best.source, best.position),
             )
         return self._last
+
+    def _drafts_from(self, candidate) -> bool:
+        same_document = self.uri is not None and candidate.source == self.uri
+        return same_document or candidate.match_len >= self.min_other_match
 
     def observe(self, outcome: Outcome) -> None:
         own, self._last = self._last, EMPTY_DRAFT

@@ -42,6 +42,10 @@ class ContextConfig:
 @dataclass(frozen=True)
 class IndexConfig:
     max_candidates: int = 4
+    # The shortest match in another document or the session history that drafts (the current
+    # document and the request's own text draft from ``min_ngram``). None: 3 for the index proposer
+    # alone; under auto every match, which auto prices by its length. docs/index.md "Which matches draft".
+    min_other_match: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ OPTION_NAMES: dict[str, tuple[str, str]] = {
     "min_ngram": ("context", "min_ngram"),
     "draft_len": ("context", "draft_len"),
     "max_candidates": ("index", "max_candidates"),
+    "min_other_match": ("index", "min_other_match"),
     "draft_model": ("draft", "path"),
     "exit_layer": ("early_exit", "exit_layer"),
     "auto_candidates": ("auto", "candidates"),
@@ -155,7 +160,7 @@ def _value(name: str, value: Any) -> Any:
         if value not in ("shared", "fresh", True, False):
             raise CodespecError(f"auto_state must be 'shared' or 'fresh', got {value!r}")
         return value in ("shared", True)
-    if name in ("max_ngram", "min_ngram", "max_candidates", "reference_start"):
+    if name in ("max_ngram", "min_ngram", "max_candidates", "min_other_match", "reference_start"):
         return int(value)
     if name == "draft_model":
         return None if value is None else str(value)

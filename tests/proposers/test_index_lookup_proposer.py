@@ -335,8 +335,9 @@ def test_deletion_skips_the_deleted_text(tokenizer):
 def test_output_split_at_other_token_boundaries_is_picked_up_again(tokenizer, word):
     """The index matches token ids, so an output that splits a word differently from the indexed
     document (here: the text cut in two inside ``word`` and each half tokenized alone) cannot be
-    drafted across the odd tokens. As soon as the last ``min_ngram`` output tokens sit on the
-    document's own token boundaries again, the draft is the rest of the document."""
+    drafted across the odd tokens. As soon as the last ``min_other_match`` output tokens sit on the
+    document's own token boundaries again (it is not the request's document), the draft is the rest
+    of the document."""
     codec = TokenBytes(tokenizer)
     workspace = one_document(tokenizer, CLIENT, "client.py")
     split = CLIENT.index(word) + 3
@@ -351,11 +352,12 @@ def test_output_split_at_other_token_boundaries_is_picked_up_again(tokenizer, wo
     document = set(placed(codec.encode(CLIENT)))
     output = placed(output_ids)
     foreign = [n for n, token in enumerate(output) if token not in document]
+    need = IndexLookup(workspace).min_other_match
     back = next(
         n
-        for n in range(max(foreign, default=0) + 2, len(output))
-        if all(token in document for token in output[n - 2 : n])
-    )  # min_ngram tokens in step
+        for n in range(max(foreign, default=0) + need, len(output))
+        if all(token in document for token in output[n - need : n])
+    )  # min_other_match tokens in step
     prompt_ids = codec.encode("# client\n")
     draft = step_to(IndexLookup(workspace), prompt_ids, output_ids[:back], 16)
     offset = output[back][0]
@@ -366,3 +368,37 @@ def test_output_split_at_other_token_boundaries_is_picked_up_again(tokenizer, wo
     # copied in full drafts.
     stats = replay(IndexLookup(workspace), prompt_ids, output_ids, 8)
     assert len(stats.steps) <= -(-len(output_ids) // 9) + len(foreign) + 5
+
+
+def test_a_two_token_match_drafts_from_the_current_document_but_not_from_another(tokenizer):
+    """Two tokens that also occur in another file say little about what follows here: such a match
+    drafts only from the current document (or with ``min_other_match`` lowered to 2)."""
+    codec = TokenBytes(tokenizer)
+    client_ids = list(codec.encode(CLIENT))
+    outsider = next(t for t in range(len(tokenizer)) if t not in client_ids and t > 10)
+    position = len(client_ids) // 2  # a pair in the middle of the document, preceded by a token
+    context_ids = [outsider, *client_ids[position : position + 2]]
+
+    def draft_for(min_other_match: int, uri: str | None, documents: dict[str, str]):
+        workspace = WorkspaceIndex(tokenizer)
+        for name, text in documents.items():
+            workspace.add_document(name, text, 1)
+        assert workspace.lookup(context_ids, 8)[0].match_len == 2  # the setting this test is about
+        proposer = IndexLookup(workspace, uri=uri, use_context=False, min_other_match=min_other_match)
+        proposer.begin(context_ids)
+        return proposer.propose(ProposeContext(context_ids, len(context_ids), 8))
+
+    assert draft_for(3, "current.py", {"client.py": CLIENT, "current.py": "x = 1\n"}) == EMPTY_DRAFT
+    assert draft_for(2, "current.py", {"client.py": CLIENT, "current.py": "x = 1\n"}).match.source == "client.py"
+    same = draft_for(3, "client.py", {"client.py": CLIENT})
+    assert same.match.source == "client.py" and same.token_ids == tuple(client_ids[position + 2 : position + 10])
+    setup = ProposerSetup.from_options(None, {"index": WorkspaceIndex(tokenizer), "min_other_match": "4"})
+    assert create_proposer("index", setup).min_other_match == 4
+    # auto prices drafts by match length itself: its index proposer sees every match unless told
+    from proposers.auto import build_auto
+
+    def auto_index(options):
+        auto = build_auto(ProposerSetup.from_options(None, {"index": WorkspaceIndex(tokenizer), **options}))
+        return next(sub.proposer for sub in auto.subs if sub.name == "index")
+
+    assert auto_index({}).min_other_match == 1 and auto_index({"min_other_match": 5}).min_other_match == 5
