@@ -1,7 +1,8 @@
 """codespec configurations: ``greedy`` (plain decoding) and each proposer, as a server runs them.
 
 Lookups (context, reference, index) are built per request from the registry, with the request's
-reference text, index document and cursor. Model proposers (draft model, early exit) are built once
+reference text (an edit's region; a completion has none, as in the server, except for the
+``reference`` configuration itself), index document and cursor. Model proposers (draft model, early exit) are built once
 per configuration and live across requests, as in ``codespec serve``; so does the ``auto`` policy's
 state (acceptance by depth, cost fits): each request's ``AutoProposer`` gets fresh lookups, the
 long-lived model proposers and the configuration's one ``PolicyState``. One configuration never
@@ -86,6 +87,21 @@ class CodespecConfig:
             "cost_curve_ms": None if curve is None else {str(k): round(s * 1e3, 2) for k, s in curve.items()},
         }
 
+    def request_options(self, case) -> dict:
+        """The proposer options of one request, as the server would set them. A completion carries
+        no reference there (lsp/requests.completion_request), so auto gets none; the reference
+        configuration alone is given the document, to show what a copy pointer at the cursor would do."""
+        reference = case.reference if case.kind == "edit" or self.name == "reference" else None
+        options = {
+            "reference": reference,
+            "reference_start": case.reference_start,
+            "uri": case.uri,
+            "cursor": case.cursor,
+        }
+        if self.index is not None:
+            options["index"] = self.index
+        return options
+
     def run(
         self,
         target,
@@ -98,14 +114,7 @@ class CodespecConfig:
         from bench.sim_run import case_document
         from codespec.decode import generate_all
 
-        options = {
-            "reference": case.reference,
-            "reference_start": case.reference_start,
-            "uri": case.uri,
-            "cursor": case.cursor,
-        }
-        if self.index is not None:
-            options["index"] = self.index
+        options = self.request_options(case)
         with case_document(self.index, case):
             proposer = self.proposer(options)
             probe.start()

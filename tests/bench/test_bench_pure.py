@@ -197,3 +197,25 @@ def test_targets_table_shows_the_range_over_repeated_runs():
 
     row = next(line for line in targets_table([run(11.0), run(9.0)]).splitlines() if "`auto` >= 1x" in line)
     assert "1.10x (2 runs: 0.90x–1.10x)" in row and "not in every run" in row
+
+
+def test_a_completion_case_gives_auto_no_reference_as_the_server_does(tmp_path):
+    """The server's completion request carries no reference (lsp/requests.completion_request): the
+    bench's auto must not get the document as one; the reference configuration alone does."""
+    from transformers import AutoTokenizer
+
+    from bench.engine import CodespecConfig
+    from bench.sim_run import build_index
+    from bench.workload import case_from_record
+    from codespec.default_model import target_path
+
+    completion = case_from_record({"prefix": "def f():\n    ", "suffix": "\n", "target": "return 1"}, "w", "here")
+    edit = case_from_record({"before": "x = 1\n", "after": "x = 2\n"}, "w", "here")
+    index = build_index(AutoTokenizer.from_pretrained(str(target_path())), [("a.py", "def g():\n    return 2\n")])
+    auto = CodespecConfig("auto", None, None, index)
+    assert auto.request_options(completion)["reference"] is None
+    assert auto.request_options(completion)["index"] is index
+    assert auto.request_options(edit)["reference"] == "x = 1\n"
+    assert CodespecConfig("reference", None, None).request_options(completion)["reference"] == "def f():\n    \n"
+    subs = [sub.name for sub in auto.proposer(auto.request_options(completion)).subs]
+    assert "reference" not in subs and "index" in subs
