@@ -1,7 +1,9 @@
 """``auto``: per step, the proposer and draft length with the best expected tokens per second.
 
 Lookup first: lookup proposers (context, and reference / index when configured) are nearly free,
-so every step asks all of them; their drafts and match lengths are what the decision conditions on.
+so every step asks them; their drafts and match lengths are what the decision conditions on. A
+lookup that costs a real share of a fast forward (the workspace index next to a tiny model's CPU
+step) is asked only while it pays for itself (``proposers/looks.py``).
 Model proposers (draft model, early exit) cost real time per token, so they draft only when the
 policy picks them (or probes them). The arithmetic lives in ``proposers/policy.py``.
 
@@ -34,6 +36,7 @@ from codespec.errors import CodespecError
 from codespec.kv import common_prefix_len
 from proposers.draft_model import ModelDrafter
 from proposers.index_lookup import IndexLookup
+from proposers.looks import LookGate
 from proposers.policy import (
     STOP_BELOW,
     AcceptanceTable,
@@ -54,6 +57,9 @@ from proposers.setup import ProposerSetup
 log = logging.getLogger(__name__)
 
 LOOKUP, MODEL = "lookup", "model"
+# Asked on every step: the request's own text (a hashed table, microseconds) is what the other
+# lookups must add to (proposers/looks.py).
+BASELINE_LOOKUP = "context"
 PLAIN = Choice(None, 0, 1.0, 0.0)  # the decision of an idle step that did not look
 
 
@@ -75,6 +81,7 @@ class PolicyState:
     plain_streak: int = 0
     look_s: float = 0.0
     catch_up_s: dict[str, float] = field(default_factory=dict)
+    look_gates: dict[str, LookGate] = field(default_factory=dict)  # per lookup: what a look costs and saves
 
     @classmethod
     def fresh(cls, config: PolicyConfig) -> PolicyState:
@@ -98,13 +105,15 @@ def shared_state(target, candidates: Sequence, config: PolicyConfig) -> PolicySt
 class _Sub:
     """One sub-proposer and what it did this step."""
 
-    def __init__(self, proposer: Proposer, kind: str, proposal_cost: LinearCost) -> None:
+    def __init__(self, proposer: Proposer, kind: str, proposal_cost: LinearCost, gate: LookGate | None = None) -> None:
         self.proposer = proposer
         self.kind = kind
         self.name = proposer.name
         self.proposal_cost = proposal_cost
+        self.gate = gate  # lookups only
         self.draft: Draft = EMPTY_DRAFT
         self.proposal_s = 0.0
+        self.asked = False  # a lookup asked this step
 
 
 class AutoProposer:
@@ -122,10 +131,16 @@ class AutoProposer:
             raise ValueError(f"sub-proposer names must be unique, got {names}")
         self.config = config
         self.state = state or PolicyState.fresh(config)
-        costs = self.state.proposal_costs
-        self.subs = [_Sub(p, LOOKUP, costs.setdefault(p.name, LinearCost("proportional"))) for p in lookups] + [
-            _Sub(p, MODEL, costs.setdefault(p.name, LinearCost("proportional"))) for p in models
-        ]
+        costs, gates = self.state.proposal_costs, self.state.look_gates
+        self.subs = [
+            _Sub(
+                p,
+                LOOKUP,
+                costs.setdefault(p.name, LinearCost("proportional")),
+                None if p.name == BASELINE_LOOKUP else gates.setdefault(p.name, LookGate()),
+            )
+            for p in lookups
+        ] + [_Sub(p, MODEL, costs.setdefault(p.name, LinearCost("proportional"))) for p in models]
         self.acceptance = self.state.acceptance
         self.verify_cost = self.state.verify_cost
         self.probes = ProbeSchedule(config.probe_interval, config.probe_max_interval)
@@ -153,7 +168,7 @@ class AutoProposer:
         self._chosen = None
         self._proposed = False
         for sub in self.subs:
-            sub.draft, sub.proposal_s = EMPTY_DRAFT, 0.0
+            sub.draft, sub.proposal_s, sub.asked = EMPTY_DRAFT, 0.0, False
             sub.proposer.begin(prompt_ids)
 
     def propose(self, context: ProposeContext) -> Draft:
@@ -166,18 +181,22 @@ class AutoProposer:
             self.skipped_looks += 1
             self._looked_at = 0.0
             for sub in self.subs:
-                sub.draft, sub.proposal_s = EMPTY_DRAFT, 0.0
+                sub.draft, sub.proposal_s, sub.asked = EMPTY_DRAFT, 0.0, False
             self.decisions.append(PLAIN)
             self._chosen = None
             return EMPTY_DRAFT
         self._looked_at = started if idle else 0.0
-        # 1. Every lookup drafts (nearly free; its draft and match length inform the decision).
+        # 1. Every lookup worth its time drafts (its draft and match length inform the decision); a
+        #    request's first step asks all (new text), and in modelled time a look costs nothing.
+        gated = self.config.verify_cost is None and self._steps > 0
+        plain_now = self.verify_cost.plain()
         for sub in self.subs:
-            sub.draft, sub.proposal_s = EMPTY_DRAFT, 0.0
-            if sub.kind == LOOKUP:
+            sub.draft, sub.proposal_s, sub.asked = EMPTY_DRAFT, 0.0, False
+            if sub.kind == LOOKUP and (not gated or sub.gate is None or sub.gate.ask(plain_now)):
                 start = time.perf_counter()
                 sub.draft = sub.proposer.propose(context).truncated(context.max_len)
                 sub.proposal_s = time.perf_counter() - start
+                sub.asked = True
 
         # 2. Score every option against the measured cost(k) curve (a fixed a + b k in tests and
         #    model-free replays); a model's cost is its fitted proposal time, a lookup's is sunk.
@@ -227,6 +246,8 @@ class AutoProposer:
     def observe(self, outcome: Outcome) -> None:
         drafted = len(outcome.draft)
         now = time.perf_counter()
+        if self._proposed and self.config.verify_cost is None:
+            self._book_looks(outcome, first_step=self._steps == 0)
         if self._steps > 0:  # the first step's forward includes the prompt prefill
             self.verify_cost.add(drafted, outcome.verify_s)
             seconds = now - self._last_end if self._last_end else outcome.proposal_s + outcome.verify_s
@@ -253,7 +274,7 @@ class AutoProposer:
                 confirmed = common_prefix_len(own.token_ids, outcome.emitted)
                 self._record(sub, own, confirmed, confirmed < min(len(own), len(outcome.emitted)))
             sub.proposer.observe(outcome)
-            sub.draft, sub.proposal_s = EMPTY_DRAFT, 0.0
+            sub.draft, sub.proposal_s, sub.asked = EMPTY_DRAFT, 0.0, False
         if chosen is not None:
             if self._probing:
                 self.probes.probed()
@@ -269,6 +290,21 @@ class AutoProposer:
                 log.exception("auto: %s.end() failed", sub.name)
 
     # -- helpers -------------------------------------------------------------------------------
+    def _book_looks(self, outcome: Outcome, first_step: bool) -> None:
+        """Each gated lookup's cost and what it saved: the emitted tokens its draft had right beyond
+        the baseline lookup's draft (a token right saves about a plain step)."""
+        if self.verify_cost.plain_measured is None and self.verify_cost.fit() is None:
+            return  # no forward measured yet: a token right has no price
+        asked = [sub for sub in self.subs if sub.asked and sub.kind == LOOKUP]
+        baseline = max(
+            (common_prefix_len(sub.draft.token_ids, outcome.emitted) for sub in asked if sub.gate is None), default=0
+        )
+        plain_s = self.verify_cost.plain()
+        for sub in asked:
+            if sub.gate is not None:
+                right = common_prefix_len(sub.draft.token_ids, outcome.emitted)
+                sub.gate.looked(sub.proposal_s, max(0, right - baseline) * plain_s, count_cost=not first_step)
+
     def _learn_look_cost(self, seconds: float) -> None:
         known = self.state.look_s
         self.state.look_s = seconds if known == 0.0 else 0.9 * known + 0.1 * seconds
@@ -339,6 +375,15 @@ class AutoProposer:
             },
             "probe_interval": self.probes.interval,
             "skipped_looks": self.skipped_looks,
+            "look_gates": {
+                sub.name: {
+                    "cost_ms": sub.gate.cost_s * 1e3,
+                    "saved_ms": sub.gate.saved_s * 1e3,
+                    "skipped": sub.gate.skipped,
+                }
+                for sub in self.subs
+                if sub.gate is not None
+            },
         }
 
 

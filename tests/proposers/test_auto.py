@@ -390,3 +390,75 @@ def test_autos_built_for_the_same_target_share_what_they_learned(tiny_target):
     assert create_proposer("auto", setup(policy={"margin": 0.2})).state is not first.state
     with pytest.raises(CodespecError, match="bad auto policy options"):
         create_proposer("auto", setup(policy={"no_such_knob": 1}))
+
+
+# -- which lookups are asked (proposers/looks.py) -------------------------------------------
+def test_look_gate_asks_a_dear_lookup_only_while_it_pays_and_backs_off_exploring():
+    from proposers.looks import LookGate
+
+    gate = LookGate(share=0.02, warmup=4, max_interval=8)
+    plain_s = 0.003
+    for _ in range(4):  # warm-up: always asked, whatever it costs
+        assert gate.ask(plain_s)
+        gate.looked(0.0005, 0.0)
+    asked = [gate.ask(plain_s) for _ in range(40)]
+    # 0.5 ms a look (17% of a step) and nothing saved: asked every 1, 2, 4, 8, 8, ... steps
+    gaps, last = [], -1
+    for index, was in enumerate(asked):
+        if was:
+            gaps.append(index - last)
+            last = index
+    assert gaps[:4] == [1, 2, 4, 8] and set(gaps[4:]) == {8}
+    assert gate.skipped == asked.count(False)
+    for _ in range(200):  # it starts to pay: a token right beyond the baseline each look
+        if gate.ask(plain_s):
+            gate.looked(0.0005, plain_s)
+    assert all(gate.ask(plain_s) for _ in range(10))
+    cheap = LookGate(share=0.02, warmup=1)
+    cheap.looked(0.00001, 0.0)
+    assert all(cheap.ask(plain_s) for _ in range(10))  # under 2% of a step: always asked
+
+
+class SlowScript(MatchedScript):
+    """A lookup that takes ``seconds`` to answer (busy: a look's cost as the policy measures it)."""
+
+    def __init__(self, name, script, seconds, match_len=4):
+        super().__init__(name, script, match_len)
+        self.seconds = seconds
+        self.asked = 0
+
+    def propose(self, context):
+        import time
+
+        self.asked += 1
+        end = time.perf_counter() + self.seconds
+        while time.perf_counter() < end:
+            pass
+        return super().propose(context)
+
+
+def test_a_dear_lookup_that_never_helps_stops_being_asked_and_one_that_helps_is_asked_every_step(tiny_target, stream):
+    """Speculation stays on (the request's own text, the baseline, is always right) while a dear
+    lookup (2 ms a look, busy) adds nothing: after its warm-up it is asked only to keep measuring."""
+    prompt, reference, full = stream
+    baseline = MatchedScript("context", oracle(full), match_len=8)
+    useless = SlowScript("index", always_wrong(full, tiny_target.vocab_size), 0.002)
+    auto = AutoProposer(lookups=[baseline, useless], config=PolicyConfig())  # measured costs: gate on
+    finished = run(tiny_target, prompt, auto, max_new=160, max_draft=2)
+    assert finished.token_ids == reference
+    steps = len(finished.stats.steps)
+    assert steps > 45 and useless.asked < 16 + 8  # warm-up, then explores at doubling intervals
+    assert auto.summary()["look_gates"]["index"]["skipped"] == len(auto.decisions) - useless.asked
+    assert "context" not in auto.summary()["look_gates"]  # the baseline is never gated
+    # The same lookup when it knows what the baseline does not: asked on every step.
+    helpful = SlowScript("index", oracle(full), 0.001)  # saves 2 tokens a step: ~3 ms here
+    wrong_baseline = MatchedScript("context", always_wrong(full, tiny_target.vocab_size), match_len=8)
+    auto = AutoProposer(lookups=[wrong_baseline, helpful], config=PolicyConfig())
+    finished = run(tiny_target, prompt, auto, max_new=160, max_draft=2)
+    assert finished.token_ids == reference
+    assert helpful.asked == len(auto.decisions)  # every step that drafted at all
+    # In modelled time (replays, the stream tests above) a look costs nothing: every lookup is asked.
+    modelled = SlowScript("index", always_wrong(full, tiny_target.vocab_size), 0.0)
+    auto = AutoProposer(lookups=[MatchedScript("context", oracle(full)), modelled], config=fixed())
+    run(tiny_target, prompt, auto, max_new=160, max_draft=2)
+    assert modelled.asked == len(auto.decisions)
