@@ -60,6 +60,7 @@ LOOKUP, MODEL = "lookup", "model"
 # Asked on every step: the request's own text (a hashed table, microseconds) is what the other
 # lookups must add to (proposers/looks.py).
 BASELINE_LOOKUP = "context"
+BREAK_EVEN_EVERY = 64  # steps between refreshes of the idle check's break-even acceptance
 PLAIN = Choice(None, 0, 1.0, 0.0)  # the decision of an idle step that did not look
 
 
@@ -153,6 +154,9 @@ class AutoProposer:
         self._probing = False
         self._proposed = False
         self._steps = 0
+        self._steps_seen = 0  # observes over this proposer's life (for refreshing _break_even)
+        self._baseline = next((sub for sub in self.subs if sub.name == BASELINE_LOOKUP), None)
+        self._break_even, self._break_even_at = 0.0, 0
 
     @classmethod
     def from_setup(cls, setup: ProposerSetup) -> AutoProposer:
@@ -174,14 +178,15 @@ class AutoProposer:
     def propose(self, context: ProposeContext) -> Draft:
         self._proposed = True
         started = time.perf_counter()
+        for sub in self.subs:
+            sub.draft, sub.proposal_s, sub.asked = EMPTY_DRAFT, 0.0, False
         # (modelled costs, as in tests and model-free replays: a look costs nothing in that time)
         idle = self.state.plain_streak >= self.config.idle_after and self.config.verify_cost is None
-        if idle and not self.idle.allows(self.state.look_s):
-            # 0. Speculation is off and looking again would overrun its share of the time: plain step.
+        if idle and not self.idle.allows(self.state.look_s) and not self._baseline_could_pay(context):
+            # 0. Speculation is off, looking again would overrun its share of the time, and the
+            #    request's own text (microseconds to ask) has no match that could pay: plain step.
             self.skipped_looks += 1
             self._looked_at = 0.0
-            for sub in self.subs:
-                sub.draft, sub.proposal_s, sub.asked = EMPTY_DRAFT, 0.0, False
             self.decisions.append(PLAIN)
             self._chosen = None
             return EMPTY_DRAFT
@@ -191,12 +196,8 @@ class AutoProposer:
         gated = self.config.verify_cost is None and self._steps > 0
         plain_now = self.verify_cost.plain()
         for sub in self.subs:
-            sub.draft, sub.proposal_s, sub.asked = EMPTY_DRAFT, 0.0, False
-            if sub.kind == LOOKUP and (not gated or sub.gate is None or sub.gate.ask(plain_now)):
-                start = time.perf_counter()
-                sub.draft = sub.proposer.propose(context).truncated(context.max_len)
-                sub.proposal_s = time.perf_counter() - start
-                sub.asked = True
+            if sub.kind == LOOKUP and not sub.asked and (not gated or sub.gate is None or sub.gate.ask(plain_now)):
+                self._ask(sub, context)
 
         # 2. Score every option against the measured cost(k) curve (a fixed a + b k in tests and
         #    model-free replays); a model's cost is its fitted proposal time, a lookup's is sunk.
@@ -254,6 +255,7 @@ class AutoProposer:
             self.idle.step(seconds)
             self.state.probe_budget.step(seconds)
         self._steps += 1
+        self._steps_seen += 1
         self._last_end = now
         if self._looked_at:  # an idle look: its time is overhead (a probe's is booked in its own budget)
             self.idle.charge(outcome.proposal_s if not self._probing else self.state.look_s)
@@ -290,6 +292,31 @@ class AutoProposer:
                 log.exception("auto: %s.end() failed", sub.name)
 
     # -- helpers -------------------------------------------------------------------------------
+    def _ask(self, sub: _Sub, context: ProposeContext) -> None:
+        start = time.perf_counter()
+        sub.draft = sub.proposer.propose(context).truncated(context.max_len)
+        sub.proposal_s = time.perf_counter() - start
+        sub.asked = True
+
+    def _baseline_could_pay(self, context: ProposeContext) -> bool:
+        """On an idle step: ask the request's own text only, and say whether its match is in a
+        length class whose first-token acceptance beats the break-even of a one-token draft
+        (cost(1) / cost(0) - 1). A repetition that starts after a long idle stretch is drafted
+        from its first matching step instead of waiting for the idle budget's next look."""
+        sub = self._baseline
+        if sub is None:
+            return False
+        self._ask(sub, context)
+        if not len(sub.draft):
+            return False
+        if self._break_even_at <= self._steps_seen:
+            curve = self.verify_cost.curve()
+            self._break_even = curve(1) / max(curve(0), 1e-9) - 1.0
+            self._break_even_at = self._steps_seen + BREAK_EVEN_EVERY
+        match_len = sub.draft.match.match_len if sub.draft.match is not None else None
+        first = self.acceptance.estimates(sub.name, match_len, 1)[0]
+        return first > self._break_even
+
     def _book_looks(self, outcome: Outcome, first_step: bool) -> None:
         """Each gated lookup's cost and what it saved: the emitted tokens its draft had right beyond
         the baseline lookup's draft (a token right saves about a plain step)."""

@@ -462,3 +462,22 @@ def test_a_dear_lookup_that_never_helps_stops_being_asked_and_one_that_helps_is_
     auto = AutoProposer(lookups=[MatchedScript("context", oracle(full)), modelled], config=fixed())
     run(tiny_target, prompt, auto, max_new=160, max_draft=2)
     assert modelled.asked == len(auto.decisions)
+
+
+def test_a_repetition_after_a_long_idle_stretch_is_drafted_from_its_first_matching_step(tiny_target, stream):
+    """Idle (speculation off, measured costs), auto still asks the request's own text each step
+    (microseconds): once it matches in a length class that could pay, auto drafts at once instead
+    of waiting for the idle budget's next full look."""
+    prompt, reference, full = stream
+    switch = len(prompt) + 80
+    script = lambda sequence, max_len: [] if len(sequence) < switch else oracle(full)(sequence, max_len)
+    auto = AutoProposer(lookups=[MatchedScript("context", script, match_len=8)], config=PolicyConfig())
+    finished = run(tiny_target, prompt, auto, max_new=160)
+    assert finished.token_ids == reference
+    assert auto.skipped_looks > 40  # it was idle before the repetition
+    produced, first_drafted_at = 0, None
+    for step in finished.stats.steps:
+        if step.draft_len and first_drafted_at is None:
+            first_drafted_at = produced
+        produced += step.emitted
+    assert first_drafted_at == 80  # the first step whose text matched
