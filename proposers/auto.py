@@ -301,7 +301,7 @@ class AutoProposer:
     def _baseline_could_pay(self, context: ProposeContext) -> bool:
         """On an idle step: ask the request's own text only, and say whether its match is in a
         length class whose first-token acceptance beats the break-even of a one-token draft
-        (cost(1) / cost(0) - 1). A repetition that starts after a long idle stretch is drafted
+        ((1 + margin) cost(1) / cost(0) - 1). A repetition that starts after a long idle stretch is drafted
         from its first matching step instead of waiting for the idle budget's next look."""
         sub = self._baseline
         if sub is None:
@@ -311,7 +311,8 @@ class AutoProposer:
             return False
         if self._break_even_at <= self._steps_seen:
             curve = self.verify_cost.curve()
-            self._break_even = curve(1) / max(curve(0), 1e-9) - 1.0
+            # the policy's margin too: a match that could only break even is not worth a full look
+            self._break_even = (1.0 + self.config.margin) * curve(1) / max(curve(0), 1e-9) - 1.0
             self._break_even_at = self._steps_seen + BREAK_EVEN_EVERY
         match_len = sub.draft.match.match_len if sub.draft.match is not None else None
         first = self.acceptance.estimates(sub.name, match_len, 1)[0]

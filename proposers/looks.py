@@ -32,6 +32,7 @@ class LookGate:
     interval: int = 1
     waited: int = 0
     skipped: int = 0  # steps it was not asked (for reports)
+    catching_up: bool = False  # the next look follows skipped steps: its time is not a look's cost
 
     def cheap(self, plain_s: float) -> bool:
         return self.looks == 0 or self.cost_s <= self.share * plain_s
@@ -45,14 +46,17 @@ class LookGate:
         if self.waited >= self.interval:  # explore: keep its value measured
             self.waited = 0
             self.interval = min(self.interval * 2, self.max_interval)
+            self.catching_up = True  # this look also catches up on the steps it skipped
             return True
         self.skipped += 1
         return False
 
     def looked(self, seconds: float, saved_s: float, count_cost: bool = True) -> None:
         """One look took ``seconds`` and saved ``saved_s``; ``count_cost`` False for a look whose time
-        includes one-off work (a request's first look builds its tables)."""
+        includes one-off work (a request's first look builds its tables; a look after skipped steps
+        indexes the tokens it missed)."""
         d = self.decay
+        count_cost, self.catching_up = count_cost and not self.catching_up, False
         if count_cost and seconds > 0.0:
             self.cost_s = seconds if self.cost_s == 0.0 else d * self.cost_s + (1 - d) * seconds
         self.saved_s = saved_s if self.looks == 0 else d * self.saved_s + (1 - d) * saved_s

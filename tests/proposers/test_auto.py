@@ -451,7 +451,7 @@ def test_a_dear_lookup_that_never_helps_stops_being_asked_and_one_that_helps_is_
     assert auto.summary()["look_gates"]["index"]["skipped"] == len(auto.decisions) - useless.asked
     assert "context" not in auto.summary()["look_gates"]  # the baseline is never gated
     # The same lookup when it knows what the baseline does not: asked on every step.
-    helpful = SlowScript("index", oracle(full), 0.001)  # saves 2 tokens a step: ~3 ms here
+    helpful = SlowScript("index", oracle(full), 0.0002)  # dear (far over 2% of a step), saves 2 tokens a step
     wrong_baseline = MatchedScript("context", always_wrong(full, tiny_target.vocab_size), match_len=8)
     auto = AutoProposer(lookups=[wrong_baseline, helpful], config=PolicyConfig())
     finished = run(tiny_target, prompt, auto, max_new=160, max_draft=2)
@@ -471,7 +471,9 @@ def test_a_repetition_after_a_long_idle_stretch_is_drafted_from_its_first_matchi
     prompt, reference, full = stream
     switch = len(prompt) + 80
     script = lambda sequence, max_len: [] if len(sequence) < switch else oracle(full)(sequence, max_len)
-    auto = AutoProposer(lookups=[MatchedScript("context", script, match_len=8)], config=PolicyConfig())
+    # idle_share 0: the idle budget never allows a full look, so only the idle check can start drafting
+    config = PolicyConfig(idle_share=0.0)
+    auto = AutoProposer(lookups=[MatchedScript("context", script, match_len=8)], config=config)
     finished = run(tiny_target, prompt, auto, max_new=160)
     assert finished.token_ids == reference
     assert auto.skipped_looks > 40  # it was idle before the repetition
