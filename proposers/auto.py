@@ -247,8 +247,18 @@ class AutoProposer:
     def observe(self, outcome: Outcome) -> None:
         drafted = len(outcome.draft)
         now = time.perf_counter()
+        # what each asked lookup's draft had right, computed once for the look gates and the shadow scores
+        right = (
+            {
+                sub.name: common_prefix_len(sub.draft.token_ids, outcome.emitted)
+                for sub in self.subs
+                if sub.asked and len(sub.draft)
+            }
+            if self._proposed
+            else {}
+        )
         if self._proposed and self.config.verify_cost is None:
-            self._book_looks(outcome, first_step=self._steps == 0)
+            self._book_looks(right, first_step=self._steps == 0)
         if self._steps > 0:  # the first step's forward includes the prompt prefill
             self.verify_cost.add(drafted, outcome.verify_s)
             seconds = now - self._last_end if self._last_end else outcome.proposal_s + outcome.verify_s
@@ -273,7 +283,7 @@ class AutoProposer:
             elif proposed and sub.kind == LOOKUP and len(own):
                 # Shadow score: how many of its tokens the emitted ones confirm; a rejection is
                 # known only where an emitted token disagrees.
-                confirmed = common_prefix_len(own.token_ids, outcome.emitted)
+                confirmed = right[sub.name]
                 self._record(sub, own, confirmed, confirmed < min(len(own), len(outcome.emitted)))
             sub.proposer.observe(outcome)
             sub.draft, sub.proposal_s, sub.asked = EMPTY_DRAFT, 0.0, False
@@ -318,20 +328,17 @@ class AutoProposer:
         first = self.acceptance.estimates(sub.name, match_len, 1)[0]
         return first > self._break_even
 
-    def _book_looks(self, outcome: Outcome, first_step: bool) -> None:
-        """Each gated lookup's cost and what it saved: the emitted tokens its draft had right beyond
-        the baseline lookup's draft (a token right saves about a plain step)."""
+    def _book_looks(self, right: dict[str, int], first_step: bool) -> None:
+        """Each gated lookup's cost and what it saved: the emitted tokens its draft had ``right``
+        beyond the baseline lookup's draft (a token right saves about a plain step)."""
         if self.verify_cost.plain_measured is None and self.verify_cost.fit() is None:
             return  # no forward measured yet: a token right has no price
-        asked = [sub for sub in self.subs if sub.asked and sub.kind == LOOKUP]
-        baseline = max(
-            (common_prefix_len(sub.draft.token_ids, outcome.emitted) for sub in asked if sub.gate is None), default=0
-        )
+        baseline = right.get(BASELINE_LOOKUP, 0)
         plain_s = self.verify_cost.plain()
-        for sub in asked:
-            if sub.gate is not None:
-                right = common_prefix_len(sub.draft.token_ids, outcome.emitted)
-                sub.gate.looked(sub.proposal_s, max(0, right - baseline) * plain_s, count_cost=not first_step)
+        for sub in self.subs:
+            if sub.asked and sub.gate is not None:
+                saved = max(0, right.get(sub.name, 0) - baseline) * plain_s
+                sub.gate.looked(sub.proposal_s, saved, count_cost=not first_step)
 
     def _learn_look_cost(self, seconds: float) -> None:
         known = self.state.look_s
