@@ -195,11 +195,14 @@ def pack_linears(model, release_dense: bool = False) -> int:
         for parameter in module.parameters(recurse=False)
     }
     packed = 0
+    # oneDNN's bf16 reorder needs AVX512-BF16-class instructions (or AVX-NE-CONVERT); on an AVX2 CPU
+    # it raises, so bf16 weights keep PyTorch's linear there.
+    dtypes = (torch.float32, torch.bfloat16) if torch.ops.mkldnn._is_mkldnn_bf16_supported() else (torch.float32,)
     for module in model.modules():
         if not isinstance(module, torch.nn.Linear) or hasattr(module, _PACKED):
             continue
         weight = module.weight
-        if weight.device.type != "cpu" or weight.dtype not in (torch.float32, torch.bfloat16):
+        if weight.device.type != "cpu" or weight.dtype not in dtypes:
             continue
         if module.bias is not None and module.bias.dtype != weight.dtype:
             continue
