@@ -135,10 +135,9 @@ def run(args) -> dict:
         import httpx as httpx2
 
     from bench.workload import load_cases
-    from lsp.http import start_http_server
-    from lsp.http_api import parse_chat
-    from lsp.options import ServerOptions
-    from lsp.runtime import LoopThread, close_service, load_service
+    from http_api import parse_chat, start_http_server
+    from service.options import ServerOptions
+    from service.runtime import LoopThread, close_service, load_service
 
     cases = load_cases(Path(args.workload), max_records=args.max_records, max_chars=args.max_chars, stride=args.stride)
     cases = [case for case in cases if case.kind == "edit"]

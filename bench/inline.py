@@ -38,7 +38,7 @@ async def bench(args) -> dict:
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
-    from lsp.positions import position_at
+    from service.positions import position_at
 
     root = Path(tempfile.mkdtemp(prefix="codespec-bench-"))
     workspace = root / "workspace"
@@ -201,9 +201,9 @@ async def bench(args) -> dict:
 def bench_in_process(args) -> dict:
     """The same cold / keystroke requests straight into the engine service (no LSP transport, no
     index): separates engine latency from protocol overhead."""
-    from lsp.options import ServerOptions
-    from lsp.requests import completion_request
-    from lsp.runtime import close_service, start_service
+    from service.options import ServerOptions
+    from service.requests import completion_request
+    from service.runtime import close_service, start_service
 
     options = ServerOptions(model=args.model, device=args.device, mode=args.mode, proposer=args.proposer or "auto")
     service = start_service(options)

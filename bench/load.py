@@ -1,6 +1,6 @@
 """Offered load: N concurrent websocket clients against the real websocket server, in process.
 
-The server is what `codespec serve --ws` runs (``EngineService`` + ``lsp.ws.start_ws_server``), bound
+The server is what `codespec serve --ws` runs (``EngineService`` + ``websocket_api.start_ws_server``), bound
 to 127.0.0.1 with a fresh token, serving the bench's target (in replay mode the recordings of
 the requests are registered on it, keyed by the prompt the server will build, so the load has the
 workload's real output lengths and acceptance). Each client is closed-loop: it sends its next
@@ -36,8 +36,8 @@ def run_load(target, raw, models, cases, plan, settings, say) -> dict:
 
 def _messages_and_recordings(target, cases, options, settings, end_id):
     from codespec.prompts import PromptRenderer, Rewrite
-    from lsp.inline import resolve_windows
-    from lsp.requests import completion_request
+    from service.inline import resolve_windows
+    from service.requests import completion_request
 
     # The windows the websocket server will use for these prompts (EngineService.windows).
     windows = resolve_windows(
@@ -62,10 +62,10 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
 
 
 async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
-    from lsp.options import ServerOptions, WsLimits
-    from lsp.server import close_service
-    from lsp.service import EngineService
-    from lsp.ws import bound_port, start_ws_server
+    from service.engine import EngineService
+    from service.options import ServerOptions, WsLimits
+    from service.runtime import close_service
+    from websocket_api import bound_port, start_ws_server
 
     options = ServerOptions(max_draft=settings.draft_len, deadline_ms=600_000)
     from proposers.setup import DraftConfig, ProposerConfig

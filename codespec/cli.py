@@ -21,9 +21,9 @@ from proposers.registry import available_proposers
 
 # subcommand -> (module, function adding its subparser); ``generate`` is defined below.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("lsp.cli", "add_serve_parser"),
-    "complete": ("lsp.cli", "add_complete_parser"),
-    "demo": ("lsp.tour", "add_parser"),
+    "serve": ("commands.serve", "add_serve_parser"),
+    "complete": ("commands.complete", "add_complete_parser"),
+    "demo": ("commands.demo", "add_parser"),
     "simulate": ("bench.simulate", "add_parser"),
     "bench": ("bench.cli", "add_parser"),
     "train-default": ("training.cli", "add_parser"),

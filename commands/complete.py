@@ -1,7 +1,7 @@
 """`codespec complete FILE:LINE:COL`: one completion end to end, measured against plain decoding.
 
 It goes through the same ``EngineService`` and the same prompt construction as the language
-server (``lsp.inline``), then decodes the same prompt with no speculation, from a cold cache like
+server (``service.inline``), then decodes the same prompt with no speculation, from a cold cache like
 the first run, to report the speedup measured in the same process and check that the output is
 identical (greedy speculative decoding is lossless).
 """
@@ -15,7 +15,46 @@ import time
 from pathlib import Path
 
 from codespec.errors import CodespecError
-from lsp.positions import LineIndex, PositionError
+from commands.serve import model_arguments
+from service.positions import LineIndex, PositionError
+
+
+def add_complete_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "complete",
+        help="complete at FILE:LINE:COL once, end to end, with stats and speedup",
+        description="Index the workspace, complete at the position through the same engine service the "
+        "servers use, then decode the same prompt plainly to measure the speedup. "
+        "LINE and COL count from 1; COL counts characters.",
+    )
+    parser.add_argument("location", help="FILE:LINE:COL (1-based)")
+    model_arguments(parser)
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        default=None,
+        help="folder to index first (default: none; the completion drafts from its context)",
+    )
+    parser.add_argument("--max-tokens", type=int, default=None, help="token budget (default: by context)")
+    parser.add_argument(
+        "--mode",
+        choices=("auto", "line", "block"),
+        default="auto",
+        help="finish the line, write lines, or decide by the cursor's line (default)",
+    )
+    parser.add_argument("--no-baseline", action="store_true", help="skip the plain-decoding comparison")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="runs of each configuration, alternating, cold caches; the median is reported",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=run_complete)
+
+
+def run_complete(args) -> int:
+    return complete_once(args)
 
 
 def parse_location(location: str) -> tuple[Path, int, int]:
@@ -38,12 +77,12 @@ def cursor_offset(text: str, line: int, column: int) -> int:
 
 
 def complete_once(args) -> int:
-    from lsp.indexing import index_folders
-    from lsp.inline import trim_completion
-    from lsp.jobs import GenerationRequest
-    from lsp.options import ServerOptions
-    from lsp.requests import completion_request
-    from lsp.runtime import close_service, start_service
+    from service.indexing import index_folders
+    from service.inline import trim_completion
+    from service.jobs import GenerationRequest
+    from service.options import ServerOptions
+    from service.requests import completion_request
+    from service.runtime import close_service, start_service
 
     path, line, column = parse_location(args.location)
     try:

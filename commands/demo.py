@@ -138,12 +138,12 @@ def rewrite_regions(workspace: Path) -> list[tuple[Path, str, str]]:
 
 
 def run(args) -> int:
-    from lsp.edit import plan_text_edit
-    from lsp.indexing import index_folders
-    from lsp.inline import trim_completion
-    from lsp.options import ServerOptions
-    from lsp.requests import completion_request, edit_request
-    from lsp.runtime import close_service, start_service
+    from service.edit import plan_text_edit
+    from service.indexing import index_folders
+    from service.inline import trim_completion
+    from service.options import ServerOptions
+    from service.requests import completion_request, edit_request
+    from service.runtime import close_service, start_service
 
     if not args.workspace.is_dir():
         raise CodespecError(f"--workspace {args.workspace}: not a directory")
@@ -258,7 +258,7 @@ def _spread(summary: dict) -> list[str]:
     ]
 
 
-if __name__ == "__main__":  # python -m lsp.tour
+if __name__ == "__main__":  # python -m commands.demo
     parser = argparse.ArgumentParser(prog="codespec")
     add_parser(parser.add_subparsers(dest="command", required=True))
     arguments = parser.parse_args(["demo", *sys.argv[1:]])

@@ -1,4 +1,4 @@
-"""`codespec serve` (LSP over stdio or TCP, the websocket endpoint, the HTTP API) and `codespec complete`.
+"""`codespec serve`: LSP over stdio or TCP, the websocket endpoint, the HTTP API, on one engine service.
 
 Heavy imports (torch, transformers, pygls) happen inside ``run`` so `codespec --help` stays fast.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from codespec.prompts import FORMAT_NAMES
 
 
-def _model_arguments(parser: argparse.ArgumentParser) -> None:
+def model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", default=None, help="local model directory or cached hub id (default: the shipped model)"
     )
@@ -47,7 +47,7 @@ def add_serve_parser(subparsers) -> None:
         "docs/http.md (both: token required, loopback only by default). --ws and --http combine with "
         "each other and with the LSP (--stdio or --tcp): one process, one model, one index.",
     )
-    _model_arguments(parser)
+    model_arguments(parser)
     lsp = parser.add_mutually_exclusive_group()
     lsp.add_argument(
         "--stdio",
@@ -173,7 +173,7 @@ def plan_endpoints(args) -> Endpoints:
 
 def run_serve(args) -> int:
     from codespec.errors import CodespecError
-    from lsp.options import ServerOptions
+    from service.options import ServerOptions
 
     refused = unsupported_transport(args)
     if refused:
@@ -226,8 +226,8 @@ def _serve_lsp(args, options, endpoints: Endpoints) -> int:
 def _serve_lsp_and_network(args, options, endpoints: Endpoints) -> int:
     """The LSP on this thread, the websocket / HTTP endpoints on an event loop thread, one service:
     loaded now from the command line and shared, so the LSP's initialize takes it instead of
-    loading a second model (lsp.runtime.share_service)."""
-    from lsp.runtime import LoopThread, close_service, load_service, share_service
+    loading a second model (service.runtime.share_service)."""
+    from service.runtime import LoopThread, close_service, load_service, share_service
 
     service = load_service(options)
     share_service(service, options)
@@ -247,20 +247,20 @@ def _serve_lsp_and_network(args, options, endpoints: Endpoints) -> int:
 
 async def _start_network(args, options, endpoints: Endpoints, service, index: bool) -> list:
     """Start the websocket and HTTP endpoints on the running loop; returns what to stop."""
-    from lsp.auth import resolve_token
+    from service.auth import resolve_token
 
     source = resolve_token(args.token, args.token_file)
     where = f"written to {source.file} (readable by you only)" if source.file else f"from {source.origin}"
     if index and args.workspace:
         import asyncio
 
-        from lsp.indexing import index_folders
+        from service.indexing import index_folders
 
         await asyncio.to_thread(index_folders, service, args.workspace, options)
     servers: list = []
     if endpoints.ws_port is not None:
-        from lsp.options import WsLimits
-        from lsp.ws import bound_port, start_ws_server
+        from service.options import WsLimits
+        from websocket_api.server import bound_port, start_ws_server
 
         limits = WsLimits(
             max_message_bytes=args.max_message_bytes,
@@ -275,7 +275,7 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
             flush=True,
         )
     if endpoints.http_port is not None:
-        from lsp.http import HttpLimits, start_http_server
+        from http_api.server import HttpLimits, start_http_server
 
         limits = HttpLimits(
             max_body_bytes=args.http_max_body_bytes,
@@ -295,7 +295,7 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
 
 
 async def _stop_network(servers: list) -> None:
-    from lsp.http import HttpServer
+    from http_api.server import HttpServer
 
     for server in servers:
         if isinstance(server, HttpServer):
@@ -324,7 +324,7 @@ async def _serve_network(args, options, endpoints: Endpoints) -> int:
     import asyncio
     import signal
 
-    from lsp.runtime import close_service, start_service
+    from service.runtime import close_service, start_service
 
     service = await asyncio.to_thread(start_service, options)
     try:
@@ -338,43 +338,3 @@ async def _serve_network(args, options, endpoints: Endpoints) -> int:
     finally:
         await asyncio.to_thread(close_service, service)
     return 0
-
-
-def add_complete_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "complete",
-        help="complete at FILE:LINE:COL once, end to end, with stats and speedup",
-        description="Index the workspace, complete at the position through the same engine service the "
-        "servers use, then decode the same prompt plainly to measure the speedup. "
-        "LINE and COL count from 1; COL counts characters.",
-    )
-    parser.add_argument("location", help="FILE:LINE:COL (1-based)")
-    _model_arguments(parser)
-    parser.add_argument(
-        "--workspace",
-        type=Path,
-        default=None,
-        help="folder to index first (default: none; the completion drafts from its context)",
-    )
-    parser.add_argument("--max-tokens", type=int, default=None, help="token budget (default: by context)")
-    parser.add_argument(
-        "--mode",
-        choices=("auto", "line", "block"),
-        default="auto",
-        help="finish the line, write lines, or decide by the cursor's line (default)",
-    )
-    parser.add_argument("--no-baseline", action="store_true", help="skip the plain-decoding comparison")
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=3,
-        help="runs of each configuration, alternating, cold caches; the median is reported",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(run=run_complete)
-
-
-def run_complete(args) -> int:
-    from lsp.demo import complete_once
-
-    return complete_once(args)

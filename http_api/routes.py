@@ -1,7 +1,7 @@
-"""What one HTTP request does with the engine (``lsp.http`` routes to it): the request it builds,
+"""What one HTTP request does with the engine (``http_api.server`` routes to it): the request it builds,
 the generation it streams or answers, the prediction tokens it counts.
 
-:class:`HttpDoor` builds engine requests with ``lsp.requests`` (the builders every door uses) and
+:class:`HttpDoor` builds engine requests with ``service.requests`` (the builders every door uses) and
 holds the count of running generations. :class:`Generation` is the response, an ASGI app of its
 own: it listens for the client's ``http.disconnect`` while the job runs (a client that goes away
 cancels its job, which stops at its next cycle), and a streamed response's headers wait for the
@@ -21,8 +21,7 @@ import time
 from dataclasses import dataclass
 
 from codespec.errors import CodespecError, InvalidRequestError
-from lsp.edit import plan_text_edit
-from lsp.http_api import (
+from http_api.schema import (
     ApiError,
     ChatBody,
     CompletionBody,
@@ -36,10 +35,11 @@ from lsp.http_api import (
     usage_body,
     usage_chunk,
 )
-from lsp.jobs import AsyncJob, GenerationRequest, JobResult
-from lsp.options import ServerOptions
-from lsp.requests import completion_request, edit_request, prompt_request
-from lsp.service import EngineService
+from service.edit import plan_text_edit
+from service.engine import EngineService
+from service.jobs import AsyncJob, GenerationRequest, JobResult
+from service.options import ServerOptions
+from service.requests import completion_request, edit_request, prompt_request
 
 log = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json")]

@@ -1,7 +1,7 @@
 """The OpenAI-compatible HTTP API's request bodies and response shapes, as plain functions.
 
 Every way a body can be wrong maps to an ``ApiError`` with the HTTP status, OpenAI's error
-``type`` and ``code`` and the offending ``param``; ``lsp.http`` turns it into
+``type`` and ``code`` and the offending ``param``; ``http_api.server`` turns it into
 ``{"error": {"message", "type", "param", "code"}}``. Fields the API does not know are ignored
 (clients send ``user``, ``metadata`` and the like); fields whose meaning codespec cannot honour
 (``n`` > 1, ``echo``, ``logprobs``, penalties, tools, images) are refused with a 400 that says so,
@@ -15,13 +15,13 @@ import math
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-MAX_STOP_STRINGS = 64  # Zed sends 14 FIM end markers, Continue often more than OpenAI's 4
-MAX_STOP_CHARS = 512
-MAX_TOKENS_LIMIT = 1 << 20  # larger budgets are clipped to the model's context anyway
-PROPOSERS = ("auto", "context", "index", "reference", "draft", "early-exit", "none")
+from service import schema
+
+T = TypeVar("T")
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
@@ -106,25 +106,16 @@ def _is_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _number(data: dict, key: str, default: float, low: float, high: float, low_open: bool = False) -> float:
-    value = data.get(key)
-    if value is None:
-        return default
-    if not _is_number(value):
-        raise invalid(key, f"{key} must be a number, got {type(value).__name__}", "invalid_type")
-    if value > high or value < low or (low_open and value == low):
-        bracket = "(" if low_open else "["
-        raise invalid(key, f"{key} must be in {bracket}{low:g}, {high:g}], got {value!r}")
-    return float(value)
+def _checked(check: Callable[..., T], *args: Any) -> T:
+    """A shared field check (``service.schema``), its error in OpenAI's shape."""
+    try:
+        return check(*args)
+    except schema.FieldError as error:
+        raise invalid(error.field, error.message, error.code) from None
 
 
 def _integer(data: dict, key: str) -> int | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise invalid(key, f"{key} must be an integer, got {type(value).__name__}", "invalid_type")
-    return value
+    return _checked(schema.integer, data.get(key), key)
 
 
 def _text(data: dict, key: str) -> str | None:
@@ -147,31 +138,10 @@ def _bool(data: dict, key: str, default: bool = False) -> bool:
 
 def _max_tokens(data: dict, *keys: str) -> int | None:
     for key in keys:
-        value = _integer(data, key)
-        if value is None:
-            continue
-        if not 1 <= value <= MAX_TOKENS_LIMIT:
-            raise invalid(key, f"{key} must be in [1, {MAX_TOKENS_LIMIT}], got {value}")
-        return value
+        value = _checked(schema.max_tokens, data.get(key), key)
+        if value is not None:
+            return value
     return None
-
-
-def _stop(data: dict) -> tuple[str, ...]:
-    value = data.get("stop")
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list):
-        raise invalid("stop", "stop must be a string or a list of strings", "invalid_type")
-    if len(value) > MAX_STOP_STRINGS:
-        raise invalid("stop", f"stop may hold at most {MAX_STOP_STRINGS} strings, got {len(value)}")
-    for item in value:
-        if not isinstance(item, str):
-            raise invalid("stop", "stop must be a string or a list of strings", "invalid_type")
-        if not item or len(item) > MAX_STOP_CHARS:
-            raise invalid("stop", f"each stop string must have 1 to {MAX_STOP_CHARS} characters")
-    return tuple(dict.fromkeys(value))
 
 
 def _refuse_unsupported(data: dict, chat: bool) -> None:
@@ -220,15 +190,13 @@ def _sampling(data: dict, max_tokens: int | None) -> Sampling:
     if options is not None and not isinstance(options, dict):
         raise invalid("stream_options", "stream_options must be an object", "invalid_type")
     include_usage = bool(options) and _bool(options, "include_usage")
-    proposer = _text(data, "proposer")
-    if proposer is not None and proposer not in PROPOSERS:
-        raise invalid("proposer", f"proposer must be one of {', '.join(PROPOSERS)}")
+    proposer = _checked(schema.proposer, data.get("proposer"))
     return Sampling(
         max_tokens=max_tokens,
-        temperature=_number(data, "temperature", 0.0, 0.0, 2.0),
-        top_p=_number(data, "top_p", 1.0, 0.0, 1.0, low_open=True),
-        seed=_integer(data, "seed"),
-        stop=_stop(data),
+        temperature=_checked(schema.temperature, data.get("temperature")),
+        top_p=_checked(schema.top_p, data.get("top_p")),
+        seed=_checked(schema.seed, data.get("seed")),
+        stop=_checked(schema.stop, data.get("stop")),
         stream=stream,
         include_usage=stream and include_usage,
         proposer=proposer,
@@ -357,7 +325,7 @@ def new_id(prefix: str) -> str:
 
 
 def usage_body(usage, accepted: int | None = None, rejected: int | None = None) -> dict:
-    """OpenAI's usage object from an ``lsp.jobs.Usage``; ``accepted`` / ``rejected``: the prediction
+    """OpenAI's usage object from an ``service.jobs.Usage``; ``accepted`` / ``rejected``: the prediction
     tokens as OpenAI counts them (None: no prediction was sent)."""
     body = {
         "prompt_tokens": usage.prompt_tokens,

@@ -3,10 +3,10 @@
 Endpoints (docs/http.md): ``GET /v1/models``, ``POST /v1/completions`` (a plain continuation of
 ``prompt``, or fill-in-the-middle with ``suffix``), ``POST /v1/chat/completions`` (``prediction``
 is the reference draft: OpenAI's Predicted Outputs). Every request is one engine job
-(``lsp.http_door``); the service runs all jobs of every door (LSP, websocket, HTTP) round-robin,
+(``http_api.routes``); the service runs all jobs of every door (LSP, websocket, HTTP) round-robin,
 one decode cycle each, so a long chat request delays a short completion by one cycle at most.
 
-Security as the websocket endpoint's (``lsp.auth``): loopback by default, ``Authorization:
+Security as the websocket endpoint's (``service.auth``): loopback by default, ``Authorization:
 Bearer TOKEN`` on every request, a browser ``Origin`` not on the allow-list refused with 403 (so a
 web page cannot drive the server), a body limit (413) and a limit on running generations (429).
 """
@@ -20,8 +20,8 @@ import socket
 import time
 
 from codespec.errors import CodespecError
-from lsp.auth import presented_token
-from lsp.http_api import (
+from http_api.routes import Generation, HttpDoor, HttpLimits, send_json
+from http_api.schema import (
     ApiError,
     Envelope,
     error_body,
@@ -31,9 +31,9 @@ from lsp.http_api import (
     parse_completion,
     parse_json,
 )
-from lsp.http_door import Generation, HttpDoor, HttpLimits, send_json
-from lsp.options import ServerOptions
-from lsp.service import EngineService
+from service.auth import presented_token
+from service.engine import EngineService
+from service.options import ServerOptions
 
 __all__ = ["HttpLimits", "HttpServer", "build_app", "start_http_server"]
 

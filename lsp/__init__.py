@@ -1,1 +1,1 @@
-"""Editor-facing servers (LSP, websocket) that wire the engine, the index and the proposers."""
+"""The LSP door: pygls over stdio or TCP, with a framing reader no input can make deaf or dead."""

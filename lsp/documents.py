@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from lsp.positions import LineIndex, PositionError, changed_span
+from service.positions import LineIndex, PositionError, changed_span
 
 
 @dataclass

@@ -18,7 +18,7 @@ one code point, for one) and lets the tokenizer encode the text.
 
 pygls then dispatches the structured message; its request-failure logging is replaced by one
 clipped line (client errors at info level, internal errors with their traceback, cut by
-``lsp.logsafe``).
+``service.logsafe``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, JsonRPCRe
 from pygls.protocol.language_server import lsp_method
 
 from lsp.framing import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, FrameReader, Message, Problem, id_of
-from lsp.logsafe import clip
+from service.logsafe import clip
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The language server: thin pygls handlers over documents, the engine service and the index.
 
-Handlers fetch the document, call plain functions (``lsp.inline``, ``lsp.edit``, ``lsp.positions``)
+Handlers fetch the document, call plain functions (``service.inline``, ``service.edit``, ``service.positions``)
 and convert to lsprotocol types. Requests are async handlers, so ``$/cancelRequest`` cancels the
 awaiting task, which cancels the engine job (it stops at its next cycle) and the client gets
 RequestCancelled. Custom methods:
@@ -10,7 +10,7 @@ RequestCancelled. Custom methods:
 - commands ``codespec.accepted`` (from inline items), ``codespec.reindex``, ``codespec.clearHistory``.
 
 Handlers run on the event loop; generation and index updates on the engine thread; workspace
-indexing on the index's own thread (threading model: ``lsp.indexing``), with work-done progress
+indexing on the index's own thread (threading model: ``service.indexing``), with work-done progress
 the user may cancel.
 
 Errors: stdio and TCP are read by ``lsp.framing`` (bad frames are answered and skipped) and every
@@ -34,19 +34,20 @@ from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInval
 from pygls.lsp.server import LanguageServer
 
 from codespec.errors import CodespecError
-from lsp import edit as edit_logic
-from lsp import indexing
 from lsp.documents import Debouncer, Document, DocumentNotOpen, DocumentStore
 from lsp.framing import BlockingSource, FrameReader
-from lsp.inline import Suggestion, trim_completion, typed_along, warm_prompt
-from lsp.jobs import AsyncJob, GenerationRequest
-from lsp.logsafe import clip
-from lsp.options import ServerOptions, parse_options
-from lsp.positions import LineIndex, PositionError
-from lsp.requests import completion_request, edit_request
 from lsp.rpc import SERVER_NOT_INITIALIZED, CodespecProtocol, serve_frames
-from lsp.runtime import _index_text, close_service, start_service
-from lsp.service import EngineService
+from service import edit as edit_logic
+from service import indexing
+from service.engine import EngineService
+from service.inline import Suggestion, trim_completion, typed_along, warm_prompt
+from service.jobs import AsyncJob, GenerationRequest
+from service.logsafe import clip
+from service.options import ServerOptions, parse_options
+from service.positions import LineIndex, PositionError
+from service.requests import completion_request, edit_request
+from service.runtime import _index_text, close_service, start_service
+from service.schema import RequestKind
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class CodespecServer(LanguageServer):
         ``lsp.framing`` reading the frames (a bad one is answered and skipped, never fatal)."""
         from pygls.io_ import StdoutWriter
 
-        from lsp import logsafe
+        from service import logsafe
 
         logsafe.install()
         self._stop_event = threading.Event()
@@ -461,7 +462,9 @@ def warm_document(ls: CodespecServer, document) -> None:
     prompt = warm_prompt(document.text, prefix_chars, ls.service.prompts)
     if prompt is not None:
         ls.service.submit(
-            GenerationRequest(prompt=prompt, max_tokens=1, kind="prefill", cache_key=document.uri, proposer="none")
+            GenerationRequest(
+                prompt=prompt, max_tokens=1, kind=RequestKind.PREFILL, cache_key=document.uri, proposer="none"
+            )
         )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lsp.positions import PositionError, range_offsets
+from service.positions import PositionError, range_offsets
 
 
 class EditParamsError(ValueError):

@@ -5,14 +5,14 @@ every index call the editor drives (document updates, history, the lookups insid
 so they are ordered with the cycles. It round-robins the active requests **one decode cycle (one
 target forward) at a time**, so a long edit delays a completion by at most one cycle, and a
 cancelled request stops at its next cycle. Workspace scans do not run here: they run on the
-index's own thread with their own tokenizer (``lsp.indexing``), so indexing a large workspace
+index's own thread with their own tokenizer (``service.indexing``), so indexing a large workspace
 delays a cycle at most by one short locked step of the index, never by the scan. Callers on an event loop get deltas and results through thread-safe callbacks
 (``AsyncJob`` wraps them for asyncio).
 
 Prompt caching: each document key keeps the KV cache of its last request; the engine reuses its
 longest common token prefix with the next prompt (as llama.cpp's prompt cache), so a keystroke
 costs a few tokens of prefill. A cache in use by a running request is not shared: a concurrent
-request on the same key gets a fresh one. A document's background prefill (``kind="prefill"``,
+request on the same key gets a fresh one. A document's background prefill (``RequestKind.PREFILL``,
 when it is opened) runs ``PREFILL_CHUNK`` tokens per cycle, so it delays other requests by one
 chunk at most, and a request on the same document takes its cache over at once, with whatever
 it has prefilled so far. Index work for opened and edited documents is an *idle* call: it runs
@@ -35,7 +35,8 @@ from codespec.config import GenerationLimits, SamplingParams
 from codespec.errors import CodespecError
 from codespec.prompts import Fim, PromptRenderer, RenderedPrompt
 from codespec.stats import RequestStats, json_safe
-from lsp.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
+from service.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
+from service.schema import RequestKind
 
 __all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "Usage"]
 
@@ -120,7 +121,7 @@ class EngineService:
         self.default_proposer = proposer
         self.max_draft = max_draft
         self.index = index
-        self.indexer = None  # lsp.indexing.WorkspaceIndexer: the index's scanning thread
+        self.indexer = None  # service.indexing.WorkspaceIndexer: the index's scanning thread
         self.stats = ServiceStats()
         self.history: collections.deque = collections.deque(maxlen=1024)  # (kind, uri, text), newest last
         self._caches = _CachePool(target, cached_documents)
@@ -131,7 +132,7 @@ class EngineService:
         self._active: list[Job] = []
         self._closed = False
         self._proposer_warnings: set[str] = set()
-        from lsp.proposing import ProposerFactory
+        from service.proposing import ProposerFactory
 
         self._proposers = ProposerFactory(target, proposer_config)  # a proposers.setup.ProposerConfig
         self._thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
@@ -175,12 +176,12 @@ class EngineService:
 
     def windows(self, prefix_chars: int | None, suffix_chars: int | None, max_tokens: int) -> tuple[int, int]:
         """Prompt window sizes (characters) that fit this model's context; None: this device's default."""
-        from lsp.inline import resolve_windows
+        from service.inline import resolve_windows
 
         return resolve_windows(prefix_chars, suffix_chars, self.target.device.type, self.target.max_context, max_tokens)
 
     def windows_for(self, options) -> tuple[int, int]:
-        """The prompt windows of ``options`` (an ``lsp.options.ServerOptions``) on this model."""
+        """The prompt windows of ``options`` (an ``service.options.ServerOptions``) on this model."""
         return self.windows(options.prefix_chars, options.suffix_chars, options.block_tokens)
 
     def warm_up(self) -> None:
@@ -191,7 +192,7 @@ class EngineService:
             max_tokens=4,
             cache_key="__warm_up__",
             reference="def main():\n    return 0\n",
-            kind="warm",
+            kind=RequestKind.WARM,
         )  # not user history
         try:
             self.submit(request).wait()
@@ -250,7 +251,7 @@ class EngineService:
                     return
                 pending, self._pending = self._pending, []
                 calls, self._calls = self._calls, []
-                busy = bool(pending) or any(job.request.kind != "prefill" for job in self._active)
+                busy = bool(pending) or any(job.request.kind.decodes for job in self._active)
                 if self._idle_calls and (not busy or self._closed):
                     # Nothing to yield to: all of them, before the calls (a stats call then sees them done).
                     calls = [c[:2] for c in self._idle_calls] + calls
@@ -282,12 +283,12 @@ class EngineService:
             return
         self._take_over_prefill(request.cache_key)
         try:
-            if request.kind == "prefill":
+            if not request.kind.decodes:
                 self._start_prefill(job)
                 return
             rendered, prompt_ids = self._fit_prompt(request)
             max_tokens = request.max_tokens
-            if request.kind == "edit" and request.reference:  # a rewrite is about as long as its reference
+            if request.kind.budget_adds_reference and request.reference:  # a rewrite is about as long as its reference
                 max_tokens += len(self.target.encode(request.reference))
             max_tokens = max(1, min(max_tokens, self.target.max_context - len(prompt_ids)))
             sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, seed=request.seed)
@@ -298,7 +299,7 @@ class EngineService:
                 request.deadline_s,
                 self.max_draft,
                 self.stop_token_ids,
-                COMPLETION_STOP_REPEATS if request.kind == "complete" else 0,
+                COMPLETION_STOP_REPEATS if request.kind.stops_on_repeats else 0,
             )
             job.proposer = self._make_proposer(request)
             job.cache = self._caches.take(request.cache_key)
@@ -330,7 +331,9 @@ class EngineService:
     def _take_over_prefill(self, cache_key: str | None) -> None:
         """A request on a key whose cache a background prefill holds: stop the prefill and hand its
         cache back (every forward left it valid), so the request reuses what is already there."""
-        for other in [j for j in self._active if j.request.kind == "prefill" and j.request.cache_key == cache_key]:
+        for other in [
+            j for j in self._active if j.request.kind is RequestKind.PREFILL and j.request.cache_key == cache_key
+        ]:
             self._active.remove(other)
             self._caches.give_back(cache_key, other.cache)
             self._complete(other, "", "cancelled", RequestStats())
@@ -359,7 +362,7 @@ class EngineService:
     def _step(self, job: Job) -> None:
         from codespec.decode import Finished, StepEvent, TextDelta
 
-        if job.request.kind == "prefill":
+        if job.request.kind is RequestKind.PREFILL:
             self._step_prefill(job)
             return
         try:
@@ -403,23 +406,23 @@ class EngineService:
         accepted, rejected = _prediction_tokens(job.proposer, stats) if request.reference else (0, 0)
         usage = Usage(job.prompt_len, job.cached_len, stats.tokens, accepted, rejected)
         totals = self.stats
-        totals.requests[request.kind] += 1
+        totals.requests[request.kind.value] += 1
         totals.reasons[reason] += 1
         totals.prompt_tokens += usage.prompt_tokens
         totals.cached_prompt_tokens += usage.cached_prompt_tokens
         totals.completion_tokens += usage.completion_tokens
         totals.accepted_prediction_tokens += accepted
         totals.rejected_prediction_tokens += rejected
-        if request.kind != "prefill":  # no decoding: nothing for the engine metrics
+        if request.kind.decodes:  # no decoding: nothing for the engine metrics
             totals.recent.append(stats)
-        if text and reason != "cancelled" and request.kind not in ("warm", "prefill"):
+        if text and reason != "cancelled" and request.kind.is_history:
             self._add_history("generated", text, request.uri)
         name = getattr(job.proposer, "name", "none") if job.proposer is not None else "none"
         summary = json_safe(stats.summary())
         elapsed_s = time.perf_counter() - job.submitted_s
         totals.last_requests.append(
             {
-                "kind": request.kind,
+                "kind": request.kind.value,
                 "reason": reason,
                 "proposer": name,
                 "elapsed_ms": round(elapsed_s * 1e3, 3),

@@ -1,4 +1,4 @@
-"""Requests, results and jobs of the engine service (the values crossing lsp/ modules).
+"""Requests, results and jobs of the engine service (the values the doors and the service exchange).
 
 A ``Job`` is cancelled through a threading.Event the decode loop checks once per cycle; an
 ``AsyncJob`` is the same job seen from an event loop (deltas as loop callbacks, an awaitable
@@ -16,19 +16,18 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from codespec.prompts import Prompt
+from service.schema import RequestKind
 
 DeltaCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One completion or rewrite (built by ``lsp.requests``); the service renders its prompt."""
+    """One completion or rewrite (built by ``service.requests``); the service renders its prompt."""
 
     prompt: Prompt  # what is asked (codespec.prompts.Fim / Rewrite), or a plain string
     max_tokens: int
-    # "complete" | "edit" | "warm" (a short generation, never history) | "prefill" (fill the KV cache
-    # of ``cache_key`` with the prompt, in chunks; a real request on that key takes it over)
-    kind: str = "complete"
+    kind: RequestKind = RequestKind.COMPLETE  # each kind's rules: service.schema.RequestKind
     stop: tuple[str, ...] = ()
     temperature: float = 0.0
     top_p: float = 1.0
@@ -39,6 +38,9 @@ class GenerationRequest:
     cursor: int | None = None  # code point offset of the cursor in ``uri``
     deadline_s: float | None = None
     proposer: str | None = None  # None: the service default
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", RequestKind(self.kind))  # a kind's name is accepted too
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ class Job:
 
 
 class Submitter(Protocol):
-    """What runs jobs (``lsp.service.EngineService``)."""
+    """What runs jobs (``service.engine.EngineService``)."""
 
     def submit(self, request: GenerationRequest, on_delta: DeltaCallback | None = None) -> Job: ...
 

@@ -9,10 +9,11 @@ and cursor for the index) are the same whichever client asks. The request carrie
 from __future__ import annotations
 
 from codespec.prompts import Fim, Rewrite
-from lsp.edit import EditPlan
-from lsp.inline import CompletionContext, completion_context
-from lsp.jobs import GenerationRequest
-from lsp.options import ServerOptions
+from service.edit import EditPlan
+from service.inline import CompletionContext, completion_context
+from service.jobs import GenerationRequest
+from service.options import ServerOptions
+from service.schema import RequestKind
 
 
 def completion_request(
@@ -80,7 +81,7 @@ def edit_request(
     return GenerationRequest(
         prompt=Rewrite(plan.original, plan.instruction),
         max_tokens=plan.max_tokens,
-        kind="chat" if whole_budget else "edit",
+        kind=RequestKind.CHAT if whole_budget else RequestKind.EDIT,
         stop=tuple(stop),
         temperature=temperature,
         top_p=top_p,
@@ -112,7 +113,7 @@ def prompt_request(
     return GenerationRequest(
         prompt=prompt,
         max_tokens=max_tokens,
-        kind="chat" if chat else "complete",
+        kind=RequestKind.CHAT if chat else RequestKind.COMPLETE,
         stop=tuple(stop),
         temperature=temperature,
         top_p=top_p,

@@ -18,8 +18,8 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
-from lsp.options import ServerOptions
-from lsp.service import EngineService
+from service.engine import EngineService
+from service.options import ServerOptions
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def close_service(service: EngineService) -> None:
 
 
 def _close(service: EngineService) -> None:
-    from lsp.indexing import stop_indexing
+    from service.indexing import stop_indexing
 
     stop_indexing(service)
     index = service.index

@@ -100,7 +100,7 @@ def first_line_exact(
     server asks for it (the cursor's mode, these prompt windows, FIM in the target's format), equals
     the recorded first line (both stripped)."""
     from codespec.prompts import Fim, PromptRenderer
-    from lsp.inline import completion_context, trim_completion
+    from service.inline import completion_context, trim_completion
 
     renderer = PromptRenderer(target.tokenizer, target.prompt_format)
     hits = 0

@@ -247,7 +247,7 @@ class ExampleMaker:
         """Prefix, middle, suffix as an editor's cursor makes them: half the time one whole non-blank
         line is missing (the evaluation's case), sometimes a few lines; otherwise the cursor sits
         inside a line (after its indentation, or after some of its code) and the middle runs to the
-        end of that line (the suffix starts with its newline, as in ``lsp.inline``) or stops before
+        end of that line (the suffix starts with its newline, as in ``service.inline``) or stops before
         code that follows the cursor on the line."""
         lines = text.splitlines(keepends=True)
         filled = [i for i, line in enumerate(lines) if line.strip()]

@@ -10,18 +10,16 @@ no tokenizer can encode, is an ``invalid_request`` naming the field.
 from __future__ import annotations
 
 import json
-import math
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from lsp.framing import FOUND, peek_id
-from lsp.logsafe import clip
-from lsp.positions import LineIndex, PositionError
+from service import schema
+from service.jsonpeek import FOUND, peek_id
+from service.logsafe import clip
+from service.positions import LineIndex, PositionError
 
-MAX_STOP_STRINGS = 8
-MAX_TOKENS_LIMIT = 4096
-_SURROGATE = re.compile("[\ud800-\udfff]")
+T = TypeVar("T")
 
 
 class ProtocolError(Exception):
@@ -124,53 +122,29 @@ def _text(data: dict, key: str, required: bool = False) -> str | None:
 
 
 def _check_unicode(key: str, value: str) -> None:
-    """Refuse text no encoder accepts (JSON can spell a lone surrogate, UTF-8 cannot)."""
-    if value.isascii():
-        return
-    match = _SURROGATE.search(value)
-    if match is not None:
-        raise ProtocolError(
-            "invalid_request",
-            f"{key} is not valid Unicode: a lone surrogate (U+{ord(match.group()):04X}) at character {match.start()}",
-        )
+    _checked(schema.check_unicode, key, value)
+
+
+def _checked(check: Callable[..., T], *args: Any) -> T:
+    """A shared field check (``service.schema``), its error as this door's ``invalid_request``."""
+    try:
+        return check(*args)
+    except schema.FieldError as error:
+        raise ProtocolError("invalid_request", error.message) from None
 
 
 def _max_tokens(data: dict) -> int | None:
-    value = data.get("max_tokens")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS_LIMIT:
-        raise ProtocolError("invalid_request", f"max_tokens must be an integer in [1, {MAX_TOKENS_LIMIT}]")
-    return value
+    return _checked(schema.max_tokens, data.get("max_tokens"))
 
 
 def _temperature(data: dict) -> float:
-    value = data.get("temperature", 0.0)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not 0 <= value <= 2
-    ):
-        raise ProtocolError("invalid_request", "temperature must be a number in [0, 2] (0 = greedy)")
-    return float(value)
+    return _checked(schema.temperature, data.get("temperature"))
 
 
 def _stop(data: dict) -> tuple[str, ...] | None:
+    """None when absent: the completion mode's own stop rule applies."""
     value = data.get("stop")
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = [value]
-    if (
-        not isinstance(value, list)
-        or len(value) > MAX_STOP_STRINGS
-        or not all(isinstance(item, str) and item for item in value)
-    ):
-        raise ProtocolError("invalid_request", f"stop must be up to {MAX_STOP_STRINGS} non-empty strings")
-    for item in value:
-        _check_unicode("stop", item)
-    return tuple(value)
+    return None if value is None else _checked(schema.stop, value)
 
 
 def _split_document(data: dict) -> tuple[str, str]:

@@ -16,15 +16,15 @@ import logging
 from typing import Any
 
 from codespec.errors import CodespecError
-from lsp.auth import refusal
-from lsp.edit import plan_text_edit
-from lsp.inline import trim_completion
-from lsp.jobs import AsyncJob
-from lsp.logsafe import clip
-from lsp.options import ServerOptions, WsLimits
-from lsp.requests import completion_request, edit_request
-from lsp.service import EngineService
-from lsp.wsproto import (
+from service.auth import refusal
+from service.edit import plan_text_edit
+from service.engine import EngineService
+from service.inline import trim_completion
+from service.jobs import AsyncJob
+from service.logsafe import clip
+from service.options import ServerOptions, WsLimits
+from service.requests import completion_request, edit_request
+from websocket_api.protocol import (
     CancelMessage,
     CompleteMessage,
     EditMessage,
@@ -229,7 +229,7 @@ async def start_ws_server(
     """Start serving; returns the websockets Server (``server.sockets[0].getsockname()`` has the port)."""
     from websockets.asyncio.server import serve
 
-    from lsp import logsafe
+    from service import logsafe
 
     logsafe.install()
 

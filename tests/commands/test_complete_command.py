@@ -8,7 +8,7 @@ import pytest
 
 from codespec.cli import main
 from codespec.errors import CodespecError
-from lsp.demo import cursor_offset, parse_location
+from commands.complete import cursor_offset, parse_location
 
 SOURCE = "def square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n\n\ndef quad(x):\n    \n"
 
@@ -33,7 +33,7 @@ def test_cursor_offset_reads_line_breaks_as_the_server_does():
         cursor_offset("ab\ncd", 3, 1)
 
 
-def test_complete_reports_identical_output_and_speedup(tmp_path, capsys, lsp_model_dir):
+def test_complete_reports_identical_output_and_speedup(tmp_path, capsys, server_model_dir):
     source = tmp_path / "shapes.py"
     source.write_text(SOURCE)
     code = main(
@@ -41,7 +41,7 @@ def test_complete_reports_identical_output_and_speedup(tmp_path, capsys, lsp_mod
             "complete",
             f"{source}:10:5",
             "--model",
-            str(lsp_model_dir),
+            str(server_model_dir),
             "--device",
             "cpu",
             "--workspace",

@@ -15,7 +15,7 @@ SERVE = [sys.executable, "-m", "codespec.cli", "serve"]
 
 
 @pytest.mark.asyncio
-async def test_stdio_and_client_process_id_flags_start_the_server(lsp_model_dir, tmp_path):
+async def test_stdio_and_client_process_id_flags_start_the_server(server_model_dir, tmp_path):
     config = ClientServerConfig(server_command=[*SERVE, "--stdio", f"--clientProcessId={os.getpid()}"])
     client = await config.start()
     try:
@@ -23,7 +23,7 @@ async def test_stdio_and_client_process_id_flags_start_the_server(lsp_model_dir,
             types.InitializeParams(
                 capabilities=types.ClientCapabilities(),
                 root_uri=tmp_path.as_uri(),
-                initialization_options={"model": str(lsp_model_dir), "device": "cpu", "index": {"enabled": False}},
+                initialization_options={"model": str(server_model_dir), "device": "cpu", "index": {"enabled": False}},
             )
         )
         assert result.capabilities.inline_completion_provider

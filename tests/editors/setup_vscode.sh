@@ -15,7 +15,7 @@ set -euo pipefail
 CODE_SERVER_VERSION=4.100.3
 VSCE_VERSION=3.6.0
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-EXT_SRC="$REPO/lsp/editors/vscode"
+EXT_SRC="$REPO/editors/vscode"
 HOME_DIR="${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}"
 DIR="${CODESPEC_EDITORS_DIR:-$HOME_DIR/.cache/codespec-editors}"
 PYTHON="${PYTHON:-python3}"
@@ -133,7 +133,7 @@ esac
 EXT_DEPS="$DIR/extension-deps"
 lock_hash="$(cat "$EXT_SRC/package.json" | sha256sum | cut -c1-16)"
 if ! stamp "extension-deps-$lock_hash"; then
-  say "extension dependencies (npm install --omit=dev of lsp/editors/vscode/package.json)"
+  say "extension dependencies (npm install --omit=dev of editors/vscode/package.json)"
   rm -rf "$EXT_DEPS"
   mkdir -p "$EXT_DEPS"
   cp "$EXT_SRC/package.json" "$EXT_DEPS/"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 CODE_SERVER_VERSION = "4.100.3"
 REPO = Path(__file__).resolve().parents[2]
-EXTENSION_SOURCE = REPO / "lsp" / "editors" / "vscode"
+EXTENSION_SOURCE = REPO / "editors" / "vscode"
 SETUP_HINT = "bash tests/editors/setup_vscode.sh"
 
 
@@ -71,7 +71,7 @@ def missing() -> list[str]:
 
 
 def package_extension(out: Path) -> Path:
-    """Package lsp/editors/vscode as it is in the checkout into OUT (a .vsix), with vsce.
+    """Package editors/vscode as it is in the checkout into OUT (a .vsix), with vsce.
 
     The sources are copied next to the dependencies setup_vscode.sh installed, so the checkout
     gets no node_modules and whatever extension.js says now is what VS Code runs.

@@ -40,11 +40,11 @@ def expected(target, uri: str):
     """The inline completion and the edit's text by plain decoding, as the server builds them."""
     import dataclasses
 
-    from lsp.edit import plan_edit
-    from lsp.inline import trim_completion
-    from lsp.options import ServerOptions
-    from lsp.requests import completion_request, edit_request
-    from lsp.service import EngineService
+    from service.edit import plan_edit
+    from service.engine import EngineService
+    from service.inline import trim_completion
+    from service.options import ServerOptions
+    from service.requests import completion_request, edit_request
 
     options = ServerOptions(
         line_tokens=LIMITS["lineTokens"],

@@ -24,10 +24,10 @@ except ImportError:  # pragma: no cover
 from codespec.config import GenerationLimits
 from codespec.decode import generate_all
 from codespec.prompts import Fim
-from lsp.http import HttpLimits, start_http_server
-from lsp.options import ServerOptions
-from lsp.runtime import LoopThread
-from lsp.service import COMPLETION_STOP_REPEATS, EngineService
+from http_api.server import HttpLimits, start_http_server
+from service.engine import COMPLETION_STOP_REPEATS, EngineService
+from service.options import ServerOptions
+from service.runtime import LoopThread
 
 TOKEN = "http-test-token"
 WAIT_S = 120  # hang guard only: every wait below ends on an event
@@ -69,14 +69,14 @@ def one_thread():
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the server runs (lsp.runtime): small forwards on loaded cores
+    torch.set_num_threads(1)  # as the server runs (service.runtime): small forwards on loaded cores
     yield
     torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
-def tiny(lsp_target, one_thread):
-    service = EngineService(lsp_target, proposer="auto", max_draft=8)
+def tiny(server_target, one_thread):
+    service = EngineService(server_target, proposer="auto", max_draft=8)
     hosted = Hosted(service)
     yield hosted
     hosted.close()
@@ -132,10 +132,10 @@ def plain_output(service: EngineService, prompt_text: str, max_tokens: int, stop
 
 
 # ---- models, completions, chat ------------------------------------------------------------------
-def test_models_lists_the_loaded_target(tiny, lsp_model_dir):
+def test_models_lists_the_loaded_target(tiny, server_model_dir):
     models = tiny.client().models.list().data
     assert [model.id for model in models] == [tiny.service.target.name]
-    assert models[0].id == str(lsp_model_dir) and models[0].object == "model"
+    assert models[0].id == str(server_model_dir) and models[0].object == "model"
 
 
 def test_models_lists_the_draft_when_there_is_one(tiny):
@@ -228,10 +228,10 @@ def test_chat_with_prediction_copies_it_and_counts_it(shipped):
     )
 
 
-def test_chat_template_renders_the_messages(lsp_model_dir, one_thread):
+def test_chat_template_renders_the_messages(server_model_dir, one_thread):
     from codespec.model import TargetModel
 
-    target = TargetModel.load(str(lsp_model_dir), device="cpu")
+    target = TargetModel.load(str(server_model_dir), device="cpu")
     target.tokenizer.chat_template = (
         "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}<assistant>{% endif %}"

@@ -43,7 +43,7 @@ def read_until(process: subprocess.Popen, pattern: str, deadline: float) -> re.M
     raise AssertionError(f"no line matched {pattern!r}: {''.join(seen)}")
 
 
-def test_http_and_ws_in_one_process_with_a_generated_token(lsp_model_dir, tmp_path):
+def test_http_and_ws_in_one_process_with_a_generated_token(server_model_dir, tmp_path):
     from websockets.sync.client import connect
 
     token_file = tmp_path / "token"
@@ -58,7 +58,7 @@ def test_http_and_ws_in_one_process_with_a_generated_token(lsp_model_dir, tmp_pa
             "--ws-port",
             "0",
             "--model",
-            str(lsp_model_dir),
+            str(server_model_dir),
             "--device",
             "cpu",
             "--token-file",
@@ -79,7 +79,7 @@ def test_http_and_ws_in_one_process_with_a_generated_token(lsp_model_dir, tmp_pa
         token = token_file.read_text().strip()
 
         client = openai.OpenAI(base_url=http.group(1), api_key=token, max_retries=0, timeout=WAIT_S)
-        assert client.models.list().data[0].id == str(lsp_model_dir)
+        assert client.models.list().data[0].id == str(server_model_dir)
         completion = client.completions.create(model="m", prompt="def f(x):\n    return ", max_tokens=4)
         assert completion.usage.completion_tokens >= 1
         with pytest.raises(openai.AuthenticationError):
@@ -95,7 +95,7 @@ def test_http_and_ws_in_one_process_with_a_generated_token(lsp_model_dir, tmp_pa
 
 
 @pytest.mark.asyncio
-async def test_http_beside_the_stdio_lsp_shares_its_service(lsp_model_dir, tmp_path, capfd):
+async def test_http_beside_the_stdio_lsp_shares_its_service(server_model_dir, tmp_path, capfd):
     port = free_port()
     config = ClientServerConfig(
         server_command=[
@@ -105,7 +105,7 @@ async def test_http_beside_the_stdio_lsp_shares_its_service(lsp_model_dir, tmp_p
             "--http-port",
             str(port),
             "--model",
-            str(lsp_model_dir),
+            str(server_model_dir),
             "--device",
             "cpu",
         ],
@@ -117,7 +117,7 @@ async def test_http_beside_the_stdio_lsp_shares_its_service(lsp_model_dir, tmp_p
             types.InitializeParams(
                 capabilities=types.ClientCapabilities(),
                 root_uri=tmp_path.as_uri(),
-                initialization_options={"model": str(lsp_model_dir), "device": "cpu", "index": {"enabled": False}},
+                initialization_options={"model": str(server_model_dir), "device": "cpu", "index": {"enabled": False}},
             )
         )
         api = openai.AsyncOpenAI(

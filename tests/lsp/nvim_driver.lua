@@ -1,9 +1,9 @@
--- Drives Neovim's own LSP client, set up by lsp/editors/nvim/codespec.lua, against a real
+-- Drives Neovim's own LSP client, set up by editors/nvim/codespec.lua, against a real
 -- `codespec serve` (tests/lsp/test_nvim_client.py). Every wait ends on an event; the timeouts
 -- only guard against hangs. Writes what it saw as JSON to the output path.
 --   nvim --headless --clean -l nvim_driver.lua REPO FILE OUT PYTHON
 local repo, file, out_path, python = arg[1], arg[2], arg[3], arg[4]
-package.path = repo .. '/lsp/editors/nvim/?.lua;' .. package.path
+package.path = repo .. '/editors/nvim/?.lua;' .. package.path
 local seen = { nvim = tostring(vim.version()), has_inline_completion = vim.lsp.inline_completion ~= nil }
 local WAIT_MS = 120000
 

@@ -1,4 +1,4 @@
--- Ghost text on Neovim 0.10 / 0.11 (lsp/editors/nvim/codespec.lua without vim.lsp.inline_completion)
+-- Ghost text on Neovim 0.10 / 0.11 (editors/nvim/codespec.lua without vim.lsp.inline_completion)
 -- against a real `codespec serve` on the shipped default model, typed as a user would
 -- (tests/lsp/test_nvim_client.py). Records what the buffer, its extmarks and the server showed.
 --   CODESPEC_NVIM_TEST='{"repo", "out", "python", "file", "encoding"}' nvim --headless --clean -S nvim_ghost_driver.lua

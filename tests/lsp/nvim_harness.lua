@@ -7,7 +7,7 @@ local H = {}
 
 H.config = vim.json.decode((assert(vim.env.CODESPEC_NVIM_TEST, 'CODESPEC_NVIM_TEST is not set')),
   { luanil = { object = true, array = true } })
-package.path = H.config.repo .. '/lsp/editors/nvim/?.lua;' .. package.path
+package.path = H.config.repo .. '/editors/nvim/?.lua;' .. package.path
 H.seen = { nvim = tostring(vim.version()), has_inline_completion = vim.lsp.inline_completion ~= nil }
 
 local co

@@ -117,11 +117,11 @@ def typed_message(data, state: LspState) -> list[Send]:
 
 
 @pytest.fixture(scope="module")
-def fuzzed(lsp_model_dir, tmp_path_factory):
+def fuzzed(server_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz-workspace")
     (root / "a.py").write_text("def helper(value):\n    return value * 2\n")
     server = StdioServer(
-        lsp_model_dir,
+        server_model_dir,
         root,
         {
             "limits": {"lineTokens": 6, "blockTokens": 8, "editTokens": 8, "deadlineMs": 30_000},

@@ -15,11 +15,11 @@ MAX_DOCUMENT_BYTES = 200_000
 
 
 @pytest.fixture(scope="module")
-def server(lsp_model_dir, tmp_path_factory):
+def server(server_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("jsonrpc-workspace")
     (root / "a.py").write_text("def helper(value):\n    return value * 2\n")
     server = StdioServer(
-        lsp_model_dir,
+        server_model_dir,
         root,
         {"limits": {"lineTokens": 6, "blockTokens": 8, "deadlineMs": 60_000}, "maxDocumentBytes": MAX_DOCUMENT_BYTES},
         stderr_path=tmp_path_factory.mktemp("jsonrpc-logs") / "stderr.log",

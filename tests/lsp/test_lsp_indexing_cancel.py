@@ -31,7 +31,7 @@ async def next_progress(client) -> None:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client(lsp_model_dir, tmp_path_factory):
+async def client(server_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("big-workspace")
     body = "".join(f"    value_{j} = compute(value_{j - 1}, {j})\n" for j in range(1, 24))
     for i in range(FILES):
@@ -46,7 +46,7 @@ async def client(lsp_model_dir, tmp_path_factory):
             root_uri=root.as_uri(),
             workspace_folders=[types.WorkspaceFolder(uri=root.as_uri(), name="big")],
             initialization_options={
-                "model": str(lsp_model_dir),
+                "model": str(server_model_dir),
                 "device": "cpu",
                 "index": {"path": str(tmp_path_factory.mktemp("index") / "index.db")},
             },

@@ -13,8 +13,8 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig
 
 from codespec.prompts import PromptRenderer
-from lsp.inline import completion_context, completion_prompt, trim_completion
-from lsp.options import ServerOptions
+from service.inline import completion_context, completion_prompt, trim_completion
+from service.options import ServerOptions
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -32,7 +32,7 @@ async def workspace(tmp_path_factory):
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def client(lsp_model_dir, workspace):
+async def client(server_model_dir, workspace):
     config = ClientServerConfig(server_command=[sys.executable, "-m", "codespec.cli", "serve"])
     client = await config.start()
     capabilities = types.ClientCapabilities(
@@ -49,7 +49,7 @@ async def client(lsp_model_dir, workspace):
             root_uri=workspace.as_uri(),
             workspace_folders=[types.WorkspaceFolder(uri=workspace.as_uri(), name="workspace")],
             initialization_options={
-                "model": str(lsp_model_dir),
+                "model": str(server_model_dir),
                 "device": "cpu",
                 "limits": {**LIMITS, "maxDraft": -3},
                 "debounceMs": 10,
@@ -76,14 +76,14 @@ def engine_completion(target, text: str, offset: int) -> str:
     """What the engine returns for the same context, decoded plainly (greedy is lossless)."""
     from codespec.config import GenerationLimits
     from codespec.decode import generate_all
-    from lsp.inline import resolve_windows
+    from service.inline import resolve_windows
 
     options = ServerOptions()
     windows = resolve_windows(
         options.prefix_chars, options.suffix_chars, target.device.type, target.max_context, LIMITS["blockTokens"]
     )
     context = completion_context(text, offset, LIMITS["lineTokens"], LIMITS["blockTokens"], *windows, invoked=True)
-    from lsp.service import COMPLETION_STOP_REPEATS
+    from service.engine import COMPLETION_STOP_REPEATS
 
     finished = generate_all(
         target,
@@ -143,13 +143,13 @@ async def test_indexing_reports_progress(client):
     assert stats.index_health.last_error is None and stats.index_health.levels >= 0
 
 
-async def test_inline_completion_matches_engine(client, lsp_target, workspace):
+async def test_inline_completion_matches_engine(client, server_target, workspace):
     uri = (workspace / "util.py").as_uri()
     open_document(client, uri, SOURCE)
     line, character = 9, len("    result = ")
     result = await inline(client, uri, line, character)
     offset = SOURCE.index("join_all(argv)")
-    expected = engine_completion(lsp_target, SOURCE, offset)
+    expected = engine_completion(server_target, SOURCE, offset)
     assert expected, "the tiny model should say something here"
     assert len(result) == 1
     item = result[0]
@@ -158,7 +158,7 @@ async def test_inline_completion_matches_engine(client, lsp_target, workspace):
     assert item.command.command == "codespec.accepted"
 
 
-async def test_incremental_changes_reach_completions(client, lsp_target, workspace):
+async def test_incremental_changes_reach_completions(client, server_target, workspace):
     uri = (workspace / "other.py").as_uri()
     text = "def helper(value):\n    return value * 2\n"
     open_document(client, uri, text)
@@ -179,7 +179,7 @@ async def test_incremental_changes_reach_completions(client, lsp_target, workspa
     expected_text = "def helper(value):\n    return '😀' + str( * 2\n"
     offset = expected_text.index(" * 2")
     result = await inline(client, uri, 1, len("    return '") + 2 + len("' + str("))
-    expected = engine_completion(lsp_target, expected_text, offset)
+    expected = engine_completion(server_target, expected_text, offset)
     assert [item.insert_text for item in result] == ([expected] if expected else [])
     # after save (which flushes the debounce) the index holds exactly the edited text
     client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lsp.auth import presented_token, refusal, resolve_token
 from lsp.documents import Debouncer, Document
-from lsp.inline import Suggestion, completion_context, trim_completion, typed_along, window_start
-from lsp.options import ServerOptions, parse_options
-from lsp.positions import LineIndex, PositionError, changed_span, position_at, range_offsets
+from service.auth import presented_token, refusal, resolve_token
+from service.inline import Suggestion, completion_context, trim_completion, typed_along, window_start
+from service.options import ServerOptions, parse_options
+from service.positions import LineIndex, PositionError, changed_span, position_at, range_offsets
 
 
 # ---- positions -------------------------------------------------------------------------------
@@ -229,7 +229,7 @@ def test_a_documents_background_prefill_waits_until_the_user_stays_on_it(monkeyp
 
 
 def test_prompt_windows_default_by_device_and_user_sizes_win():
-    from lsp.inline import CPU_WINDOWS, GPU_WINDOWS, resolve_windows
+    from service.inline import CPU_WINDOWS, GPU_WINDOWS, resolve_windows
 
     assert ServerOptions().prefix_chars is None and ServerOptions().suffix_chars is None
     assert resolve_windows(None, None, "cpu", 32768, 160) == CPU_WINDOWS

@@ -1,4 +1,4 @@
-"""Neovim's own LSP client, configured by lsp/editors/nvim/codespec.lua, against `codespec serve`
+"""Neovim's own LSP client, configured by editors/nvim/codespec.lua, against `codespec serve`
 on the shipped default model: attach, inline completion, acceptance into history, a streamed
 rewrite; and the module's own ghost text (Neovim 0.10 / 0.11, no vim.lsp.inline_completion) typed
 as a user would: shown at the cursor as extmarks, filtered while typing along, cancelled, cleared,

@@ -13,10 +13,10 @@ import pytest
 
 from index import WorkspaceIndex
 from index.ingest import ScanCancelled
-from lsp import indexing
-from lsp.jobs import GenerationRequest
-from lsp.runtime import close_service
-from lsp.service import EngineService
+from service import indexing
+from service.engine import EngineService
+from service.jobs import GenerationRequest
+from service.runtime import close_service
 
 WAIT_S = 60  # a hang guard only
 FILES = 300  # three tokenizer batches (index.scan.BATCH_FILES = 128)
@@ -70,8 +70,8 @@ def index_summary(index: WorkspaceIndex, target) -> tuple[dict, list]:
     return documents, found
 
 
-def test_completions_run_while_the_workspace_is_indexed(lsp_target, workspace, tmp_path):
-    service = open_service(lsp_target, tmp_path / "index.db")
+def test_completions_run_while_the_workspace_is_indexed(server_target, workspace, tmp_path):
+    service = open_service(server_target, tmp_path / "index.db")
     held = HeldScan()
     events = []
     try:
@@ -82,7 +82,7 @@ def test_completions_run_while_the_workspace_is_indexed(lsp_target, workspace, t
             GenerationRequest(prompt="def helper_1(value):\n    return", max_tokens=4, uri=uri, cursor=30)
         ).wait(WAIT_S)
         events.append("completion")
-        found = service.call(lambda: service.index.lookup(lsp_target.encode("def helper_1(value"), 4)).result(WAIT_S)
+        found = service.call(lambda: service.index.lookup(server_target.encode("def helper_1(value"), 4)).result(WAIT_S)
         events.append("lookup")
         assert not scan.done()  # both were served while the scan was still running
         held.release()
@@ -95,35 +95,35 @@ def test_completions_run_while_the_workspace_is_indexed(lsp_target, workspace, t
         assert held.reports[-1] == (FILES, FILES) and len(held.reports) >= 3
         assert held.threads == {"codespec-indexer"}  # progress comes from the indexing thread
         service.call(lambda: service.index.check_integrity(deep=True)).result(WAIT_S)
-        background = service.call(lambda: index_summary(service.index, lsp_target)).result(WAIT_S)
+        background = service.call(lambda: index_summary(service.index, server_target)).result(WAIT_S)
     finally:
         held.release()
         close_service(service)
 
-    synchronous = WorkspaceIndex(lsp_target.tokenizer)  # the engine thread is gone: nothing shares it now
+    synchronous = WorkspaceIndex(server_target.tokenizer)  # the engine thread is gone: nothing shares it now
     synchronous.index_workspace([str(workspace)])
     assert len(background[0]) == FILES
-    assert background == index_summary(synchronous, lsp_target)
+    assert background == index_summary(synchronous, server_target)
     assert any(background[1])  # the probes do match: the comparison is not of empty lists
 
 
-def test_the_scan_tokenizes_with_its_own_tokenizer(lsp_target, workspace, tmp_path):
-    service = open_service(lsp_target, tmp_path / "index.db")
+def test_the_scan_tokenizes_with_its_own_tokenizer(server_target, workspace, tmp_path):
+    service = open_service(server_target, tmp_path / "index.db")
     try:
         indexing.index_workspace(service, [workspace], (), 1_000_000).result(WAIT_S)
         own = service.indexer.adapter
         shared = service.index.adapter
-        assert shared.tokenizer is lsp_target.tokenizer  # the engine thread's
-        assert own.tokenizer is not lsp_target.tokenizer
-        assert own.tokenizer.backend_tokenizer is not lsp_target.tokenizer.backend_tokenizer
+        assert shared.tokenizer is server_target.tokenizer  # the engine thread's
+        assert own.tokenizer is not server_target.tokenizer
+        assert own.tokenizer.backend_tokenizer is not server_target.tokenizer.backend_tokenizer
         assert own.fingerprint == shared.fingerprint
     finally:
         close_service(service)
 
 
-def test_a_cancelled_scan_leaves_the_index_as_it_was(lsp_target, workspace, tmp_path):
+def test_a_cancelled_scan_leaves_the_index_as_it_was(server_target, workspace, tmp_path):
     db_path = tmp_path / "index.db"
-    service = open_service(lsp_target, db_path)
+    service = open_service(server_target, db_path)
     held = HeldScan()
     open_uri = "file:///open/buffer.py"
     try:
@@ -143,9 +143,9 @@ def test_a_cancelled_scan_leaves_the_index_as_it_was(lsp_target, workspace, tmp_
         close_service(service)
 
 
-def test_shutdown_during_a_scan_stops_it_and_the_database_stays_consistent(lsp_target, workspace, tmp_path):
+def test_shutdown_during_a_scan_stops_it_and_the_database_stays_consistent(server_target, workspace, tmp_path):
     db_path = tmp_path / "index.db"
-    service = open_service(lsp_target, db_path)
+    service = open_service(server_target, db_path)
     held = HeldScan()
     closer = threading.Thread(target=close_service, args=(service,))
     try:
@@ -165,7 +165,7 @@ def test_shutdown_during_a_scan_stops_it_and_the_database_stays_consistent(lsp_t
         if not closer.is_alive() and closer.ident is None:
             close_service(service)
 
-    reopened = open_service(lsp_target, db_path)
+    reopened = open_service(server_target, db_path)
     try:
         report = indexing.index_workspace(reopened, [workspace], (), 1_000_000).result(WAIT_S)
         assert report.reused == 0 and report.tokenized == FILES  # nothing half-written was left behind
@@ -174,21 +174,21 @@ def test_shutdown_during_a_scan_stops_it_and_the_database_stays_consistent(lsp_t
         close_service(reopened)
 
 
-def test_a_scan_refuses_a_tokenizer_that_tokenizes_differently(lsp_target, workspace):
+def test_a_scan_refuses_a_tokenizer_that_tokenizes_differently(server_target, workspace):
     from bench.shapes import build_tokenizer
     from index import TokenizerAdapter
 
     other = TokenizerAdapter(build_tokenizer(["def other(x):\n    return x\n" * 20], vocab_size=300))
-    index = WorkspaceIndex(lsp_target.tokenizer)
+    index = WorkspaceIndex(server_target.tokenizer)
     with pytest.raises(ValueError, match="does not tokenize like"):
         index.index_workspace([str(workspace)], adapter=other)
     assert index.documents() == []
 
 
-def test_a_queued_scan_that_is_cancelled_ends_with_scan_cancelled(lsp_target, workspace, tmp_path):
+def test_a_queued_scan_that_is_cancelled_ends_with_scan_cancelled(server_target, workspace, tmp_path):
     """Not as a cancelled Future: a waiter (the server's progress task) gets ScanCancelled and
     reports "cancelled", instead of an asyncio CancelledError that would end it silently."""
-    service = open_service(lsp_target, tmp_path / "index.db")
+    service = open_service(server_target, tmp_path / "index.db")
     held = HeldScan()
     try:
         running = indexing.index_workspace(service, [workspace], (), 1_000_000, held)
@@ -204,15 +204,15 @@ def test_a_queued_scan_that_is_cancelled_ends_with_scan_cancelled(lsp_target, wo
         close_service(service)
 
 
-def test_the_memory_budget_reaches_the_index_and_evicts(lsp_target, workspace, tmp_path):
+def test_the_memory_budget_reaches_the_index_and_evicts(server_target, workspace, tmp_path):
     """`index.maxTokens` (ServerOptions.index_max_tokens) bounds what the server's index keeps in
     memory: the least recently used documents go, the database keeps them all."""
-    from lsp.options import parse_options
+    from service.options import parse_options
 
     options, messages = parse_options({"index": {"maxTokens": 2000}})
     assert options.index_max_tokens == 2000 and not messages
     assert parse_options({"index": {"maxTokens": 0}})[1]  # refused with a message, default kept
-    service = EngineService(lsp_target, proposer="auto", max_draft=8)
+    service = EngineService(server_target, proposer="auto", max_draft=8)
     try:
         index = indexing.open_index(service, tmp_path / "index.db", options.index_max_tokens)
         report = indexing.index_workspace(service, [workspace], (), 1_000_000).result(WAIT_S)

@@ -9,23 +9,24 @@ import pytest
 
 from codespec.errors import CodespecError
 from codespec.prompts import Fim
-from lsp import indexing
-from lsp.jobs import GenerationRequest
-from lsp.service import EngineService
+from service import indexing
+from service.engine import EngineService
+from service.jobs import GenerationRequest
+from service.schema import RequestKind
 
 WAIT_S = 120
 LONG_TEXT = "".join(f"def function_{i}(value):\n    return value + {i}\n\n" for i in range(10))
 
 
 @pytest.fixture(scope="module")
-def service(lsp_target):
-    service = EngineService(lsp_target, proposer="auto", max_draft=8)
+def service(server_target):
+    service = EngineService(server_target, proposer="auto", max_draft=8)
     yield service
     service.close()
 
 
 def test_long_edit_does_not_block_a_completion(service):
-    edit = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=400, kind="edit"))
+    edit = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=400, kind=RequestKind.EDIT))
     completion = service.submit(GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=4))
     result = completion.wait(WAIT_S)
     assert result.usage.completion_tokens == 4
@@ -37,7 +38,8 @@ def test_long_edit_does_not_block_a_completion(service):
 def test_cancel_stops_within_a_cycle(service):
     first_delta = threading.Event()
     job = service.submit(
-        GenerationRequest(prompt=LONG_TEXT, max_tokens=1000, kind="edit"), on_delta=lambda text: first_delta.set()
+        GenerationRequest(prompt=LONG_TEXT, max_tokens=1000, kind=RequestKind.EDIT),
+        on_delta=lambda text: first_delta.set(),
     )
     assert first_delta.wait(WAIT_S)
     job.cancel()
@@ -62,14 +64,14 @@ def test_prompt_cache_reuses_the_common_prefix_and_changes_nothing(service):
 
 
 def test_warming_a_document_prefills_what_its_completions_share(service):
-    from lsp.inline import completion_context, completion_prompt, warm_prompt
+    from service.inline import completion_context, completion_prompt, warm_prompt
 
     text = LONG_TEXT
     warm = service.submit(
         GenerationRequest(
             prompt=warm_prompt(text, 4000, service.prompts),
             max_tokens=1,
-            kind="prefill",
+            kind=RequestKind.PREFILL,
             cache_key="warm-doc",
             proposer="none",
         )
@@ -88,8 +90,8 @@ def test_warming_a_document_prefills_what_its_completions_share(service):
 def test_a_request_takes_over_a_documents_background_prefill(service):
     """A completion arriving while its document is being prefilled neither waits for the whole
     prefill nor starts from an empty cache: it takes the cache over with the chunks done so far."""
-    from lsp.inline import completion_context, completion_prompt, warm_prompt
-    from lsp.service import PREFILL_CHUNK
+    from service.engine import PREFILL_CHUNK
+    from service.inline import completion_context, completion_prompt, warm_prompt
 
     text = LONG_TEXT * 6
     prompt = warm_prompt(text, len(text), service.prompts)
@@ -101,7 +103,9 @@ def test_a_request_takes_over_a_documents_background_prefill(service):
     )
     gate = threading.Event()
     blocked = service.call(gate.wait)  # hold the engine thread while the prefill is queued
-    prefill = service.submit(GenerationRequest(prompt=prompt, max_tokens=1, kind="prefill", cache_key="big-doc"))
+    prefill = service.submit(
+        GenerationRequest(prompt=prompt, max_tokens=1, kind=RequestKind.PREFILL, cache_key="big-doc")
+    )
     started: list = []
     # Runs on the engine thread at the top of a cycle: the prefill has started by the next one.
     ask = service.call(lambda: started.append(service.submit(request)))
@@ -120,8 +124,8 @@ def test_a_request_takes_over_a_documents_background_prefill(service):
     assert result.text == fresh.text  # a partial prefill changes nothing in the output
 
 
-def test_a_failing_request_does_not_hurt_the_service(service, lsp_target):
-    too_long = service.submit(GenerationRequest(prompt="word " * (lsp_target.max_context + 10), max_tokens=3))
+def test_a_failing_request_does_not_hurt_the_service(service, server_target):
+    too_long = service.submit(GenerationRequest(prompt="word " * (server_target.max_context + 10), max_tokens=3))
     with pytest.raises(CodespecError, match="context"):
         too_long.wait(WAIT_S)
     assert service.submit(GenerationRequest(prompt="ok = ", max_tokens=2)).wait(WAIT_S).usage.completion_tokens == 2
@@ -139,22 +143,22 @@ def test_a_caller_cancelling_the_future_itself_does_not_hurt_the_service(service
     assert then.wait(WAIT_S).usage.completion_tokens == 2
 
 
-def test_fim_prompt_is_narrowed_to_the_context(service, lsp_target):
+def test_fim_prompt_is_narrowed_to_the_context(service, server_target):
     prefix = "value = compute(value)\n" * 800
     request = GenerationRequest(prompt=Fim(prefix, ""), max_tokens=3)
     result = service.submit(request).wait(WAIT_S)
-    assert result.usage.prompt_tokens < lsp_target.max_context
+    assert result.usage.prompt_tokens < server_target.max_context
     assert result.usage.completion_tokens == 3
 
 
-def test_a_failed_background_index_update_is_logged_not_lost(lsp_target, caplog):
+def test_a_failed_background_index_update_is_logged_not_lost(server_target, caplog):
     from index import WorkspaceIndex
     from lsp.server import CodespecServer
 
     server = CodespecServer()
-    server.service = EngineService(lsp_target, proposer="context")
+    server.service = EngineService(server_target, proposer="context")
     try:
-        server.service.index = WorkspaceIndex(lsp_target.tokenizer, db_path=None)
+        server.service.index = WorkspaceIndex(server_target.tokenizer, db_path=None)
         document = server.documents.open("file:///never-indexed.py", "a = 1\n", 1)
         document.indexed_text = "a = 0\n"  # the index is believed to hold it, but does not
         with caplog.at_level("ERROR", logger="lsp.server"):
@@ -168,12 +172,12 @@ def test_a_failed_background_index_update_is_logged_not_lost(lsp_target, caplog)
         server.service.close()
 
 
-def test_the_index_proposer_centres_on_the_cursor_the_editor_sent(lsp_target):
+def test_the_index_proposer_centres_on_the_cursor_the_editor_sent(server_target):
     from index import WorkspaceIndex
 
-    service = EngineService(lsp_target, proposer="index")
+    service = EngineService(server_target, proposer="index")
     try:
-        service.index = WorkspaceIndex(lsp_target.tokenizer, db_path=None)
+        service.index = WorkspaceIndex(server_target.tokenizer, db_path=None)
         uri, text = "file:///doc.py", LONG_TEXT
         cursor = text.index("def function_7")  # a code point offset, as requests carry it
         service.call(lambda: service.index.add_document(uri, text, 1)).result(WAIT_S)
@@ -181,13 +185,13 @@ def test_the_index_proposer_centres_on_the_cursor_the_editor_sent(lsp_target):
         proposer = service.call(lambda: service._make_proposer(request)).result(WAIT_S)
         expected = service.call(lambda: service.index.token_offset(uri, cursor)).result(WAIT_S)
         assert proposer.name == "index" and proposer.cursor == expected
-        assert lsp_target.decode(service.index.document_tokens(uri)[expected:][:16]).startswith("def function_7")
+        assert server_target.decode(service.index.document_tokens(uri)[expected:][:16]).startswith("def function_7")
     finally:
         service.close()
 
 
-def test_warm_up_is_neither_history_nor_a_completion(lsp_target):
-    service = EngineService(lsp_target, proposer="context")
+def test_warm_up_is_neither_history_nor_a_completion(server_target):
+    service = EngineService(server_target, proposer="context")
     try:
         service.warm_up()
         snapshot = service.snapshot()
@@ -198,7 +202,7 @@ def test_warm_up_is_neither_history_nor_a_completion(lsp_target):
         service.close()
 
 
-def test_index_is_reused_after_a_restart_and_history_reaches_it(lsp_target, tmp_path):
+def test_index_is_reused_after_a_restart_and_history_reaches_it(server_target, tmp_path):
     root = tmp_path / "project"
     root.mkdir()
     for i in range(3):
@@ -207,11 +211,11 @@ def test_index_is_reused_after_a_restart_and_history_reaches_it(lsp_target, tmp_
     reports, history_hits = [], []
     accepted = "answer = unusual_name_42 + 7"
     for _ in range(2):
-        service = EngineService(lsp_target, proposer="auto")
+        service = EngineService(server_target, proposer="auto")
         try:
             assert indexing.open_index(service, db_path) is not None
             reports.append(indexing.index_workspace(service, [root], (), 1_000_000, lambda d, t: None).result(WAIT_S))
-            context = lsp_target.encode("answer = unusual_name_42")
+            context = server_target.encode("answer = unusual_name_42")
             found = service.call(lambda: service.index.lookup(context, 4)).result(WAIT_S)
             history_hits.append(any(c.source == "history:accepted" for c in found))
             service.record_history("accepted", accepted, (root / "module_0.py").as_uri()).result(WAIT_S)
@@ -222,7 +226,7 @@ def test_index_is_reused_after_a_restart_and_history_reaches_it(lsp_target, tmp_
             ).wait(WAIT_S)
             assert result.usage.completion_tokens == 3
         finally:
-            from lsp.runtime import close_service
+            from service.runtime import close_service
 
             close_service(service)
     assert reports[0].tokenized == 3
@@ -233,8 +237,8 @@ def test_index_is_reused_after_a_restart_and_history_reaches_it(lsp_target, tmp_
 async def test_newer_inline_request_supersedes_the_older_one(service):
     from lsprotocol import types
 
-    from lsp.options import ServerOptions
     from lsp.server import CodespecServer, complete_at
+    from service.options import ServerOptions
 
     server = CodespecServer(ServerOptions())
     server.options = ServerOptions(mode="block", block_tokens=600, deadline_ms=600_000)
@@ -256,7 +260,7 @@ def test_idle_calls_wait_for_running_requests_but_keep_their_order(service):
     idle call runs when no request is waiting or running (or after IDLE_CALL_MAX_WAIT_S), in order."""
     import time
 
-    from lsp.service import IDLE_CALL_MAX_WAIT_S
+    from service.engine import IDLE_CALL_MAX_WAIT_S
 
     runs: list[tuple[str, bool, float]] = []
 
@@ -268,7 +272,7 @@ def test_idle_calls_wait_for_running_requests_but_keep_their_order(service):
 
         return fn
 
-    job = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=300, kind="edit"))
+    job = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=300, kind=RequestKind.EDIT))
     now = time.monotonic()
     idle_a = service.call(record("idle-a", now), idle=True)
     idle_b = service.call(record("idle-b", now), idle=True)
@@ -301,7 +305,7 @@ def test_a_request_runs_its_own_documents_idle_calls_first(service):
     runs before the request starts, in order; other documents' idle calls still wait."""
     gate = threading.Event()
     order: list[str] = []
-    running = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=300, kind="edit"))
+    running = service.submit(GenerationRequest(prompt=LONG_TEXT, max_tokens=300, kind=RequestKind.EDIT))
     blocked = service.call(gate.wait)  # hold the engine thread so everything lands in one cycle
     other = service.call(lambda: order.append("index other.py"), idle=True, document="file:///other.py")
     own_a = service.call(lambda: order.append("index mine.py"), idle=True, document="file:///mine.py")

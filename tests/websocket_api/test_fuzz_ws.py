@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 
 from bench.soak import FINAL_TYPES, _key, ws_message
-from lsp.options import ServerOptions, WsLimits
-from lsp.service import EngineService
-from lsp.ws import bound_port, start_ws_server
+from service.engine import EngineService
+from service.options import ServerOptions, WsLimits
+from websocket_api.server import bound_port, start_ws_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -27,8 +27,8 @@ OPTIONS = ServerOptions(line_tokens=6, block_tokens=8, edit_tokens=8, deadline_m
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def endpoint(lsp_target):
-    service = EngineService(lsp_target, proposer="auto", max_draft=8)
+async def endpoint(server_target):
+    service = EngineService(server_target, proposer="auto", max_draft=8)
     server = await start_ws_server(service, TOKEN, "127.0.0.1", 0, OPTIONS, LIMITS)
     yield f"ws://127.0.0.1:{bound_port(server)}/"
     server.close()

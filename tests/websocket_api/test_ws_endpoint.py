@@ -12,10 +12,10 @@ import websockets
 from websockets.asyncio.client import connect
 
 from codespec.prompts import PromptRenderer
-from lsp.inline import completion_context, completion_prompt
-from lsp.options import ServerOptions, WsLimits
-from lsp.service import EngineService
-from lsp.ws import bound_port, start_ws_server
+from service.engine import EngineService
+from service.inline import completion_context, completion_prompt
+from service.options import ServerOptions, WsLimits
+from websocket_api.server import bound_port, start_ws_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -26,8 +26,8 @@ LIMITS = WsLimits(max_message_bytes=8192, max_in_flight=4, allowed_origins=("htt
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def endpoint(lsp_target):
-    service = EngineService(lsp_target, proposer="auto", max_draft=8)
+async def endpoint(server_target):
+    service = EngineService(server_target, proposer="auto", max_draft=8)
     server = await start_ws_server(service, TOKEN, "127.0.0.1", 0, OPTIONS, LIMITS)
     yield f"ws://127.0.0.1:{bound_port(server)}/"
     server.close()
@@ -56,7 +56,7 @@ async def until_final(ws, request_id) -> tuple[list[str], dict]:
             return deltas, message
 
 
-async def test_complete_streams_what_the_engine_returns(endpoint, lsp_target):
+async def test_complete_streams_what_the_engine_returns(endpoint, server_target):
     from codespec.config import GenerationLimits
     from codespec.decode import generate_all
 
@@ -66,18 +66,24 @@ async def test_complete_streams_what_the_engine_returns(endpoint, lsp_target):
         deltas, done = await until_final(ws, "c1")
     assert done["type"] == "done", done
     assert "".join(deltas) == done["text"]
-    from lsp.inline import resolve_windows
-    from lsp.service import COMPLETION_STOP_REPEATS
+    from service.engine import COMPLETION_STOP_REPEATS
+    from service.inline import resolve_windows
 
     windows = resolve_windows(
-        OPTIONS.prefix_chars, OPTIONS.suffix_chars, lsp_target.device.type, lsp_target.max_context, OPTIONS.block_tokens
+        OPTIONS.prefix_chars,
+        OPTIONS.suffix_chars,
+        server_target.device.type,
+        server_target.max_context,
+        OPTIONS.block_tokens,
     )
     context = completion_context(
         prefix + suffix, len(prefix), OPTIONS.line_tokens, OPTIONS.block_tokens, *windows, invoked=True
     )
     plain = generate_all(
-        lsp_target,
-        lsp_target.encode(completion_prompt(context, PromptRenderer(lsp_target.tokenizer, lsp_target.prompt_format))),
+        server_target,
+        server_target.encode(
+            completion_prompt(context, PromptRenderer(server_target.tokenizer, server_target.prompt_format))
+        ),
         None,
         limits=GenerationLimits(context.max_tokens, context.stop, stop_repeats=COMPLETION_STOP_REPEATS),
     )

@@ -1,0 +1,1 @@
+"""The `codespec serve`, `complete` and `demo` commands: they wire the doors to one engine service."""
