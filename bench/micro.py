@@ -26,6 +26,7 @@ from codespec.config import GenerationLimits, SamplingParams
 from codespec.decode import generate_all
 from codespec.draft import NoDraft
 from codespec.model import TargetModel
+from codespec.target import forward_each
 from proposers.context import ContextLookup
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -46,6 +47,9 @@ class TimedTarget:
         logits = self._target.forward(input_ids, cache, keep_last)
         self.forward_s.append(time.perf_counter() - start)
         return logits
+
+    def forward_many(self, inputs, caches, keep_last):
+        return forward_each(self, inputs, caches, keep_last)  # each through ``forward``: timed
 
 
 def repetitive_prompt() -> str:

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from codespec.target import forward_each
+
 REPLAY_BIAS = 1.0e4  # dwarfs any real logit gap (|logits| ~ 10s), small enough to keep float32 precise
 
 
@@ -118,6 +120,9 @@ class ReplayTarget:
         logits = apply_bias(logits.clone(), indices, recording, self.strength)  # clone: inference tensors are read-only
         self.biased_rows += sum(forced_token(recording, i) is not None for i in indices)
         return logits
+
+    def forward_many(self, inputs, caches, keep_last):
+        return forward_each(self, inputs, caches, keep_last)  # each through ``forward``: replayed
 
     def _full_depth(self) -> bool:
         model = self.inner.model

@@ -12,17 +12,20 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from codespec.config import GenerationLimits, SamplingParams
-from codespec.draft import EMPTY_DRAFT, NoDraft, Outcome, ProposeContext, Proposer
+from codespec.draft import EMPTY_DRAFT, Draft, NoDraft, Outcome, ProposeContext, Proposer
 from codespec.errors import InvalidRequestError
-from codespec.kv import KVCache, common_prefix_len
-from codespec.model import TargetModel
+from codespec.kv import common_prefix_len
 from codespec.sampling import make_generator
 from codespec.stats import RequestStats, StepRecord
+from codespec.target import Cache, Target
 from codespec.text import TextStream
 from codespec.verify import verify
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Cancellation(Protocol):
@@ -51,132 +54,196 @@ class Finished:
 Event = TextDelta | StepEvent | Finished
 
 
+@dataclass(frozen=True)
+class StepPlan:
+    """What one request asks of the target in one cycle: run ``input_ids`` after what its cache
+    holds (the uncached tail of the sequence, then the draft) and score the last ``keep_last``
+    positions (K + 1)."""
+
+    input_ids: list[int]
+    keep_last: int
+    draft: Draft
+
+
+class Decoding:
+    """One request's decoding, as steps a scheduler drives: :meth:`propose` a draft, run the target
+    forward its :class:`StepPlan` names (alone, or beside other requests' in one cycle), then
+    :meth:`advance` with the logits (verify, roll back, cut, stream). ``generate`` is this loop for
+    one request; state is per request, so requests never see each other's (docs/architecture.md).
+
+    ``cache`` may carry state from an earlier request: its longest common prefix with the prompt
+    is kept and only the rest is prefilled (prompt caching). It is left holding the final sequence.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        prompt_ids: Sequence[int],
+        proposer: Proposer | None = None,
+        sampling: SamplingParams = SamplingParams(),
+        limits: GenerationLimits = GenerationLimits(),
+        cancel: Cancellation | None = None,
+        cache: Cache | None = None,
+    ) -> None:
+        self.start = time.perf_counter()
+        self.prompt_ids = list(prompt_ids)
+        _check_prompt(target, self.prompt_ids)
+        self.target = target
+        self.proposer = proposer or NoDraft()
+        self.sampling = sampling
+        self.limits = limits
+        self.cancel = cancel
+        self.generator = None if sampling.greedy else make_generator(sampling.seed, target.device)
+        self.cache = cache if cache is not None else target.new_cache()
+        # Keep the reusable prefix, but at least one prompt token must be fed to get the next logits.
+        self.cache.rollback(min(common_prefix_len(self.cache.token_ids, self.prompt_ids), len(self.prompt_ids) - 1))
+        self.sequence = list(self.prompt_ids)
+        self.output: list[int] = []
+        self.stats = RequestStats()
+        self.text = TextStream(target.decode, limits.stop, context_ids=self.prompt_ids)
+        self.end_ids = target.eos_token_ids | limits.stop_token_ids
+        self.reason: str | None = None  # set when decoding is over: Finished.reason
+        self._first_token_s: float | None = None
+        self._last_emit_s = 0.0
+        self._step_start = self._proposed = 0.0
+        self._proposer_state = "new"  # -> "open" at the first propose (begin), "closed" (end)
+
+    def propose(self) -> StepPlan | None:
+        """The next forward this request needs, or None when it is over (see ``reason``)."""
+        if self.reason is not None:
+            return None
+        if self._proposer_state == "new":  # begun with the first step, as the request starts decoding
+            self._proposer_state = "open"
+            self.proposer.begin(self.prompt_ids)
+        if self.cancel is not None and self.cancel.is_set():
+            self.reason = "cancelled"
+            return None
+        if self.limits.deadline_s is not None and time.perf_counter() - self.start >= self.limits.deadline_s:
+            self.reason = "deadline"
+            return None
+        remaining = self.limits.max_new_tokens - len(self.output)
+        # A step emits up to K + 1 tokens: keep that within the budget and the context window
+        # (plain decoding stops at max_context tokens; one more would be a token it never emits).
+        max_draft = min(self.limits.max_draft_len, remaining - 1, self.target.max_context - len(self.sequence) - 1)
+
+        # 1. Draft (the policy inside an "auto" proposer picks source and length).
+        self._step_start = time.perf_counter()
+        draft = EMPTY_DRAFT
+        if max_draft > 0:
+            context = ProposeContext(self.sequence, len(self.prompt_ids), max_draft, self.sampling, self.generator)
+            draft = self.proposer.propose(context).truncated(max_draft)
+        self._proposed = time.perf_counter()
+        # 2. One target forward over the uncached tokens plus the draft: K+1 scored positions.
+        uncached = self.sequence[len(self.cache) :]
+        return StepPlan([*uncached, *draft.token_ids], len(draft) + 1, draft)
+
+    def advance(self, plan: StepPlan, target_logits: torch.Tensor) -> list[Event]:
+        """Verify ``plan``'s draft against ``target_logits`` [K+1, V] (the forward already wrote the
+        plan's positions into the cache); returns the text deltas and the step's event."""
+        draft, limits, cache = plan.draft, self.limits, self.cache
+        events: list[Event] = []
+        remaining = limits.max_new_tokens - len(self.output)
+        # 3. Accept a prefix; emit the recovered or bonus token.
+        verdict = verify(draft, target_logits, self.sampling, self.generator)
+
+        # 4. Roll back the rejected drafts' KV (accepted drafts' entries stay valid).
+        cache.rollback(len(self.sequence) + verdict.accepted)
+        verified = time.perf_counter()
+
+        # 5. Cut at EOS and the budget, stream text up to any stop string.
+        emitted = verdict.emitted(draft.token_ids)[:remaining]
+        kept: list[int] = []
+        for token in emitted:
+            kept.append(token)
+            if token in self.end_ids:  # EOS or a format's end marker: kept in ids, not in text
+                self.reason = "eos"
+                break
+            delta = self.text.push(token)
+            if delta:
+                events.append(TextDelta(delta))
+            if self.text.stopped:
+                self.reason = "stop"
+                break
+            # Checked token by token, like EOS and stop strings, so the cut is the same with or
+            # without drafts.
+            if limits.stop_repeats and repeating_tail(
+                [*self.output[-REPEAT_MAX_PERIOD * limits.stop_repeats :], *kept], limits.stop_repeats
+            ):
+                self.reason = "repetition"
+                break
+        self.sequence.extend(kept)
+        self.output.extend(kept)
+        if len(cache) > len(self.sequence) - 1:  # tokens dropped after EOS/stop: keep the cache honest
+            cache.rollback(len(self.sequence) - 1)
+
+        # 6. Record, feed back.
+        now = time.perf_counter()
+        step = StepRecord(
+            draft.proposer if len(draft) else "",
+            len(draft),
+            verdict.accepted,
+            len(kept),
+            self._proposed - self._step_start,
+            verified - self._proposed,
+            now - self.start,
+        )
+        self.stats.steps.append(step)
+        if self._first_token_s is None:
+            self._first_token_s = now
+        else:
+            self.stats.token_gaps_s.append(now - self._last_emit_s)
+        self._last_emit_s = now
+        self.proposer.observe(
+            Outcome(draft, verdict.accepted, tuple(kept), len(self.sequence), step.proposal_s, step.verify_s)
+        )
+        events.append(StepEvent(step, tuple(kept)))
+        if self.reason is None and len(self.output) >= limits.max_new_tokens:
+            self.reason = "length"
+        elif self.reason is None and len(self.sequence) >= self.target.max_context:
+            self.reason = "context"
+        return events
+
+    def close(self) -> None:
+        """End the proposer's request (once, if it began), whether decoding finished or failed."""
+        if self._proposer_state == "open":
+            self.proposer.end()
+        self._proposer_state = "closed"
+
+    def finish(self) -> list[Event]:
+        """The last text and the ``Finished`` event, once ``propose`` has returned None."""
+        self.close()
+        assert self.reason is not None, "finish() comes after propose() returned None"
+        events: list[Event] = []
+        tail = self.text.flush()
+        if tail:
+            events.append(TextDelta(tail))
+        stats = self.stats
+        if self._first_token_s is not None:
+            stats.ttft_s.append(self._first_token_s - self.start)
+            stats.decode_s.append(self._last_emit_s - self._first_token_s)
+            stats.decode_tokens.append(len(self.output) - 1)
+        events.append(Finished(self.text.text, tuple(self.output), self.reason, stats))
+        return events
+
+
 def generate(
-    target: TargetModel,
+    target: Target,
     prompt_ids: Sequence[int],
     proposer: Proposer | None = None,
     sampling: SamplingParams = SamplingParams(),
     limits: GenerationLimits = GenerationLimits(),
     cancel: Cancellation | None = None,
-    cache: KVCache | None = None,
+    cache: Cache | None = None,
 ) -> Iterator[Event]:
-    """Decode from ``prompt_ids``; yields events and ends with ``Finished``.
-
-    ``cache`` may carry state from an earlier request: its longest common prefix with the prompt
-    is kept and only the rest is prefilled (prompt caching). It is left holding the final sequence.
-    """
-    start = time.perf_counter()
-    prompt_ids = list(prompt_ids)
-    _check_prompt(target, prompt_ids)
-    proposer = proposer or NoDraft()
-    generator = None if sampling.greedy else make_generator(sampling.seed, target.device)
-    cache = cache if cache is not None else target.new_cache()
-    # Keep the reusable prefix, but at least one prompt token must be fed to get the next logits.
-    cache.rollback(min(common_prefix_len(cache.token_ids, prompt_ids), len(prompt_ids) - 1))
-
-    sequence = list(prompt_ids)
-    output: list[int] = []
-    stats = RequestStats()
-    text = TextStream(target.decode, limits.stop, context_ids=prompt_ids)
-    end_ids = target.eos_token_ids | limits.stop_token_ids
-    first_token_s: float | None = None
-    last_emit_s = 0.0
-    reason = None
-    proposer.begin(prompt_ids)
+    """Decode from ``prompt_ids`` alone (:class:`Decoding`'s loop); yields events and ends with ``Finished``."""
+    decoding = Decoding(target, prompt_ids, proposer, sampling, limits, cancel, cache)
     try:
-        while reason is None:
-            if cancel is not None and cancel.is_set():
-                reason = "cancelled"
-                break
-            if limits.deadline_s is not None and time.perf_counter() - start >= limits.deadline_s:
-                reason = "deadline"
-                break
-            remaining = limits.max_new_tokens - len(output)
-            # A step emits up to K + 1 tokens: keep that within the budget and the context window
-            # (plain decoding stops at max_context tokens; one more would be a token it never emits).
-            max_draft = min(limits.max_draft_len, remaining - 1, target.max_context - len(sequence) - 1)
-
-            # 1. Draft (the policy inside an "auto" proposer picks source and length).
-            step_start = time.perf_counter()
-            draft = EMPTY_DRAFT
-            if max_draft > 0:
-                context = ProposeContext(sequence, len(prompt_ids), max_draft, sampling, generator)
-                draft = proposer.propose(context).truncated(max_draft)
-            proposed = time.perf_counter()
-
-            # 2. One target forward over the uncached tokens plus the draft: K+1 scored positions.
-            uncached = sequence[len(cache) :]
-            target_logits = target.forward([*uncached, *draft.token_ids], cache, keep_last=len(draft) + 1)
-
-            # 3. Accept a prefix; emit the recovered or bonus token.
-            verdict = verify(draft, target_logits, sampling, generator)
-
-            # 4. Roll back the rejected drafts' KV (accepted drafts' entries stay valid).
-            cache.rollback(len(sequence) + verdict.accepted)
-            verified = time.perf_counter()
-
-            # 5. Cut at EOS and the budget, stream text up to any stop string.
-            emitted = verdict.emitted(draft.token_ids)[:remaining]
-            kept: list[int] = []
-            for token in emitted:
-                kept.append(token)
-                if token in end_ids:  # EOS or a format's end marker: kept in ids, not in text
-                    reason = "eos"
-                    break
-                delta = text.push(token)
-                if delta:
-                    yield TextDelta(delta)
-                if text.stopped:
-                    reason = "stop"
-                    break
-                # Checked token by token, like EOS and stop strings, so the cut is the same with or
-                # without drafts.
-                if limits.stop_repeats and repeating_tail(
-                    [*output[-REPEAT_MAX_PERIOD * limits.stop_repeats :], *kept], limits.stop_repeats
-                ):
-                    reason = "repetition"
-                    break
-            sequence.extend(kept)
-            output.extend(kept)
-            if len(cache) > len(sequence) - 1:  # tokens dropped after EOS/stop: keep the cache honest
-                cache.rollback(len(sequence) - 1)
-
-            # 6. Record, feed back.
-            now = time.perf_counter()
-            step = StepRecord(
-                draft.proposer if len(draft) else "",
-                len(draft),
-                verdict.accepted,
-                len(kept),
-                proposed - step_start,
-                verified - proposed,
-                now - start,
-            )
-            stats.steps.append(step)
-            if first_token_s is None:
-                first_token_s = now
-            else:
-                stats.token_gaps_s.append(now - last_emit_s)
-            last_emit_s = now
-            proposer.observe(
-                Outcome(draft, verdict.accepted, tuple(kept), len(sequence), step.proposal_s, step.verify_s)
-            )
-            yield StepEvent(step, tuple(kept))
-            if reason is None and len(output) >= limits.max_new_tokens:
-                reason = "length"
-            elif reason is None and len(sequence) >= target.max_context:
-                reason = "context"
+        while (plan := decoding.propose()) is not None:
+            target_logits = target.forward(plan.input_ids, decoding.cache, keep_last=plan.keep_last)
+            yield from decoding.advance(plan, target_logits)
     finally:
-        proposer.end()
-
-    tail = text.flush()
-    if tail:
-        yield TextDelta(tail)
-    if first_token_s is not None:
-        stats.ttft_s.append(first_token_s - start)
-        stats.decode_s.append(last_emit_s - first_token_s)
-        stats.decode_tokens.append(len(output) - 1)
-    yield Finished(text.text, tuple(output), reason, stats)
+        decoding.close()
+    yield from decoding.finish()
 
 
 REPEAT_MAX_PERIOD = 8  # the longest unit (tokens) that stop_repeats looks for
@@ -204,7 +271,7 @@ def generate_all(*args, **kwargs) -> Finished:
     return finished
 
 
-def _check_prompt(target: TargetModel, prompt_ids: list[int]) -> None:
+def _check_prompt(target: Target, prompt_ids: list[int]) -> None:
     if not prompt_ids:
         raise InvalidRequestError("the prompt is empty: give at least one token of context")
     if len(prompt_ids) >= target.max_context:

@@ -11,6 +11,7 @@ import torch
 
 from codespec.errors import InvalidRequestError, ModelNotFoundError
 from codespec.kv import KVCache
+from codespec.target import forward_each
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def locate_model(name_or_path: str | os.PathLike) -> Path:
 
 
 class TargetModel:
-    """A causal LM + tokenizer behind the few calls the engine needs."""
+    """A transformers causal LM + tokenizer: the ``codespec.target.Target`` backend for PyTorch."""
 
     def __init__(
         self, model, tokenizer, name: str = "", prompt_format: str | None = None, release_dense: bool = False
@@ -152,6 +153,12 @@ class TargetModel:
         output = self.model(input_ids=ids, cache=cache.hf_cache, use_cache=True, logits_to_keep=keep_last)
         cache.appended(input_ids)
         return output.logits[0, -keep_last:].float()  # [keep_last, V]
+
+    def forward_many(
+        self, inputs: Sequence[Sequence[int]], caches: Sequence[KVCache], keep_last: Sequence[int]
+    ) -> list[torch.Tensor]:
+        """One forward per sequence for now (``Target.forward_many``'s contract, item by item)."""
+        return forward_each(self, inputs, caches, keep_last)
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:

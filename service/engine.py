@@ -274,7 +274,7 @@ class EngineService:
                 self._step(job)
 
     def _start(self, job: Job) -> None:
-        from codespec.decode import generate
+        from codespec.decode import Decoding
         from codespec.kv import common_prefix_len
 
         request = job.request
@@ -305,7 +305,7 @@ class EngineService:
             job.cache = self._caches.take(request.cache_key)
             job.prompt_len = len(prompt_ids)
             job.cached_len = min(common_prefix_len(job.cache.token_ids, prompt_ids), max(len(prompt_ids) - 1, 0))
-            job.generator = generate(self.target, prompt_ids, job.proposer, sampling, limits, job, job.cache)
+            job.decoding = Decoding(self.target, prompt_ids, job.proposer, sampling, limits, job, job.cache)
         except Exception as error:
             self._fail(job, error)
             return
@@ -319,7 +319,7 @@ class EngineService:
         job.cached_len = common_prefix_len(job.cache.token_ids, prompt_ids)
         job.cache.rollback(job.cached_len)
         job.prompt_len = len(prompt_ids)
-        job.generator = self._prefill_chunks(prompt_ids, job.cache)
+        job.prefill_steps = self._prefill_chunks(prompt_ids, job.cache)
         self._active.append(job)
 
     def _prefill_chunks(self, prompt_ids: list[int], cache):
@@ -360,25 +360,32 @@ class EngineService:
         return rendered, prompt_ids
 
     def _step(self, job: Job) -> None:
-        from codespec.decode import Finished, StepEvent, TextDelta
+        """One step of ``job``: propose, one target forward, verify and stream (codespec.decode's
+        ``Decoding``); a request that is over leaves the active list with its result."""
+        from codespec.decode import Finished, TextDelta
 
         if job.request.kind is RequestKind.PREFILL:
             self._step_prefill(job)
             return
+        decoding = job.decoding
         try:
-            while True:
-                event = next(job.generator)
+            plan = decoding.propose()
+            events = []
+            if plan is not None:
+                target_logits = self.target.forward(plan.input_ids, decoding.cache, keep_last=plan.keep_last)
+                events = decoding.advance(plan, target_logits)
+            if decoding.reason is not None:
+                events += decoding.finish()
+            for event in events:
                 if isinstance(event, TextDelta):
                     if job.on_delta is not None:
                         job.on_delta(event.text)
-                elif isinstance(event, StepEvent):
-                    return
                 elif isinstance(event, Finished):
                     self._active.remove(job)
                     self._caches.give_back(job.request.cache_key, job.cache)
                     self._complete(job, event.text, event.reason, event.stats)
-                    return
         except Exception as error:  # a failed request must not take the service down
+            decoding.close()
             if job in self._active:
                 self._active.remove(job)
             job.cache = None  # its state is unknown: do not reuse it
@@ -387,7 +394,7 @@ class EngineService:
     def _step_prefill(self, job: Job) -> None:
         try:
             if not job.cancelled:
-                next(job.generator)
+                next(job.prefill_steps)
                 return
             reason = "cancelled"
         except StopIteration:

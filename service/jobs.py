@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from codespec.prompts import Prompt
 from service.schema import RequestKind
@@ -77,7 +77,8 @@ class Job:
         self._cancel = threading.Event()
         self.submitted_s = time.perf_counter()
         # worker-thread state
-        self.generator = None
+        self.decoding: Any = None  # codespec.decode.Decoding: the request's steps
+        self.prefill_steps: Any = None  # a prefill's chunks (service.engine)
         self.proposer = None
         self.cache = None
         self.prompt_len = 0

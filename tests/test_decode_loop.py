@@ -208,3 +208,54 @@ def test_stop_repeats_ends_a_loop_with_a_prefix_of_plain_decoding(tiny_target):
         assert finished.token_ids == plain[:cut]  # the same cut with 7-token steps as with 1-token ones
     with pytest.raises(Exception, match="stop_repeats"):
         GenerationLimits(stop_repeats=1)
+
+
+def test_requests_stepped_together_decode_as_they_do_alone(tiny_target, prompt, reference):
+    """The scheduler's cycle: every request proposes, their forwards run as one ``forward_many``,
+    each advances; outputs and per-step acceptance equal each request decoded alone."""
+    from codespec.decode import Decoding
+    from proposers.context import ContextLookup
+
+    other = tiny_target.encode("class Stack:\n    def push(self, item):\n        self.items.append(item)\n")
+    jobs = [
+        (prompt, lambda: ScriptedProposer("oracle", oracle([*prompt, *reference])), SamplingParams()),
+        (other, lambda: ContextLookup(), SamplingParams()),
+        (
+            prompt,
+            lambda: ScriptedProposer("wrong", always_wrong([*prompt, *reference], tiny_target.vocab_size)),
+            SamplingParams(temperature=0.8, seed=5),
+        ),
+    ]
+    limits = GenerationLimits(max_new_tokens=30, max_draft_len=5)
+    alone = [generate_all(tiny_target, ids, make(), sampling, limits) for ids, make, sampling in jobs]
+
+    decodings = [Decoding(tiny_target, ids, make(), sampling, limits) for ids, make, sampling in jobs]
+    events: list[list] = [[] for _ in decodings]
+    cycles = 0
+    while True:
+        plans = [(number, d, d.propose()) for number, d in enumerate(decodings)]
+        plans = [(number, d, plan) for number, d, plan in plans if plan is not None]
+        if not plans:
+            break
+        cycles += 1
+        logits = tiny_target.forward_many(
+            [plan.input_ids for _, _, plan in plans],
+            [d.cache for _, d, _ in plans],
+            [plan.keep_last for _, _, plan in plans],
+        )
+        for (number, decoding, plan), rows in zip(plans, logits, strict=True):
+            events[number] += decoding.advance(plan, rows)
+    for number, decoding in enumerate(decodings):
+        events[number] += decoding.finish()
+    assert cycles == max(len(finished.stats.steps) for finished in alone)
+    for single, seen in zip(alone, events, strict=True):
+        batched = seen[-1]
+        assert isinstance(batched, Finished)
+        assert batched.token_ids == single.token_ids and batched.reason == single.reason
+        assert [s.accepted for s in batched.stats.steps] == [s.accepted for s in single.stats.steps]
+        assert "".join(e.text for e in seen if isinstance(e, TextDelta)) == batched.text == single.text
+    assert any(s.accepted for s in together_steps(events[0]))  # the oracle's drafts were taken
+
+
+def together_steps(events):
+    return [event.step for event in events if isinstance(event, StepEvent)]
