@@ -1,12 +1,11 @@
 """codespec configurations: ``greedy`` (plain decoding) and each proposer, as a server runs them.
 
-Lookups (context, reference, index) are built per request from the registry, with the request's
-reference text (an edit's region; a completion has none, as in the server, except for the
-``reference`` configuration itself), index document and cursor. Model proposers (draft model, early exit) are built once
-per configuration and live across requests, as in ``codespec serve``; so does the ``auto`` policy's
-state (acceptance by depth, cost fits): each request's ``AutoProposer`` gets fresh lookups, the
-long-lived model proposers and the configuration's one ``PolicyState``. One configuration never
-learns from another's requests. Session history is not fed: in replay every configuration emits
+Each configuration has its own ``proposers.assembly.ProposerAssembly``, the one the server uses:
+lookups built per request with the inputs the server would give (``recorded_request``: an edit's
+region as the reference; a completion none, except for the ``reference`` configuration itself),
+model proposers (draft model, early exit) built once and living across requests, and the ``auto``
+policy's state (acceptance by depth, cost fits) carried from request to request. One configuration
+never learns from another's requests. Session history is not fed: in replay every configuration emits
 the same text, and history from one would hand the next the answer.
 
 Model proposers get the raw target (``setup.target``), never the replay wrapper: early exit runs
@@ -19,88 +18,57 @@ from collections.abc import Sequence
 
 from bench.measure import MemoryProbe, RunResult
 from codespec.config import GenerationLimits, SamplingParams
+from proposers.registry import MODEL, PROPOSERS, proposer_names
 
-CODESPEC_CONFIGS = ("greedy", "context", "reference", "index", "draft", "early-exit", "auto")
-LOOKUPS = ("context", "reference", "index")
-MODELS = ("draft", "early-exit")
+CODESPEC_CONFIGS = ("greedy", *PROPOSERS)  # plain decoding, then each proposer of the registry
+MODELS = proposer_names(MODEL)
 
 
 class CodespecConfig:
+    """One configuration's proposers, from ``proposers.assembly`` as the server builds them."""
+
     def __init__(self, name: str, raw_target, draft_path: str | None, index=None) -> None:
+        from proposers.assembly import ProposerAssembly
+        from proposers.setup import ProposerSetup
+
         if name not in CODESPEC_CONFIGS:
             raise ValueError(f"unknown codespec configuration {name!r}")
         self.name = name
-        self.raw_target = raw_target
         self.index = index
-        self.base_options: dict = {"draft_model": draft_path} if draft_path else {}
-        self._models: list | None = None
-        self._state = None  # auto's PolicyState, shared by this configuration's requests
+        config = ProposerSetup.from_options(raw_target, {"draft_model": draft_path} if draft_path else {}).config
+        # The model proposers this configuration uses (auto falls back on these; never on a shipped
+        # draft the run did not ask for); early exit when the target has a Llama-style layer stack.
+        models = [model for model in MODELS if name in (model, "auto")]
+        self.assembly = ProposerAssembly(raw_target, config, shipped_draft=False, models=models)
 
-    def models(self) -> list:
-        """Long-lived model proposers: the draft model when one is configured, early exit when the
-        target has a Llama-style layer stack (auto falls back on these; never on a shipped draft
-        the run did not ask for)."""
-        if self._models is None:
-            from proposers.auto import model_proposers
-            from proposers.registry import ProposerSetup
-
-            wanted = [n for n in MODELS if self.name in (n, "auto")]
-            setup = ProposerSetup.from_options(self.raw_target, {**self.base_options, "auto_candidates": wanted})
-            self._models = model_proposers(setup, shipped_draft=False)
-        return self._models
-
-    def proposer(self, options: dict):
-        from codespec.draft import NoDraft
-        from proposers.registry import ProposerSetup, create_proposer
-
-        if self.name == "greedy":
-            return NoDraft()
-        setup = ProposerSetup.from_options(self.raw_target, {**self.base_options, **options})
-        if self.name in LOOKUPS:
-            return create_proposer(self.name, setup)
-        if self.name in MODELS:
-            found = [p for p in self.models() if p.name == self.name]
-            if not found:
-                raise ValueError(
-                    f"configuration {self.name!r} is unavailable for this target "
-                    f"(draft needs --draft; early exit a Llama-style layer stack)"
-                )
-            return found[0]
-        from proposers.auto import PolicyState, build_auto
-
-        if self._state is None:
-            self._state = PolicyState.fresh(setup.config.auto.policy)
-        return build_auto(setup, self.models(), self._state)
+    def proposer(self, request):
+        """The proposer of one request (a ``proposers.setup.RequestContext``); ``release`` it after."""
+        return self.assembly.create("none" if self.name == "greedy" else self.name, request)
 
     def policy_summary(self) -> dict | None:
         """auto's learned verification cost fit (ms = a + b k) and acceptance, for the report."""
-        if self._state is None:
+        states = self.assembly.policy_states()
+        if not states:
             return None
         from proposers.auto import cost_points
 
-        fit = self._state.verify_cost.fit()
-        plain = self._state.verify_cost.plain_measured
-        curve = cost_points(self._state.verify_cost)
+        state = states[-1]
+        fit = state.verify_cost.fit()
+        plain = state.verify_cost.plain_measured
+        curve = cost_points(state.verify_cost)
         return {
             "verify_fit_ms": None if fit is None else [round(fit[0] * 1e3, 3), round(fit[1] * 1e3, 4)],
             "plain_step_ms": None if plain is None else round(plain * 1e3, 3),
             "cost_curve_ms": None if curve is None else {str(k): round(s * 1e3, 2) for k, s in curve.items()},
         }
 
-    def request_options(self, case) -> dict:
-        """The proposer options of one request, as the server would set them. A completion carries
-        no reference there (lsp/requests.completion_request), so auto gets none; the reference
-        configuration alone is given the document, to show what a copy pointer at the cursor would do."""
-        reference = case.reference if case.kind == "edit" or self.name == "reference" else None
-        options = {
-            "reference": reference,
-            "reference_start": case.reference_start,
-            "uri": case.uri,
-            "cursor": case.cursor,
-        }
-        if self.index is not None:
-            options["index"] = self.index
-        return options
+    def request_context(self, case):
+        """The proposers' inputs of one request, as the server would give them (``recorded_request``)."""
+        from proposers.assembly import recorded_request
+
+        return recorded_request(
+            self.name, case.kind == "edit", case.reference, case.reference_start, case.uri, case.cursor, self.index
+        )
 
     def run(
         self,
@@ -114,10 +82,12 @@ class CodespecConfig:
         from bench.sim_run import case_document
         from codespec.decode import generate_all
 
-        options = self.request_options(case)
         with case_document(self.index, case):
-            proposer = self.proposer(options)
-            probe.start()
-            finished = generate_all(target, prompt_ids, proposer, sampling, limits)
-            rss, cuda = probe.stop()
+            proposer = self.proposer(self.request_context(case))
+            try:
+                probe.start()
+                finished = generate_all(target, prompt_ids, proposer, sampling, limits)
+                rss, cuda = probe.stop()
+            finally:
+                self.assembly.release(proposer)
         return RunResult(tuple(finished.token_ids), finished.stats, rss, cuda, {"reason": finished.reason})

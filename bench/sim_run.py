@@ -1,8 +1,9 @@
 """One simulation run: every case through every named proposer and the hf-rule baseline.
 
-Each proposer is built fresh per case through the registry, exactly as the engine would build
-it for that request (the reference text, the index, the document uri and cursor in its options),
-so what is measured is the installed proposer, not a copy of it.
+Each proposer is built per case by ``proposers.assembly``, the server's own assembly, with what
+the server would give that request (``recorded_request``: an edit's region as the reference, a
+completion none; the index, the document uri and cursor), so what is measured is the installed
+proposer, not a copy of it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from bench.sim_workload import SimCase
 from codespec.errors import CodespecError
 from codespec.prompts import PromptRenderer, detect_format
 from codespec.stats import RequestStats, json_safe, percentile
+from proposers.assembly import ProposerAssembly, recorded_request
 from proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
-from proposers.registry import ProposerSetup, create_proposer
+from proposers.registry import ProposerSetup
 from proposers.token_bytes import TokenBytes
 
 
@@ -74,9 +76,10 @@ def simulate_workload(
     rows = {}
     for name in [*[n for n in names if n != BASELINE], BASELINE]:
         stats = RequestStats()
+        assembly = assembly_for(target, index)  # auto learns across this run's cases, as a server does
         for case, prompt_ids, output_ids in streams:
             with case_document(index, case):
-                proposer = make_proposer(name, target, case, index)
+                proposer = make_proposer(name, assembly, case, index)
                 stats.steps.extend(replay(proposer, prompt_ids, output_ids, max_draft, verify_cost).steps)
         rows[name] = summary_row(stats)
         if extras is not None:
@@ -114,24 +117,26 @@ def case_prompt(case: SimCase, prompts: PromptRenderer) -> str:
     return prompts.render(case.request).text if case.request is not None else case.prompt
 
 
-def make_proposer(name: str, target: TokenizerTarget, case: SimCase, index):
+def make_proposer(name: str, assembly, case: SimCase, index):
+    """``name`` for one case, from the run's assembly, with what the server would give it."""
     if name == BASELINE:
         return PromptLookupRule()
-    options = {
-        "reference": case.reference,
-        "reference_start": case.reference_start,
-        "uri": case.uri,
-        "cursor": case.cursor,
-        "auto_candidates": [n for n in LOOKUP_PROPOSERS if n != "index" or index is not None],
-    }
-    if index is not None:
-        options["index"] = index
+    request = recorded_request(
+        name, case.kind == "edit", case.reference, case.reference_start, case.uri, case.cursor, index
+    )
     try:
-        return create_proposer(name, ProposerSetup.from_options(target, options))
+        return assembly.create(name, request)
     except CodespecError:
         raise
     except Exception as error:  # a proposer that needs a model, or a missing option
         raise CodespecError(f"proposer {name!r} cannot run model-free: {error}") from error
+
+
+def assembly_for(target: TokenizerTarget, index) -> ProposerAssembly:
+    """One run's proposers, assembled as the server assembles them (no model proposers: model-free)."""
+    candidates = [n for n in LOOKUP_PROPOSERS if n != "index" or index is not None]
+    config = ProposerSetup.from_options(target, {"auto_candidates": candidates}).config
+    return ProposerAssembly(target, config, shipped_draft=False, models=())
 
 
 def summary_row(stats: RequestStats) -> dict:

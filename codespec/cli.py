@@ -110,7 +110,7 @@ def run_generate(args) -> int:
     from codespec.config import GenerationLimits, SamplingParams
     from codespec.decode import Finished, TextDelta, generate
     from codespec.model import TargetModel
-    from proposers.registry import create_proposer
+    from proposers.assembly import ProposerAssembly
     from proposers.setup import ProposerSetup
 
     prompt = args.prompt if args.prompt is not None else read_text_file(args.prompt_file, "--prompt-file")
@@ -132,7 +132,8 @@ def run_generate(args) -> int:
     if args.workspace:
         options["index"] = index_roots(target, args.workspace)
     try:
-        proposer = create_proposer(args.proposer, ProposerSetup.from_options(target, options))
+        setup = ProposerSetup.from_options(target, options)
+        proposer = ProposerAssembly(target, setup.config).create(args.proposer, setup.request)
     except (ValueError, TypeError, OSError) as error:  # a missing option, a draft model that does not fit
         raise CodespecError(f"--proposer {args.proposer}: {error}{option_hint(args.proposer)}") from None
     finished = None

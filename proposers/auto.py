@@ -94,13 +94,10 @@ class PolicyState:
         )
 
 
-_SHARED_STATES: dict[tuple, PolicyState] = {}
-
-
-def shared_state(target, candidates: Sequence, config: PolicyConfig) -> PolicyState:
-    """The process-wide policy state for this target and these candidate proposers."""
-    key = (getattr(target, "name", ""), tuple(p.name for p in candidates), repr(config))
-    return _SHARED_STATES.setdefault(key, PolicyState.fresh(config))
+def shared_state(states: dict[tuple, PolicyState], candidates: Sequence, config: PolicyConfig) -> PolicyState:
+    """The policy state in ``states`` for these candidate proposers and this policy."""
+    key = (tuple(p.name for p in candidates), repr(config))
+    return states.setdefault(key, PolicyState.fresh(config))
 
 
 class _Sub:
@@ -438,15 +435,18 @@ def replace_max_len(context: ProposeContext, max_len: int) -> ProposeContext:
 
 
 def build_auto(
-    setup: ProposerSetup, models: Sequence[Proposer] | None = None, state: PolicyState | None = None
+    setup: ProposerSetup,
+    models: Sequence[Proposer] | None = None,
+    state: PolicyState | None = None,
+    states: dict[tuple, PolicyState] | None = None,
 ) -> AutoProposer:
-    """``auto`` for one request, as the server, the CLI and the bench all build it.
+    """``auto`` for one request (``proposers.assembly`` calls this for the server, bench and simulate).
 
     Lookups: context always, reference / index when the request has them. ``models``: long-lived
     model proposers the caller shares between requests (one request at a time uses them); None
     builds them here (``model_proposers``). ``state``: the policy statistics to continue from; None
-    takes the process-wide table for this target and candidate set (``AutoConfig.shared_state``) or
-    starts fresh. ``AutoConfig.candidates`` restricts every set.
+    takes the one in ``states`` (the caller's table, by candidate set) when
+    ``AutoConfig.shared_state``, else starts fresh. ``AutoConfig.candidates`` restricts every set.
     """
     from proposers.registry import create_proposer
 
@@ -465,25 +465,28 @@ def build_auto(
     chosen = model_proposers(setup) if models is None else list(models)
     chosen = [model for model in chosen if allowed(model.name)]
     config = setup.config.auto.policy
-    if state is None and setup.config.auto.shared_state:
-        state = shared_state(setup.target, [*lookups, *chosen], config)
+    if state is None and states is not None and setup.config.auto.shared_state:
+        state = shared_state(states, [*lookups, *chosen], config)
     return AutoProposer(lookups, chosen, config, state)
 
 
-def model_proposers(setup: ProposerSetup, shipped_draft: bool = True) -> list[Proposer]:
+def model_proposers(
+    setup: ProposerSetup, shipped_draft: bool = True, names: Sequence[str] = ("draft", "early-exit")
+) -> list[Proposer]:
     """The draft model (the configured one; else, with ``shipped_draft``, the shipped one when it fits
-    the target) and early exit (a Llama-style layer stack); none for a tokenizer-only target."""
+    the target) and early exit (a Llama-style layer stack), of ``names``; none for a tokenizer-only
+    target."""
     from proposers.registry import create_proposer
 
     if not _is_model_target(setup.target):  # model-free simulate
         return []
-    wanted = setup.config.auto.candidates
+    wanted = [name for name in names if setup.config.auto.candidates is None or name in setup.config.auto.candidates]
     models: list[Proposer] = []
-    if wanted is None or "draft" in wanted:
+    if "draft" in wanted:
         draft = draft_for_auto(setup) if shipped_draft or setup.config.draft.path else None
         if draft is not None:
             models.append(draft)
-    if (wanted is None or "early-exit" in wanted) and supports_early_exit(setup.target):
+    if "early-exit" in wanted and supports_early_exit(setup.target):
         models.append(create_proposer("early-exit", setup))
     return models
 

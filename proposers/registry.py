@@ -15,16 +15,25 @@ from codespec.draft import NoDraft, Proposer
 from codespec.errors import CodespecError
 from proposers.setup import ProposerSetup, RequestContext
 
-__all__ = ["PROPOSERS", "ProposerSetup", "RequestContext", "available_proposers", "create_proposer"]
+__all__ = [
+    "PROPOSERS",
+    "ProposerSetup",
+    "RequestContext",
+    "available_proposers",
+    "create_proposer",
+    "proposer_names",
+]
 
-# name -> (module, class)
-PROPOSERS: dict[str, tuple[str, str]] = {
-    "context": ("proposers.context", "ContextLookup"),
-    "reference": ("proposers.reference", "ReferenceLookup"),
-    "index": ("proposers.index_lookup", "IndexLookup"),
-    "draft": ("proposers.draft_model", "DraftModelProposer"),
-    "early-exit": ("proposers.early_exit", "EarlyExitProposer"),
-    "auto": ("proposers.auto", "AutoProposer"),
+LOOKUP, MODEL, POLICY = "lookup", "model", "policy"  # built per request; long-lived; picks among them
+
+# name -> (module, class, kind): the one list of proposer names
+PROPOSERS: dict[str, tuple[str, str, str]] = {
+    "context": ("proposers.context", "ContextLookup", LOOKUP),
+    "reference": ("proposers.reference", "ReferenceLookup", LOOKUP),
+    "index": ("proposers.index_lookup", "IndexLookup", LOOKUP),
+    "draft": ("proposers.draft_model", "DraftModelProposer", MODEL),
+    "early-exit": ("proposers.early_exit", "EarlyExitProposer", MODEL),
+    "auto": ("proposers.auto", "AutoProposer", POLICY),
 }
 
 
@@ -37,10 +46,15 @@ def available_proposers() -> list[str]:
     return sorted({"none", *PROPOSERS})
 
 
+def proposer_names(kind: str) -> tuple[str, ...]:
+    """The proposers of one kind (``LOOKUP``, ``MODEL``, ``POLICY``), in table order."""
+    return tuple(name for name, (_, _, of_kind) in PROPOSERS.items() if of_kind == kind)
+
+
 def proposer_class(name: str) -> ProposerFactory:
     if name not in PROPOSERS:
         raise CodespecError(f"unknown proposer {name!r}; available: {', '.join(available_proposers())}")
-    module, attribute = PROPOSERS[name]
+    module, attribute, _ = PROPOSERS[name]
     return getattr(importlib.import_module(module), attribute)
 
 

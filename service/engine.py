@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from codespec.config import GenerationLimits, SamplingParams
+from codespec.config import SERVE_MAX_DRAFT, GenerationLimits, SamplingParams
 from codespec.errors import CodespecError
 from codespec.prompts import Fim, PromptRenderer, RenderedPrompt
 from codespec.stats import RequestStats, json_safe
@@ -110,7 +110,7 @@ class EngineService:
         self,
         target,
         proposer: str = "auto",
-        max_draft: int = 16,
+        max_draft: int = SERVE_MAX_DRAFT,
         cached_documents: int = 8,
         index=None,
         proposer_config=None,
@@ -120,8 +120,8 @@ class EngineService:
         self.stop_token_ids = self.prompts.stop_token_ids()  # every prompt kind ends at these
         self.default_proposer = proposer
         self.max_draft = max_draft
-        self.index = index
-        self.indexer = None  # service.indexing.WorkspaceIndexer: the index's scanning thread
+        self.index = index  # index.WorkspaceIndex, or None: no workspace lookup
+        self.indexer: Any = None  # service.indexing.WorkspaceIndexer: the index's scanning thread
         self.stats = ServiceStats()
         self.history: collections.deque = collections.deque(maxlen=1024)  # (kind, uri, text), newest last
         self._caches = _CachePool(target, cached_documents)
@@ -131,10 +131,9 @@ class EngineService:
         self._idle_calls: list[tuple[Callable[[], Any], concurrent.futures.Future, float, str | None]] = []
         self._active: list[Job] = []
         self._closed = False
-        self._proposer_warnings: set[str] = set()
-        from service.proposing import ProposerFactory
+        from proposers.assembly import ProposerAssembly
 
-        self._proposers = ProposerFactory(target, proposer_config)  # a proposers.setup.ProposerConfig
+        self._proposers = ProposerAssembly(target, proposer_config)  # a proposers.setup.ProposerConfig
         self._thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
         self._thread.start()
 
@@ -182,7 +181,9 @@ class EngineService:
 
     def windows_for(self, options) -> tuple[int, int]:
         """The prompt windows of ``options`` (an ``service.options.ServerOptions``) on this model."""
-        return self.windows(options.prefix_chars, options.suffix_chars, options.block_tokens)
+        return self.windows(
+            options.completion.prefix_chars, options.completion.suffix_chars, options.completion.block_tokens
+        )
 
     def warm_up(self) -> None:
         """One short request through the default proposer: the first forward of a fresh process is
@@ -200,9 +201,15 @@ class EngineService:
             log.warning("warm-up request failed: %s", error)
         self.call(lambda: self._caches.caches.pop("__warm_up__", None)).result()
 
+    def attach_index(self, index, indexer=None) -> None:
+        """Use ``index`` (an ``index.WorkspaceIndex``) for lookups and history from now on, with the
+        thread that scans the workspace into it (``service.indexing``). On the engine thread."""
+        self.index = index
+        self.indexer = indexer
+
     def snapshot(self) -> dict:
         """Stats as a JSON-safe dict (taken on the engine thread, so it is consistent)."""
-        return self.call(self._snapshot).result()
+        return self.call(self.stats_snapshot).result()
 
     def record_history(self, kind: str, text: str, uri: str | None = None) -> concurrent.futures.Future:
         return self.call(lambda: self._add_history(kind, text, uri))
@@ -463,7 +470,9 @@ class EngineService:
             except Exception:  # history is a hint for drafting; never fail a request over it
                 log.exception("index.add_history failed")
 
-    def _snapshot(self) -> dict:
+    def stats_snapshot(self) -> dict:
+        """The stats as a JSON-safe dict; on the engine thread (``call``/``acall`` it), where they are
+        consistent. A door adds its own fields in the same call (``snapshot`` for a plain copy)."""
         snapshot = self.stats.as_dict()
         snapshot["active_requests"] = len(self._active)
         snapshot["model"] = getattr(self.target, "name", "")
@@ -479,15 +488,9 @@ class EngineService:
             reference=request.reference or None, index=self.index, uri=request.uri, cursor=request.cursor
         )  # the cursor in characters
         wanted = request.proposer or self.default_proposer
-        chain = [wanted] + (["reference"] if request.reference else []) + ["context", "none"]
-        for name in dict.fromkeys(chain):
-            try:
-                return self._proposers.create(name, context)
-            except Exception as error:  # not installed yet, or missing an option: degrade, say so once
-                if name not in self._proposer_warnings:
-                    self._proposer_warnings.add(name)
-                    log.warning("proposer %r unavailable (%s); falling back", name, error)
-        raise CodespecError("no proposer could be created")
+        return self._proposers.create_with_fallback(
+            [wanted, *(["reference"] if request.reference else []), "context"], context
+        )
 
 
 def _prediction_tokens(proposer, stats: RequestStats) -> tuple[int, int]:

@@ -104,3 +104,19 @@ def test_the_proposer_table_names_real_classes():
 
     for name in PROPOSERS:
         assert isinstance(proposer_class(name), type), name
+
+
+ASSEMBLY = "proposers.assembly"
+ASSEMBLING = {"build_auto", "model_proposers", "create_proposer", "shared_state"}  # what puts proposers together
+
+
+def test_proposers_are_assembled_in_one_place():
+    """The server, bench, simulate and the CLI build proposers through ``proposers.assembly`` only."""
+    wrong = []
+    for module, path in product_modules().items():
+        if module in (ASSEMBLY, "proposers.auto", "proposers.registry"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("proposers"):
+                wrong += [f"{module} imports {alias.name}" for alias in node.names if alias.name in ASSEMBLING]
+    assert not wrong, "assemble proposers with proposers.assembly.ProposerAssembly:\n" + "\n".join(wrong)

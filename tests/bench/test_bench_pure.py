@@ -200,7 +200,7 @@ def test_targets_table_shows_the_range_over_repeated_runs():
 
 
 def test_a_completion_case_gives_auto_no_reference_as_the_server_does(tmp_path):
-    """The server's completion request carries no reference (lsp/requests.completion_request): the
+    """The server's completion request carries no reference (service/requests.completion_request): the
     bench's auto must not get the document as one; the reference configuration alone does."""
     from transformers import AutoTokenizer
 
@@ -213,9 +213,9 @@ def test_a_completion_case_gives_auto_no_reference_as_the_server_does(tmp_path):
     edit = case_from_record({"before": "x = 1\n", "after": "x = 2\n"}, "w", "here")
     index = build_index(AutoTokenizer.from_pretrained(str(target_path())), [("a.py", "def g():\n    return 2\n")])
     auto = CodespecConfig("auto", None, None, index)
-    assert auto.request_options(completion)["reference"] is None
-    assert auto.request_options(completion)["index"] is index
-    assert auto.request_options(edit)["reference"] == "x = 1\n"
-    assert CodespecConfig("reference", None, None).request_options(completion)["reference"] == "def f():\n    \n"
-    subs = [sub.name for sub in auto.proposer(auto.request_options(completion)).subs]
+    assert auto.request_context(completion).reference is None
+    assert auto.request_context(completion).index is index
+    assert auto.request_context(edit).reference == "x = 1\n"
+    assert CodespecConfig("reference", None, None).request_context(completion).reference == "def f():\n    \n"
+    subs = [sub.name for sub in auto.proposer(auto.request_context(completion)).subs]
     assert "reference" not in subs and "index" in subs

@@ -382,14 +382,23 @@ def test_auto_sampling_is_exact(small_vocab_pair):
     assert {"context", "draft"} <= used  # both kinds of draft were verified along the way
 
 
-def test_autos_built_for_the_same_target_share_what_they_learned(tiny_target):
-    setup = lambda **extra: ProposerSetup.from_options(tiny_target, {"auto_candidates": "context", **extra})
-    first, second = create_proposer("auto", setup()), create_proposer("auto", setup())
+def test_autos_of_one_assembly_share_what_they_learned(tiny_target):
+    from proposers.assembly import ProposerAssembly
+
+    def assembly(**extra):
+        config = ProposerSetup.from_options(tiny_target, {"auto_candidates": "context", **extra}).config
+        return ProposerAssembly(tiny_target, config)
+
+    server = assembly()
+    first, second = server.create("auto"), server.create("auto")
     assert first.state is second.state  # a per-request proposer starts from earlier requests' statistics
-    assert create_proposer("auto", setup(auto_state="fresh")).state is not first.state
-    assert create_proposer("auto", setup(policy={"margin": 0.2})).state is not first.state
+    assert assembly().create("auto").state is not first.state  # another server (or bench configuration)
+    assert assembly(auto_state="fresh").create("auto").state is not assembly(auto_state="fresh").create("auto").state
+    policy = assembly(policy={"margin": 0.2})
+    assert policy.create("auto").state is policy.create("auto").state
+    assert create_proposer("auto", ProposerSetup.from_options(tiny_target, {})).state is not first.state
     with pytest.raises(CodespecError, match="bad auto policy options"):
-        create_proposer("auto", setup(policy={"no_such_knob": 1}))
+        assembly(policy={"no_such_knob": 1})
 
 
 # -- which lookups are asked (proposers/looks.py) -------------------------------------------
