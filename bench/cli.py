@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from bench.shapes import SHAPE_NAMES
+from codespec.config import SERVE_MAX_DRAFT
 from codespec.errors import CodespecError
 
 DEFAULT_CONFIGS = "greedy,context,reference,index,auto,hf-greedy,hf-pld"
@@ -188,7 +189,7 @@ def plan_from_args(args):
         max_chars=pick("max_chars", None),
         token_budget=pick("token_budget", None),
         max_new_tokens=pick("max_new_tokens", [128]),
-        draft_len=pick("draft_len", [32]),
+        draft_len=pick("draft_len", [SERVE_MAX_DRAFT]),
         temperature=pick("temperature", [0.0]),
         top_p=pick("top_p", [1.0]),
         context_chars=pick("context_chars", []),

@@ -136,12 +136,12 @@ def run(args) -> dict:
 
     from bench.workload import load_cases
     from http_api import parse_chat, start_http_server
-    from service.options import ServerOptions
+    from service.options import EngineOptions, ServerOptions
     from service.runtime import LoopThread, close_service, load_service
 
     cases = load_cases(Path(args.workload), max_records=args.max_records, max_chars=args.max_chars, stride=args.stride)
     cases = [case for case in cases if case.kind == "edit"]
-    options = ServerOptions(model=args.model, threads=args.threads)
+    options = ServerOptions(engine=EngineOptions(model=args.model, threads=args.threads))
     service = load_service(options)
     timed = TimedService(service)
     loop = LoopThread("bench-http")

@@ -201,11 +201,14 @@ async def bench(args) -> dict:
 def bench_in_process(args) -> dict:
     """The same cold / keystroke requests straight into the engine service (no LSP transport, no
     index): separates engine latency from protocol overhead."""
-    from service.options import ServerOptions
+    from service.options import CompletionOptions, EngineOptions, ServerOptions
     from service.requests import completion_request
     from service.runtime import close_service, start_service
 
-    options = ServerOptions(model=args.model, device=args.device, mode=args.mode, proposer=args.proposer or "auto")
+    options = ServerOptions(
+        engine=EngineOptions(model=args.model, device=args.device, proposer=args.proposer or "auto"),
+        completion=CompletionOptions(mode=args.mode),
+    )
     service = start_service(options)
     windows = service.windows_for(options)
     series: dict[str, list[float]] = {
@@ -236,7 +239,7 @@ def bench_in_process(args) -> dict:
         "cases": len(_load(args.cases, args.limit)),
         "mode": args.mode,
         "in_process": True,
-        "proposer": options.proposer,
+        "proposer": options.engine.proposer,
     }
     for name, values in series.items():
         report[f"{name}_p50"] = round(percentile(values, 50), 2)

@@ -41,7 +41,11 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
 
     # The windows the websocket server will use for these prompts (EngineService.windows).
     windows = resolve_windows(
-        options.prefix_chars, options.suffix_chars, target.device.type, target.max_context, options.block_tokens
+        options.completion.prefix_chars,
+        options.completion.suffix_chars,
+        target.device.type,
+        target.max_context,
+        options.completion.block_tokens,
     )
     prompts = PromptRenderer(target.tokenizer, target.prompt_format)  # as the server renders them
     messages, recordings = [], []
@@ -63,16 +67,18 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
 
 async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
     from service.engine import EngineService
-    from service.options import ServerOptions, WsLimits
+    from service.options import CompletionOptions, EngineOptions, ServerOptions, WsLimits
     from service.runtime import close_service
     from websocket_api import bound_port, start_ws_server
 
-    options = ServerOptions(max_draft=settings.draft_len, deadline_ms=600_000)
+    options = ServerOptions(
+        engine=EngineOptions(max_draft=settings.draft_len), completion=CompletionOptions(deadline_ms=600_000)
+    )
     from proposers.setup import DraftConfig, ProposerConfig
 
     config = ProposerConfig(draft=DraftConfig(path=models.draft_path))
     service = await asyncio.to_thread(
-        EngineService, target, "auto", settings.draft_len, options.cached_documents, None, config
+        EngineService, target, "auto", settings.draft_len, options.engine.cached_documents, None, config
     )
     eos = raw.tokenizer.eos_token_id
     messages, recordings = _messages_and_recordings(raw, cases, options, settings, eos)

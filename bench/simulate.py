@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from bench.sim_names import BASELINE, LOOKUP_PROPOSERS, MODEL_PROPOSERS
+from codespec.config import SERVE_MAX_DRAFT
 from codespec.errors import CodespecError
 
 
@@ -31,7 +32,12 @@ def add_parser(subparsers) -> None:
         metavar="NAME",
         help=f"proposers to replay (default: {', '.join(LOOKUP_PROPOSERS)}); the {BASELINE} baseline is always added",
     )
-    parser.add_argument("--max-draft", type=int, default=32, help="K: most draft tokens per step (default 32)")
+    parser.add_argument(
+        "--max-draft",
+        type=int,
+        default=SERVE_MAX_DRAFT,
+        help=f"K: most draft tokens per step (default {SERVE_MAX_DRAFT}, the server's)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--tokenizer", help="model directory whose tokenizer to use (default: the shipped model's)")
     parser.add_argument("--max-records", type=int, help="replay only the first N records")

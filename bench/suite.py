@@ -18,7 +18,7 @@ from bench.engine import CODESPEC_CONFIGS
 from bench.measure import MemoryProbe, cpu_model
 from bench.peers import HF_CONFIGS
 from bench.run import BASELINE, Prepared, RunSettings, make_runners, prepare, run_interleaved, summarize
-from codespec.config import SamplingParams
+from codespec.config import SERVE_MAX_DRAFT, SamplingParams
 from codespec.errors import CodespecError
 from codespec.prompts import PromptRenderer
 
@@ -44,7 +44,7 @@ class BenchPlan:
     max_chars: int | None = None
     token_budget: int | None = None  # estimated output tokens per workload (a profile's sample size)
     max_new_tokens: list[int] = field(default_factory=lambda: [128])
-    draft_len: list[int] = field(default_factory=lambda: [32])
+    draft_len: list[int] = field(default_factory=lambda: [SERVE_MAX_DRAFT])
     temperature: list[float] = field(default_factory=lambda: [0.0])
     top_p: list[float] = field(default_factory=lambda: [1.0])
     context_chars: list[int] = field(default_factory=list)  # sweep values of the prompt window

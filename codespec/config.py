@@ -36,6 +36,12 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+# K, the most draft tokens verified in one forward, where a server decodes: `codespec serve` and
+# `complete`, the engine service, and what `codespec bench` and `simulate` measure (docs/design.md §4).
+# ``GenerationLimits`` keeps a library default of 8; `codespec generate` states its own.
+SERVE_MAX_DRAFT = 32
+
+
 @dataclass(frozen=True)
 class GenerationLimits:
     """When a request stops, besides EOS."""

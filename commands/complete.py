@@ -80,7 +80,7 @@ def complete_once(args) -> int:
     from service.indexing import index_folders
     from service.inline import trim_completion
     from service.jobs import GenerationRequest
-    from service.options import ServerOptions
+    from service.options import CompletionOptions, EngineOptions, ServerOptions
     from service.requests import completion_request
     from service.runtime import close_service, start_service
 
@@ -91,15 +91,17 @@ def complete_once(args) -> int:
         raise CodespecError(f"cannot read {path}: {error}") from None
     offset = cursor_offset(text, line, column)
     options = ServerOptions(
-        model=args.model,
-        draft=args.draft,
-        device=args.device,
-        dtype=args.dtype,
-        prompt_format=args.prompt_format,
-        proposer=args.proposer,
-        max_draft=args.max_draft,
-        mode=args.mode,
-        threads=args.threads,
+        engine=EngineOptions(
+            model=args.model,
+            draft=args.draft,
+            device=args.device,
+            dtype=args.dtype,
+            prompt_format=args.prompt_format,
+            proposer=args.proposer,
+            max_draft=args.max_draft,
+            threads=args.threads,
+        ),
+        completion=CompletionOptions(mode=args.mode),
     )
     started = time.perf_counter()
     service = start_service(options)

@@ -141,7 +141,7 @@ def run(args) -> int:
     from service.edit import plan_text_edit
     from service.indexing import index_folders
     from service.inline import trim_completion
-    from service.options import ServerOptions
+    from service.options import EngineOptions, ServerOptions
     from service.requests import completion_request, edit_request
     from service.runtime import close_service, start_service
 
@@ -150,7 +150,7 @@ def run(args) -> int:
     if args.repeats < 1:
         raise CodespecError(f"--repeats must be >= 1, got {args.repeats}")
     started = time.perf_counter()
-    options = ServerOptions(model=args.model, device=args.device, threads=args.threads)
+    options = ServerOptions(engine=EngineOptions(model=args.model, device=args.device, threads=args.threads))
     service = start_service(options)
     report: dict = {
         "model": service.target.name,
@@ -178,7 +178,7 @@ def run(args) -> int:
             )
         rewrites, originals = [], {}
         for path, where, region in rewrite_regions(args.workspace):
-            plan = plan_text_edit(region, REWRITE_INSTRUCTION, None, options.edit_tokens)
+            plan = plan_text_edit(region, REWRITE_INSTRUCTION, None, options.completion.edit_tokens)
             rewrites.append(measure(service, edit_request(plan, uri=path.resolve().as_uri()), where, args.repeats))
             originals[where] = region
     finally:

@@ -10,6 +10,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from codespec.config import SERVE_MAX_DRAFT
 from codespec.prompts import FORMAT_NAMES
 
 
@@ -31,7 +32,10 @@ def model_arguments(parser: argparse.ArgumentParser) -> None:
         "--proposer", default="auto", help="auto (policy), context, index, reference, draft, early-exit, or none"
     )
     parser.add_argument(
-        "--max-draft", type=int, default=32, help="K: most draft tokens verified per forward (default 32)"
+        "--max-draft",
+        type=int,
+        default=SERVE_MAX_DRAFT,
+        help=f"K: most draft tokens verified per forward (default {SERVE_MAX_DRAFT})",
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="CPU threads for torch (default: half the cores, at most 8)"
@@ -173,7 +177,7 @@ def plan_endpoints(args) -> Endpoints:
 
 def run_serve(args) -> int:
     from codespec.errors import CodespecError
-    from service.options import ServerOptions
+    from service.options import EngineOptions, ServerOptions
 
     refused = unsupported_transport(args)
     if refused:
@@ -189,17 +193,19 @@ def run_serve(args) -> int:
     if args.index_max_tokens is not None and args.index_max_tokens < 1:
         raise CodespecError(f"--index-max-tokens must be >= 1, got {args.index_max_tokens}")
     options = ServerOptions(
-        model=args.model,
-        draft=args.draft,
-        device=args.device,
-        dtype=args.dtype,
-        prompt_format=args.prompt_format,
-        proposer=args.proposer,
-        max_draft=args.max_draft,
-        threads=args.threads,
+        engine=EngineOptions(
+            model=args.model,
+            draft=args.draft,
+            device=args.device,
+            dtype=args.dtype,
+            prompt_format=args.prompt_format,
+            proposer=args.proposer,
+            max_draft=args.max_draft,
+            threads=args.threads,
+        )
     )
     if args.index_max_tokens is not None:
-        options = dataclasses.replace(options, index_max_tokens=args.index_max_tokens)
+        options = options.replace(index_max_tokens=args.index_max_tokens)
     if endpoints.lsp is None:  # network endpoints only: one event loop here
         import asyncio
 
@@ -275,7 +281,8 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
             flush=True,
         )
     if endpoints.http_port is not None:
-        from http_api.server import HttpLimits, start_http_server
+        from http_api import start_http_server
+        from service.options import HttpLimits
 
         limits = HttpLimits(
             max_body_bytes=args.http_max_body_bytes,
@@ -311,9 +318,9 @@ def _url_host(host: str) -> str:
 
 def _draft_name(options) -> str | None:
     """The draft model /v1/models lists: the one named, else the shipped one beside the shipped target."""
-    if options.draft:
-        return options.draft
-    if options.model is None and options.proposer in ("auto", "draft"):
+    if options.engine.draft:
+        return options.engine.draft
+    if options.engine.model is None and options.engine.proposer in ("auto", "draft"):
         from codespec.default_model import draft_path
 
         return str(draft_path()) if draft_path().is_dir() else None

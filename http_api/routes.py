@@ -18,7 +18,6 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 from codespec.errors import CodespecError, InvalidRequestError
 from http_api.schema import (
@@ -38,7 +37,7 @@ from http_api.schema import (
 from service.edit import plan_text_edit
 from service.engine import EngineService
 from service.jobs import AsyncJob, GenerationRequest, JobResult
-from service.options import ServerOptions
+from service.options import HttpLimits, ServerOptions
 from service.requests import completion_request, edit_request, prompt_request
 
 log = logging.getLogger(__name__)
@@ -48,13 +47,6 @@ SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
-
-
-@dataclass(frozen=True)
-class HttpLimits:
-    max_body_bytes: int = 4 << 20  # a larger body is refused with 413
-    max_requests: int = 16  # generations running at once over HTTP; one more is refused with 429
-    allowed_origins: tuple[str, ...] = ()  # browser origins allowed to call (none by default)
 
 
 class HttpDoor:

@@ -20,7 +20,7 @@ import socket
 import time
 
 from codespec.errors import CodespecError
-from http_api.routes import Generation, HttpDoor, HttpLimits, send_json
+from http_api.routes import Generation, HttpDoor, send_json
 from http_api.schema import (
     ApiError,
     Envelope,
@@ -33,7 +33,7 @@ from http_api.schema import (
 )
 from service.auth import presented_token
 from service.engine import EngineService
-from service.options import ServerOptions
+from service.options import HttpLimits, ServerOptions
 
 __all__ = ["HttpLimits", "HttpServer", "build_app", "start_http_server"]
 

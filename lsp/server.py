@@ -46,7 +46,7 @@ from service.logsafe import clip
 from service.options import ServerOptions, parse_options
 from service.positions import LineIndex, PositionError
 from service.requests import completion_request, edit_request
-from service.runtime import _index_text, close_service, start_service
+from service.runtime import close_service, start_service
 from service.schema import RequestKind
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,9 @@ class CodespecServer(LanguageServer):
         logsafe.install()
         self._stop_event = threading.Event()
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
-        reader = FrameReader(BlockingSource(stdin or sys.stdin.buffer), lambda: self.options.max_message_bytes)
+        reader = FrameReader(
+            BlockingSource(stdin or sys.stdin.buffer), lambda: self.options.transport.max_message_bytes
+        )
         try:
             asyncio.run(serve_frames(reader, self.protocol, self._stop_event))
         except BrokenPipeError:
@@ -131,7 +133,7 @@ class CodespecServer(LanguageServer):
         document = self.documents.documents.get(uri)
         if service is None or service.index is None or document is None:
             return
-        if document.too_large(self.options.max_document_bytes):
+        if document.too_large(self.options.index.max_document_bytes):
             if document.indexed_text is not None:  # it grew past the limit: the index forgets it
                 document.indexed_text = None
                 index = service.index
@@ -199,14 +201,14 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         ]
         if not ls.roots and params.root_uri and (root := indexing.uri_to_path(params.root_uri)) is not None:
             ls.roots = [root]
-        ls.debouncer = Debouncer(ls.options.debounce_ms / 1000, ls.sync_index)
+        ls.debouncer = Debouncer(ls.options.index.debounce_ms / 1000, ls.sync_index)
         ls.service = await asyncio.to_thread(start_service, ls.options)
 
     @server.feature(types.INITIALIZED)
     async def initialized(ls: CodespecServer, params: types.InitializedParams) -> None:
-        if ls.options.index and ls.roots:
-            db_path = Path(ls.options.index_path) if ls.options.index_path else indexing.default_index_path(ls.roots)
-            index = await asyncio.to_thread(indexing.open_index, ls.service, db_path, ls.options.index_max_tokens)
+        if ls.options.index.enabled and ls.roots:
+            db_path = Path(ls.options.index.path) if ls.options.index.path else indexing.default_index_path(ls.roots)
+            index = await asyncio.to_thread(indexing.open_index, ls.service, db_path, ls.options.index.max_tokens)
             if index is not None:
                 ls.indexing = asyncio.create_task(run_indexing(ls))
                 for document in ls.documents.documents.values():  # opened before the index existed
@@ -292,7 +294,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
     @client_errors
     async def completion(ls: CodespecServer, params: types.CompletionParams):
-        if not ls.options.completion_fallback:
+        if not ls.options.completion.completion_fallback:
             return None
         found = await complete_at(ls, params.text_document.uri, params.position, invoked=True)
         if found is None:
@@ -319,7 +321,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         raw = edit_logic.as_dict(params)
         uri = edit_logic.text_document_uri(raw)
         document = ls.documents.get(uri)
-        plan = edit_logic.plan_edit(document.text, raw, ls.encoding, ls.options.edit_tokens)
+        plan = edit_logic.plan_edit(document.text, raw, ls.encoding, ls.options.completion.edit_tokens)
         edit_id = str(raw.get("editId") or uuid.uuid4())
 
         def on_delta(text: str) -> None:
@@ -336,10 +338,10 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         open_texts = {uri: document.text for uri, document in ls.documents.documents.items()}
 
         def collect() -> dict:  # on the engine thread: queued index updates have been applied
-            snapshot = service._snapshot()
+            snapshot = service.stats_snapshot()
             index = service.index
             snapshot["documents"] = [
-                {"uri": uri, "indexed": index is not None and _index_text(index, uri) == text}
+                {"uri": uri, "indexed": index is not None and indexing.indexed_text(index, uri) == text}
                 for uri, text in open_texts.items()
             ]
             snapshot["index_documents"] = len(index.documents()) if index is not None else 0
@@ -477,7 +479,7 @@ def note_too_large(ls: CodespecServer, document: Document) -> None:
             "codespec: %s is over maxDocumentBytes (%d bytes): not indexed; completions there "
             "use the text around the cursor",
             clip(document.uri, 120),
-            ls.options.max_document_bytes,
+            ls.options.index.max_document_bytes,
         )
 
 
@@ -485,7 +487,7 @@ def add_to_index(ls: CodespecServer, document) -> None:
     service = ls.service
     if service is None or service.index is None or document.indexed_text is not None:
         return
-    if document.too_large(ls.options.max_document_bytes):
+    if document.too_large(ls.options.index.max_document_bytes):
         note_too_large(ls, document)
         index, uri = service.index, document.uri  # a smaller version opened before: not kept stale
         log_failure(service.call(lambda: index.remove_document(uri), idle=True), f"removing {clip(uri)}")
@@ -540,7 +542,9 @@ async def run_indexing(ls: CodespecServer) -> None:
         loop.call_soon_threadsafe(report, done, total)
 
     summary = "stopped"  # the awaiting task was cancelled (which stops the scan too)
-    scan = indexing.index_workspace(ls.service, ls.roots, ls.options.exclude, ls.options.max_file_bytes, progress)
+    scan = indexing.index_workspace(
+        ls.service, ls.roots, ls.options.index.exclude, ls.options.index.max_file_bytes, progress
+    )
     cancelled_by_user = ls.work_done_progress.tokens.get(token) if use_progress else None
     if cancelled_by_user is not None:  # pygls cancels the token's future on window/workDoneProgress/cancel
         cancelled_by_user.add_done_callback(lambda _: scan.cancel())

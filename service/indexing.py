@@ -149,6 +149,14 @@ class WorkspaceIndexer:
                 scan.set_exception(ScanCancelled("the index is closing"))
 
 
+def indexed_text(index, uri: str) -> str | None:
+    """The index's copy of ``uri``, None when it holds none (other errors are real: raised)."""
+    try:
+        return index.document_text(uri)
+    except KeyError:  # not in the index
+        return None
+
+
 def open_index(service, db_path: Path, memory_budget_tokens: int | None = None):
     """A WorkspaceIndex made on the engine thread and attached to ``service`` (with its
     indexing thread), or None if unavailable. Past ``memory_budget_tokens`` resident tokens the
@@ -164,7 +172,6 @@ def open_index(service, db_path: Path, memory_budget_tokens: int | None = None):
             memory_budget_tokens=memory_budget_tokens,
             background_tokens=BACKGROUND_TOKENS,
         )
-        service.index = index
         return index, thread_adapter(index.adapter)
 
     try:
@@ -172,7 +179,8 @@ def open_index(service, db_path: Path, memory_budget_tokens: int | None = None):
     except Exception as error:  # a broken database must not stop the editor from completing
         log.warning("could not open the index at %s: %s", db_path, error)
         return None
-    service.indexer = WorkspaceIndexer(index, scan_adapter)
+    indexer = WorkspaceIndexer(index, scan_adapter)
+    service.call(lambda: service.attach_index(index, indexer)).result()
     return index
 
 
@@ -195,8 +203,8 @@ def stop_indexing(service, timeout: float | None = 60.0) -> None:
 def index_folders(service, folders: list[Path], options, quiet: bool = False):
     """Open the index for ``folders`` and fill it (blocking); returns the index or None."""
     roots = [folder.resolve() for folder in folders]
-    db_path = Path(options.index_path) if options.index_path else default_index_path(roots)
-    index = open_index(service, db_path, options.index_max_tokens)
+    db_path = Path(options.index.path) if options.index.path else default_index_path(roots)
+    index = open_index(service, db_path, options.index.max_tokens)
     if index is None:
         return None
 
@@ -209,5 +217,5 @@ def index_folders(service, folders: list[Path], options, quiet: bool = False):
                 flush=True,
             )
 
-    index_workspace(service, roots, options.exclude, options.max_file_bytes, progress).result()
+    index_workspace(service, roots, options.index.exclude, options.index.max_file_bytes, progress).result()
     return index

@@ -12,12 +12,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from codespec.config import SERVE_MAX_DRAFT
 from codespec.prompts import FORMAT_NAMES
 from index.discovery import DEFAULT_EXCLUDE
 
 
 @dataclass(frozen=True)
-class ServerOptions:
+class EngineOptions:
+    """Which model is loaded and how it decodes: one engine service per process serves them all."""
+
     model: str | None = None  # None: the shipped default model
     draft: str | None = None  # a draft model sharing the target's tokenizer (proposer "draft")
     device: str = "auto"
@@ -25,28 +28,71 @@ class ServerOptions:
     prompt_format: str = "auto"  # auto (from the tokenizer's special tokens) or a codespec.prompts.FORMATS name
     threads: int | None = None  # CPU threads for torch; None: half the cores (at most 8), see start_service
     proposer: str = "auto"  # falls back to "context" when not installed
+    max_draft: int = SERVE_MAX_DRAFT  # K
+    cached_documents: int = 8  # KV caches kept for prompt caching (one per document)
+
+
+@dataclass(frozen=True)
+class CompletionOptions:
+    """How an editor's completion or edit becomes a request."""
+
     line_tokens: int = 48  # single-line completion budget
     block_tokens: int = 160  # multi-line completion budget
     edit_tokens: int = 1024  # rewrite budget (on top of the original's length)
-    max_draft: int = 32  # K
     deadline_ms: int = 4000  # a completion nobody waits for any more is not worth finishing
     prefix_chars: int | None = None  # prompt window before the cursor (None: by device, see inline.default_windows)
     suffix_chars: int | None = None  # after the cursor (FIM puts it after the prefix: every keystroke re-prefills it)
-    debounce_ms: int = 150  # per-document delay before an edit reaches the index
-    cached_documents: int = 8  # KV caches kept for prompt caching (one per document)
     mode: str = "auto"  # "auto" (by the cursor's line), "line" (single-line only), "block"
     completion_fallback: bool = True  # answer textDocument/completion with the same completion
-    index: bool = True
-    index_path: str | None = None  # None: <first workspace folder>/.codespec/index.db
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """The workspace index: where it lives, what it reads, how much it keeps."""
+
+    enabled: bool = True
+    path: str | None = None  # None: <first workspace folder>/.codespec/index.db
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     max_file_bytes: int = 1_000_000
     # Resident tokens the index keeps before evicting the least recently used documents (about 26
     # bytes each, docs/index.md: 32 M tokens is ~0.8 GB, roughly 100 MB of source).
-    index_max_tokens: int = 32_000_000
+    max_tokens: int = 32_000_000
     # Open documents over this many bytes are served without the index (tokenizing one whole holds
     # the engine ~1 s per MB and the tokenizer's buffers ~250 MB per MB); as index.maxFileBytes.
     max_document_bytes: int = 1_000_000
+    debounce_ms: int = 150  # per-document delay before an edit reaches the index
+
+
+@dataclass(frozen=True)
+class TransportOptions:
+    """The LSP transport's own limit (the websocket and HTTP doors' are ``WsLimits`` and ``HttpLimits``)."""
+
     max_message_bytes: int = 64 << 20  # a larger LSP message is refused and skipped (lsp.framing)
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Everything `codespec serve` and an editor's initializationOptions configure, by concern."""
+
+    engine: EngineOptions = field(default_factory=EngineOptions)
+    completion: CompletionOptions = field(default_factory=CompletionOptions)
+    index: IndexOptions = field(default_factory=IndexOptions)
+    transport: TransportOptions = field(default_factory=TransportOptions)
+
+    def replace(self, **changes: Any) -> ServerOptions:
+        """A copy with ``group_field=value`` changes (``engine_model="/m"``, ``index_max_tokens=...``)."""
+        groups: dict[str, dict[str, Any]] = {}
+        for name, value in changes.items():
+            group, _, attribute = name.partition("_")
+            if group not in GROUPS or not hasattr(getattr(self, group), attribute):
+                raise TypeError(f"unknown option {name!r}")
+            groups.setdefault(group, {})[attribute] = value
+        return dataclasses.replace(
+            self, **{group: dataclasses.replace(getattr(self, group), **values) for group, values in groups.items()}
+        )
+
+
+GROUPS = ("engine", "completion", "index", "transport")
 
 
 def _positive_int(value: Any) -> int:
@@ -95,33 +141,33 @@ def _text_list(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-# client key path -> (field, validator)
+# client key path -> (group_field as ServerOptions.replace takes it, validator)
 _FIELDS: dict[tuple[str, ...], tuple[str, Callable[[Any], Any]]] = {
-    ("model",): ("model", _optional_text),
-    ("draft",): ("draft", _optional_text),
-    ("device",): ("device", _text),
-    ("dtype",): ("dtype", _text),
-    ("promptFormat",): ("prompt_format", _choice("auto", *FORMAT_NAMES)),
-    ("threads",): ("threads", _bounded_int(1, 256)),
-    ("proposer",): ("proposer", _text),
-    ("limits", "lineTokens"): ("line_tokens", _bounded_int(1, 4096)),
-    ("limits", "blockTokens"): ("block_tokens", _bounded_int(1, 4096)),
-    ("limits", "editTokens"): ("edit_tokens", _bounded_int(1, 65536)),
-    ("limits", "maxDraft"): ("max_draft", _bounded_int(0, 256)),
-    ("limits", "deadlineMs"): ("deadline_ms", _positive_int),
-    ("limits", "prefixChars"): ("prefix_chars", _bounded_int(1, 1_000_000)),
-    ("limits", "suffixChars"): ("suffix_chars", _bounded_int(0, 1_000_000)),
-    ("debounceMs",): ("debounce_ms", _bounded_int(0, 60_000)),
-    ("cachedDocuments",): ("cached_documents", _bounded_int(1, 256)),
-    ("completionFallback",): ("completion_fallback", _bool),
-    ("mode",): ("mode", _choice("auto", "line", "block")),
-    ("index", "enabled"): ("index", _bool),
+    ("model",): ("engine_model", _optional_text),
+    ("draft",): ("engine_draft", _optional_text),
+    ("device",): ("engine_device", _text),
+    ("dtype",): ("engine_dtype", _text),
+    ("promptFormat",): ("engine_prompt_format", _choice("auto", *FORMAT_NAMES)),
+    ("threads",): ("engine_threads", _bounded_int(1, 256)),
+    ("proposer",): ("engine_proposer", _text),
+    ("limits", "lineTokens"): ("completion_line_tokens", _bounded_int(1, 4096)),
+    ("limits", "blockTokens"): ("completion_block_tokens", _bounded_int(1, 4096)),
+    ("limits", "editTokens"): ("completion_edit_tokens", _bounded_int(1, 65536)),
+    ("limits", "maxDraft"): ("engine_max_draft", _bounded_int(0, 256)),
+    ("limits", "deadlineMs"): ("completion_deadline_ms", _positive_int),
+    ("limits", "prefixChars"): ("completion_prefix_chars", _bounded_int(1, 1_000_000)),
+    ("limits", "suffixChars"): ("completion_suffix_chars", _bounded_int(0, 1_000_000)),
+    ("debounceMs",): ("index_debounce_ms", _bounded_int(0, 60_000)),
+    ("cachedDocuments",): ("engine_cached_documents", _bounded_int(1, 256)),
+    ("completionFallback",): ("completion_completion_fallback", _bool),
+    ("mode",): ("completion_mode", _choice("auto", "line", "block")),
+    ("index", "enabled"): ("index_enabled", _bool),
     ("index", "path"): ("index_path", _optional_text),
-    ("index", "exclude"): ("exclude", _text_list),
-    ("index", "maxFileBytes"): ("max_file_bytes", _positive_int),
+    ("index", "exclude"): ("index_exclude", _text_list),
+    ("index", "maxFileBytes"): ("index_max_file_bytes", _positive_int),
     ("index", "maxTokens"): ("index_max_tokens", _positive_int),
-    ("maxDocumentBytes",): ("max_document_bytes", _positive_int),
-    ("maxMessageBytes",): ("max_message_bytes", _bounded_int(1024, 1 << 31)),
+    ("maxDocumentBytes",): ("index_max_document_bytes", _positive_int),
+    ("maxMessageBytes",): ("transport_max_message_bytes", _bounded_int(1024, 1 << 31)),
 }
 
 
@@ -141,12 +187,13 @@ def parse_options(raw: Any, base: ServerOptions = ServerOptions()) -> tuple[Serv
         try:
             changes[name] = validate(value)
         except ValueError as error:
-            default = getattr(base, name)
+            group, _, attribute = name.partition("_")
+            default = getattr(getattr(base, group), attribute)
             messages.append(f"codespec: option {'.'.join(path)} = {value!r} ignored ({error}); using {default!r}")
     for path in _leaf_paths(raw):
         if path not in known_paths:
             messages.append(f"codespec: unknown option {'.'.join(path)} ignored")
-    return dataclasses.replace(base, **changes), messages
+    return base.replace(**changes), messages
 
 
 def _lookup(raw: dict, path: tuple[str, ...]) -> tuple[bool, Any]:
@@ -178,3 +225,12 @@ class WsLimits:
     max_frame_bytes: int = 16 << 20  # beyond this websockets closes the connection (1009)
     max_in_flight: int = 4  # concurrent requests per connection
     allowed_origins: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """Limits of the HTTP endpoint."""
+
+    max_body_bytes: int = 4 << 20  # a larger body is refused with 413
+    max_requests: int = 16  # generations running at once over HTTP; one more is refused with 429
+    allowed_origins: tuple[str, ...] = ()  # browser origins allowed to call (none by default)

@@ -38,10 +38,16 @@ def completion_request(
 
     ``stop`` replaces the cursor's stop rule (a newline for a line, a blank line for a block);
     ``reference`` is a reference draft (the rest of a shown suggestion, a client's prediction).
-    ``deadline``: stop at ``options.deadline_ms`` (an editor no longer waits for a late completion).
+    ``deadline``: stop at ``options.completion.deadline_ms`` (an editor no longer waits for a late completion).
     """
     context = completion_context(
-        text, offset, options.line_tokens, options.block_tokens, *windows, invoked=invoked, mode=options.mode
+        text,
+        offset,
+        options.completion.line_tokens,
+        options.completion.block_tokens,
+        *windows,
+        invoked=invoked,
+        mode=options.completion.mode,
     )
     request = GenerationRequest(
         prompt=Fim(context.prefix, context.suffix),
@@ -55,7 +61,7 @@ def completion_request(
         uri=uri,
         cursor=offset,
         proposer=proposer,
-        deadline_s=options.deadline_ms / 1000 if deadline else None,
+        deadline_s=options.completion.deadline_ms / 1000 if deadline else None,
     )
     return request, context
 

@@ -12,6 +12,7 @@ websocket or HTTP endpoint, it loads the service from the command line first and
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
 import threading
@@ -19,36 +20,15 @@ from collections.abc import Coroutine
 from typing import Any
 
 from service.engine import EngineService
-from service.options import ServerOptions
+from service.options import EngineOptions, ServerOptions
 
 log = logging.getLogger(__name__)
-
-
-def _index_text(index, uri: str) -> str | None:
-    """The index's copy of ``uri``, None when it holds none (other errors are real: raised)."""
-    try:
-        return index.document_text(uri)
-    except KeyError:  # not in the index
-        return None
 
 
 _shared_lock = threading.Lock()
 _shared: EngineService | None = None
 _shared_users = 0
 _shared_options: ServerOptions | None = None
-# The options that decide which model is loaded and how it decodes: a door that asks for others
-# while a service is shared is told it gets the shared one.
-_MODEL_FIELDS = (
-    "model",
-    "draft",
-    "device",
-    "dtype",
-    "prompt_format",
-    "proposer",
-    "max_draft",
-    "threads",
-    "cached_documents",
-)
 
 
 def share_service(service: EngineService, options: ServerOptions) -> None:
@@ -95,7 +75,12 @@ def start_service(options: ServerOptions) -> EngineService:
     with _shared_lock:
         if _shared is not None:
             _shared_users += 1
-            differing = [name for name in _MODEL_FIELDS if getattr(options, name) != getattr(_shared_options, name)]
+            # A door that asks for other engine options while a service is shared gets the shared one.
+            differing = [
+                field.name
+                for field in dataclasses.fields(EngineOptions)
+                if getattr(options.engine, field.name) != getattr(_shared_options.engine, field.name)
+            ]
             if differing:
                 print(
                     f"codespec: this process serves one model, loaded from the command line; "
@@ -112,16 +97,22 @@ def load_service(options: ServerOptions) -> EngineService:
     from codespec.default_model import target_path
     from codespec.model import TargetModel
 
-    model = options.model or str(target_path())
-    _set_cpu_threads(options.threads)
-    target = TargetModel.load(model, device=options.device, dtype=options.dtype, prompt_format=options.prompt_format)
-    how = "detected from its tokenizer" if options.prompt_format == "auto" else "as configured"
+    model = options.engine.model or str(target_path())
+    _set_cpu_threads(options.engine.threads)
+    target = TargetModel.load(
+        model, device=options.engine.device, dtype=options.engine.dtype, prompt_format=options.engine.prompt_format
+    )
+    how = "detected from its tokenizer" if options.engine.prompt_format == "auto" else "as configured"
     print(f"codespec: model {model}, prompt format {target.prompt_format.name} ({how})", file=sys.stderr, flush=True)
     from proposers.setup import DraftConfig, ProposerConfig
 
-    proposer_config = ProposerConfig(draft=DraftConfig(path=options.draft))
+    proposer_config = ProposerConfig(draft=DraftConfig(path=options.engine.draft))
     service = EngineService(
-        target, options.proposer, options.max_draft, options.cached_documents, proposer_config=proposer_config
+        target,
+        options.engine.proposer,
+        options.engine.max_draft,
+        options.engine.cached_documents,
+        proposer_config=proposer_config,
     )
     service.warm_up()
     return service

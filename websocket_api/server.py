@@ -150,7 +150,7 @@ class Session:
 
     async def _stats(self, message: StatsMessage) -> None:
         try:
-            snapshot = await self.service.acall(self.service._snapshot)
+            snapshot = await self.service.acall(self.service.stats_snapshot)
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -198,7 +198,10 @@ class Session:
         key = f"ws:{message.path}" if message.path else None
         if isinstance(message, EditMessage):
             plan = plan_text_edit(
-                message.text, message.instruction, message.prediction, message.max_tokens or options.edit_tokens
+                message.text,
+                message.instruction,
+                message.prediction,
+                message.max_tokens or options.completion.edit_tokens,
             )
             return edit_request(
                 plan, temperature=message.temperature, cache_key=f"edit:{key}" if key else None, uri=message.path

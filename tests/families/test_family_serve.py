@@ -43,14 +43,16 @@ def expected(target, uri: str):
     from service.edit import plan_edit
     from service.engine import EngineService
     from service.inline import trim_completion
-    from service.options import ServerOptions
+    from service.options import CompletionOptions, ServerOptions
     from service.requests import completion_request, edit_request
 
     options = ServerOptions(
-        line_tokens=LIMITS["lineTokens"],
-        block_tokens=LIMITS["blockTokens"],
-        edit_tokens=LIMITS["editTokens"],
-        deadline_ms=LIMITS["deadlineMs"],
+        completion=CompletionOptions(
+            line_tokens=LIMITS["lineTokens"],
+            block_tokens=LIMITS["blockTokens"],
+            edit_tokens=LIMITS["editTokens"],
+            deadline_ms=LIMITS["deadlineMs"],
+        )
     )
     service = EngineService(target, proposer="none")
     try:
@@ -59,7 +61,7 @@ def expected(target, uri: str):
             SOURCE, offset, options, service.windows_for(options), invoked=True, uri=uri
         )
         completion = trim_completion(service.submit(dataclasses.replace(request, proposer="none")).wait().text, context)
-        plan = plan_edit(SOURCE, {"range": EDIT, "instruction": INSTRUCTION}, "utf-16", options.edit_tokens)
+        plan = plan_edit(SOURCE, {"range": EDIT, "instruction": INSTRUCTION}, "utf-16", options.completion.edit_tokens)
         edit = service.submit(edit_request(plan, uri=uri, cursor=plan.start, proposer="none")).wait().text
     finally:
         service.close()

@@ -24,14 +24,14 @@ except ImportError:  # pragma: no cover
 from codespec.config import GenerationLimits
 from codespec.decode import generate_all
 from codespec.prompts import Fim
-from http_api.server import HttpLimits, start_http_server
+from http_api.server import start_http_server
 from service.engine import COMPLETION_STOP_REPEATS, EngineService
-from service.options import ServerOptions
+from service.options import CompletionOptions, HttpLimits, ServerOptions
 from service.runtime import LoopThread
 
 TOKEN = "http-test-token"
 WAIT_S = 120  # hang guard only: every wait below ends on an event
-OPTIONS = ServerOptions(deadline_ms=600_000)
+OPTIONS = ServerOptions(completion=CompletionOptions(deadline_ms=600_000))
 LIMITS = HttpLimits(max_body_bytes=64 * 1024, max_requests=24, allowed_origins=("https://trusted.example",))
 LONG_CHAT = [{"role": "user", "content": "```\nimport os\n```"}]  # the tiny model writes ~2000 tokens for it
 CODE = '''def scale(values, factor):

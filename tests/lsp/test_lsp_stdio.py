@@ -80,7 +80,11 @@ def engine_completion(target, text: str, offset: int) -> str:
 
     options = ServerOptions()
     windows = resolve_windows(
-        options.prefix_chars, options.suffix_chars, target.device.type, target.max_context, LIMITS["blockTokens"]
+        options.completion.prefix_chars,
+        options.completion.suffix_chars,
+        target.device.type,
+        target.max_context,
+        LIMITS["blockTokens"],
     )
     context = completion_context(text, offset, LIMITS["lineTokens"], LIMITS["blockTokens"], *windows, invoked=True)
     from service.engine import COMPLETION_STOP_REPEATS

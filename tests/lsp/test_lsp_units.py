@@ -73,8 +73,8 @@ def test_options_fall_back_with_messages():
     options, messages = parse_options(
         {"model": "/m", "limits": {"lineTokens": 7, "maxDraft": -1}, "index": {"enabled": "yes"}, "colour": "blue"}
     )
-    assert options.model == "/m" and options.line_tokens == 7
-    assert options.max_draft == ServerOptions().max_draft and options.index is True
+    assert options.engine.model == "/m" and options.completion.line_tokens == 7
+    assert options.engine.max_draft == ServerOptions().engine.max_draft and options.index.enabled is True
     assert len(messages) == 3
     assert any("limits.maxDraft" in m for m in messages) and any("index.enabled" in m for m in messages)
     assert any("unknown option colour" in m for m in messages)
@@ -231,10 +231,24 @@ def test_a_documents_background_prefill_waits_until_the_user_stays_on_it(monkeyp
 def test_prompt_windows_default_by_device_and_user_sizes_win():
     from service.inline import CPU_WINDOWS, GPU_WINDOWS, resolve_windows
 
-    assert ServerOptions().prefix_chars is None and ServerOptions().suffix_chars is None
+    assert ServerOptions().completion.prefix_chars is None and ServerOptions().completion.suffix_chars is None
     assert resolve_windows(None, None, "cpu", 32768, 160) == CPU_WINDOWS
     assert resolve_windows(None, None, "cuda", 32768, 160) == GPU_WINDOWS
     assert resolve_windows(2000, 0, "cpu", 32768, 160) == (2000, 0)  # an explicit 0 suffix stays 0
     prefix, suffix = resolve_windows(None, None, "cuda", 1024, 160)  # fitted to a small context
     assert prefix + suffix < sum(GPU_WINDOWS)
-    assert parse_options({"limits": {"prefixChars": 2500}})[0].prefix_chars == 2500
+    assert parse_options({"limits": {"prefixChars": 2500}})[0].completion.prefix_chars == 2500
+
+
+def test_options_come_in_groups_and_replace_by_group_and_field():
+    from service.options import GROUPS
+
+    options = ServerOptions().replace(engine_model="/m", index_max_tokens=5, completion_completion_fallback=False)
+    assert options.engine.model == "/m" and options.index.max_tokens == 5
+    assert options.completion.completion_fallback is False
+    assert options.engine.device == ServerOptions().engine.device  # the rest untouched
+    with pytest.raises(TypeError, match="unknown option 'engine_colour'"):
+        options.replace(engine_colour="blue")
+    with pytest.raises(TypeError, match="unknown option 'model'"):
+        options.replace(model="/m")
+    assert [group for group in GROUPS if hasattr(options, group)] == list(GROUPS)

@@ -205,16 +205,16 @@ def test_a_queued_scan_that_is_cancelled_ends_with_scan_cancelled(server_target,
 
 
 def test_the_memory_budget_reaches_the_index_and_evicts(server_target, workspace, tmp_path):
-    """`index.maxTokens` (ServerOptions.index_max_tokens) bounds what the server's index keeps in
+    """`index.maxTokens` (IndexOptions.max_tokens) bounds what the server's index keeps in
     memory: the least recently used documents go, the database keeps them all."""
     from service.options import parse_options
 
     options, messages = parse_options({"index": {"maxTokens": 2000}})
-    assert options.index_max_tokens == 2000 and not messages
+    assert options.index.max_tokens == 2000 and not messages
     assert parse_options({"index": {"maxTokens": 0}})[1]  # refused with a message, default kept
     service = EngineService(server_target, proposer="auto", max_draft=8)
     try:
-        index = indexing.open_index(service, tmp_path / "index.db", options.index_max_tokens)
+        index = indexing.open_index(service, tmp_path / "index.db", options.index.max_tokens)
         report = indexing.index_workspace(service, [workspace], (), 1_000_000).result(WAIT_S)
         assert report.files == FILES and report.tokens > 3 * 2000
         resident = service.call(index.documents).result(WAIT_S)

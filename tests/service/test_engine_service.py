@@ -158,7 +158,7 @@ def test_a_failed_background_index_update_is_logged_not_lost(server_target, capl
     server = CodespecServer()
     server.service = EngineService(server_target, proposer="context")
     try:
-        server.service.index = WorkspaceIndex(server_target.tokenizer, db_path=None)
+        server.service.attach_index(WorkspaceIndex(server_target.tokenizer, db_path=None))
         document = server.documents.open("file:///never-indexed.py", "a = 1\n", 1)
         document.indexed_text = "a = 0\n"  # the index is believed to hold it, but does not
         with caplog.at_level("ERROR", logger="lsp.server"):
@@ -177,7 +177,7 @@ def test_the_index_proposer_centres_on_the_cursor_the_editor_sent(server_target)
 
     service = EngineService(server_target, proposer="index")
     try:
-        service.index = WorkspaceIndex(server_target.tokenizer, db_path=None)
+        service.attach_index(WorkspaceIndex(server_target.tokenizer, db_path=None))
         uri, text = "file:///doc.py", LONG_TEXT
         cursor = text.index("def function_7")  # a code point offset, as requests carry it
         service.call(lambda: service.index.add_document(uri, text, 1)).result(WAIT_S)
@@ -238,10 +238,10 @@ async def test_newer_inline_request_supersedes_the_older_one(service):
     from lsprotocol import types
 
     from lsp.server import CodespecServer, complete_at
-    from service.options import ServerOptions
+    from service.options import CompletionOptions, ServerOptions
 
     server = CodespecServer(ServerOptions())
-    server.options = ServerOptions(mode="block", block_tokens=600, deadline_ms=600_000)
+    server.options = ServerOptions(completion=CompletionOptions(mode="block", block_tokens=600, deadline_ms=600_000))
     server.service = service
     uri = "file:///supersede.py"
     server.documents.open(uri, LONG_TEXT + "\n", 1)

@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect
 
 from bench.soak import FINAL_TYPES, _key, ws_message
 from service.engine import EngineService
-from service.options import ServerOptions, WsLimits
+from service.options import CompletionOptions, ServerOptions, WsLimits
 from websocket_api.server import bound_port, start_ws_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 TOKEN = "fuzz-token"
 WAIT_S = 60  # a hang guard only: every wait ends on a message
 LIMITS = WsLimits(max_message_bytes=8192, max_in_flight=4)
-OPTIONS = ServerOptions(line_tokens=6, block_tokens=8, edit_tokens=8, deadline_ms=60_000)
+OPTIONS = ServerOptions(completion=CompletionOptions(line_tokens=6, block_tokens=8, edit_tokens=8, deadline_ms=60_000))
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -14,14 +14,16 @@ from websockets.asyncio.client import connect
 from codespec.prompts import PromptRenderer
 from service.engine import EngineService
 from service.inline import completion_context, completion_prompt
-from service.options import ServerOptions, WsLimits
+from service.options import CompletionOptions, ServerOptions, WsLimits
 from websocket_api.server import bound_port, start_ws_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 TOKEN = "test-token-123"
 WAIT_S = 120  # a hang guard only: every wait ends on a message
-OPTIONS = ServerOptions(line_tokens=10, block_tokens=16, edit_tokens=24, deadline_ms=600_000)
+OPTIONS = ServerOptions(
+    completion=CompletionOptions(line_tokens=10, block_tokens=16, edit_tokens=24, deadline_ms=600_000)
+)
 LIMITS = WsLimits(max_message_bytes=8192, max_in_flight=4, allowed_origins=("https://trusted.example",))
 
 
@@ -70,14 +72,19 @@ async def test_complete_streams_what_the_engine_returns(endpoint, server_target)
     from service.inline import resolve_windows
 
     windows = resolve_windows(
-        OPTIONS.prefix_chars,
-        OPTIONS.suffix_chars,
+        OPTIONS.completion.prefix_chars,
+        OPTIONS.completion.suffix_chars,
         server_target.device.type,
         server_target.max_context,
-        OPTIONS.block_tokens,
+        OPTIONS.completion.block_tokens,
     )
     context = completion_context(
-        prefix + suffix, len(prefix), OPTIONS.line_tokens, OPTIONS.block_tokens, *windows, invoked=True
+        prefix + suffix,
+        len(prefix),
+        OPTIONS.completion.line_tokens,
+        OPTIONS.completion.block_tokens,
+        *windows,
+        invoked=True,
     )
     plain = generate_all(
         server_target,
