@@ -83,6 +83,7 @@ def complete_once(args) -> int:
     from service.options import CompletionOptions, EngineOptions, ServerOptions
     from service.requests import completion_request
     from service.runtime import close_service, start_service
+    from service.schema import Sampling
 
     path, line, column = parse_location(args.location)
     try:
@@ -124,7 +125,7 @@ def complete_once(args) -> int:
             service.windows_for(options),
             invoked=True,
             uri=uri,
-            max_tokens=args.max_tokens,
+            sampling=Sampling(max_tokens=args.max_tokens),
             deadline=False,
         )
 

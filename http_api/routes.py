@@ -21,6 +21,7 @@ import time
 
 from codespec.errors import CodespecError, InvalidRequestError
 from http_api.schema import (
+    COMPLETION_DEFAULT_MAX_TOKENS,
     ApiError,
     ChatBody,
     CompletionBody,
@@ -73,20 +74,12 @@ class HttpDoor:
         cursor as the editors' completions are. No suffix: ``prompt`` is sent as it is (OpenAI's
         plain continuation; an editor that renders its own FIM prompt, as Zed does, gets exactly
         that prompt)."""
-        s = body.sampling
-        key = f"http:{s.path}" if s.path else None
+        call, sampling = body.call, body.call.sampling
+        key = f"http:{call.path}" if call.path else None
         if body.suffix is None:
+            budget = sampling.max_tokens or COMPLETION_DEFAULT_MAX_TOKENS
             return prompt_request(
-                body.prompt,
-                s.max_tokens or 16,
-                stop=s.stop,
-                temperature=s.temperature,
-                top_p=s.top_p,
-                seed=s.seed,
-                reference=body.prediction,
-                cache_key=key,
-                uri=s.path,
-                proposer=s.proposer,
+                body.prompt, budget, sampling=sampling, reference=body.prediction, cache_key=key, uri=call.path
             )
         request, _ = completion_request(
             body.prompt + body.suffix,
@@ -94,15 +87,10 @@ class HttpDoor:
             self.options,
             self.service.windows_for(self.options),
             invoked=True,
-            uri=s.path,
+            uri=call.path,
             cache_key=key,
             reference=body.prediction,
-            max_tokens=s.max_tokens,
-            stop=s.stop,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            seed=s.seed,
-            proposer=s.proposer,
+            sampling=sampling,
             deadline=False,
         )
         return request
@@ -110,37 +98,23 @@ class HttpDoor:
     async def chat(self, body: ChatBody) -> GenerationRequest:
         """With a chat template: ``messages`` rendered by it, sent as they are. Without one:
         codespec's rewrite format over the last user message's fenced code block."""
-        s = body.sampling
-        key = f"http-chat:{s.path}" if s.path else None
-        max_tokens = s.max_tokens or self.service.target.max_context  # the service caps it at the context
+        call, sampling = body.call, body.call.sampling
+        key = f"http-chat:{call.path}" if call.path else None
+        max_tokens = sampling.max_tokens or self.service.target.max_context  # the service caps it at the context
         if self.service.prompts.chat:
             prompt = await self._render_chat(body.messages)
             return prompt_request(
                 prompt,
                 max_tokens,
                 chat=True,
-                stop=s.stop,
-                temperature=s.temperature,
-                top_p=s.top_p,
-                seed=s.seed,
+                sampling=sampling,
                 reference=body.prediction,
                 cache_key=key,
-                uri=s.path,
-                proposer=s.proposer,
+                uri=call.path,
             )
         region, instruction = rewrite_parts(body.messages, body.prediction)
         plan = plan_text_edit(region, instruction, body.prediction, max_tokens)
-        return edit_request(
-            plan,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            seed=s.seed,
-            stop=s.stop,
-            cache_key=key,
-            uri=s.path,
-            proposer=s.proposer,
-            whole_budget=True,
-        )
+        return edit_request(plan, sampling=sampling, cache_key=key, uri=call.path, whole_budget=True)
 
     async def _render_chat(self, messages) -> str:
         tokenizer = await self.tokenizer()

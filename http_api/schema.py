@@ -10,6 +10,7 @@ never silently dropped. Documented in docs/http.md.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -63,15 +64,12 @@ def unsupported(param: str, message: str) -> ApiError:
 
 # ---- parsing --------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Sampling:
-    max_tokens: int | None
-    temperature: float
-    top_p: float
-    seed: int | None
-    stop: tuple[str, ...]
+class CallOptions:
+    """A call's fields: the ones every door shares (``service.schema.Sampling``) and HTTP's own."""
+
+    sampling: schema.Sampling
     stream: bool
     include_usage: bool
-    proposer: str | None
     path: str | None
 
 
@@ -80,14 +78,14 @@ class CompletionBody:
     prompt: str
     suffix: str | None  # None: a plain continuation of ``prompt``; a string: fill-in-the-middle
     prediction: str | None
-    sampling: Sampling
+    call: CallOptions
 
 
 @dataclass(frozen=True)
 class ChatBody:
     messages: tuple[dict, ...]  # {"role": str, "content": str} (text parts joined)
     prediction: str | None
-    sampling: Sampling
+    call: CallOptions
 
 
 def parse_json(raw: bytes) -> dict:
@@ -136,14 +134,6 @@ def _bool(data: dict, key: str, default: bool = False) -> bool:
     return value
 
 
-def _max_tokens(data: dict, *keys: str) -> int | None:
-    for key in keys:
-        value = _checked(schema.max_tokens, data.get(key), key)
-        if value is not None:
-            return value
-    return None
-
-
 def _refuse_unsupported(data: dict, chat: bool) -> None:
     n = _integer(data, "n")
     if n is not None and n != 1:
@@ -181,7 +171,7 @@ def _refuse_unsupported(data: dict, chat: bool) -> None:
         raise unsupported("logit_bias", "logit_bias is not supported")
 
 
-def _sampling(data: dict, max_tokens: int | None) -> Sampling:
+def _call(data: dict, *max_tokens_keys: str) -> CallOptions:
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise invalid("model", "model must be a string", "invalid_type")
@@ -190,18 +180,10 @@ def _sampling(data: dict, max_tokens: int | None) -> Sampling:
     if options is not None and not isinstance(options, dict):
         raise invalid("stream_options", "stream_options must be an object", "invalid_type")
     include_usage = bool(options) and _bool(options, "include_usage")
-    proposer = _checked(schema.proposer, data.get("proposer"))
-    return Sampling(
-        max_tokens=max_tokens,
-        temperature=_checked(schema.temperature, data.get("temperature")),
-        top_p=_checked(schema.top_p, data.get("top_p")),
-        seed=_checked(schema.seed, data.get("seed")),
-        stop=_checked(schema.stop, data.get("stop")),
-        stream=stream,
-        include_usage=stream and include_usage,
-        proposer=proposer,
-        path=_text(data, "path"),
-    )
+    sampling = _checked(schema.sampling, data, *max_tokens_keys)
+    # OpenAI's stop: absent means none (no cursor stop rule at this door)
+    sampling = dataclasses.replace(sampling, stop=sampling.stop or ())
+    return CallOptions(sampling, stream, stream and include_usage, _text(data, "path"))
 
 
 def _content_text(value: Any, param: str) -> str:
@@ -247,10 +229,13 @@ def parse_completion(data: dict) -> CompletionBody:
         raise invalid("prompt", "prompt must be a string", "invalid_type")
     _refuse_unsupported(data, chat=False)
     suffix = _text(data, "suffix")
-    max_tokens = _max_tokens(data, "max_tokens") or COMPLETION_DEFAULT_MAX_TOKENS
+    call = _call(data, "max_tokens")
+    if call.sampling.max_tokens is None:
+        sampling = dataclasses.replace(call.sampling, max_tokens=COMPLETION_DEFAULT_MAX_TOKENS)
+        call = dataclasses.replace(call, sampling=sampling)
     if not prompt and not suffix:
         raise invalid("prompt", "the prompt is empty: give at least one token of context")
-    return CompletionBody(prompt, suffix, _prediction(data, allow_string=True), _sampling(data, max_tokens))
+    return CompletionBody(prompt, suffix, _prediction(data, allow_string=True), call)
 
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -274,8 +259,8 @@ def parse_chat(data: dict) -> ChatBody:
         text = "" if content is None and role == "assistant" else _content_text(content, f"{param}.content")
         messages.append({"role": role, "content": text})
     _refuse_unsupported(data, chat=True)
-    max_tokens = _max_tokens(data, "max_completion_tokens", "max_tokens")
-    return ChatBody(tuple(messages), _prediction(data, allow_string=False), _sampling(data, max_tokens))
+    call = _call(data, "max_completion_tokens", "max_tokens")
+    return ChatBody(tuple(messages), _prediction(data, allow_string=False), call)
 
 
 # ---- rewrite format (a model without a chat template) ---------------------------------------

@@ -162,8 +162,8 @@ def build_app(
             door,
             generation,
             Envelope(new_id("cmpl"), door.model_id, "text_completion"),
-            body.sampling.stream,
-            body.sampling.include_usage,
+            body.call.stream,
+            body.call.include_usage,
             body.prediction,
         )
 
@@ -175,8 +175,8 @@ def build_app(
             door,
             generation,
             Envelope(new_id("chatcmpl"), door.model_id, "chat.completion"),
-            body.sampling.stream,
-            body.sampling.include_usage,
+            body.call.stream,
+            body.call.include_usage,
             body.prediction,
         )
 

@@ -13,7 +13,7 @@ from service.edit import EditPlan
 from service.inline import CompletionContext, completion_context
 from service.jobs import GenerationRequest
 from service.options import ServerOptions
-from service.schema import RequestKind
+from service.schema import RequestKind, Sampling
 
 
 def completion_request(
@@ -26,17 +26,12 @@ def completion_request(
     uri: str | None = None,
     cache_key: str | None = None,
     reference: str | None = None,
-    max_tokens: int | None = None,
-    stop: tuple[str, ...] | None = None,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    proposer: str | None = None,
+    sampling: Sampling = Sampling(),
     deadline: bool = True,
 ) -> tuple[GenerationRequest, CompletionContext]:
     """A completion at code point ``offset`` of ``text``; ``windows`` from ``EngineService.windows``.
 
-    ``stop`` replaces the cursor's stop rule (a newline for a line, a blank line for a block);
+    ``sampling.stop`` replaces the cursor's stop rule (a newline for a line, a blank line for a block);
     ``reference`` is a reference draft (the rest of a shown suggestion, a client's prediction).
     ``deadline``: stop at ``options.completion.deadline_ms`` (an editor no longer waits for a late completion).
     """
@@ -51,16 +46,16 @@ def completion_request(
     )
     request = GenerationRequest(
         prompt=Fim(context.prefix, context.suffix),
-        max_tokens=max_tokens or context.max_tokens,
-        stop=context.stop if stop is None else tuple(stop),
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
+        max_tokens=sampling.max_tokens or context.max_tokens,
+        stop=context.stop if sampling.stop is None else sampling.stop,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        seed=sampling.seed,
         reference=reference,
         cache_key=cache_key,
         uri=uri,
         cursor=offset,
-        proposer=proposer,
+        proposer=sampling.proposer,
         deadline_s=options.completion.deadline_ms / 1000 if deadline else None,
     )
     return request, context
@@ -69,34 +64,31 @@ def completion_request(
 def edit_request(
     plan: EditPlan,
     *,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    stop: tuple[str, ...] = (),
+    sampling: Sampling = Sampling(),
     cache_key: str | None = None,
     uri: str | None = None,
     cursor: int | None = None,
-    proposer: str | None = None,
     whole_budget: bool = False,
 ) -> GenerationRequest:
     """A rewrite of ``plan``'s region: its text (or the client's prediction) is the reference draft.
 
     ``plan.max_tokens`` is a budget on top of the reference's length (a rewrite is about as long as
-    its region), or with ``whole_budget`` the whole budget (OpenAI's ``max_tokens``).
+    its region), or with ``whole_budget`` the whole budget (OpenAI's ``max_tokens``); it is the
+    budget (``sampling.max_tokens`` is not read).
     """
     return GenerationRequest(
         prompt=Rewrite(plan.original, plan.instruction),
         max_tokens=plan.max_tokens,
         kind=RequestKind.CHAT if whole_budget else RequestKind.EDIT,
-        stop=tuple(stop),
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
+        stop=sampling.stop or (),
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        seed=sampling.seed,
         reference=plan.reference,
         cache_key=cache_key,
         uri=uri,
         cursor=cursor,
-        proposer=proposer,
+        proposer=sampling.proposer,
     )
 
 
@@ -105,14 +97,10 @@ def prompt_request(
     max_tokens: int,
     *,
     chat: bool = False,
-    stop: tuple[str, ...] = (),
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    seed: int | None = None,
+    sampling: Sampling = Sampling(),
     reference: str | None = None,
     cache_key: str | None = None,
     uri: str | None = None,
-    proposer: str | None = None,
 ) -> GenerationRequest:
     """A prompt the client rendered itself (an OpenAI plain completion, a chat rendered by the
     model's template), sent as it is; ``chat`` ends it without the completion's loop stop."""
@@ -120,12 +108,12 @@ def prompt_request(
         prompt=prompt,
         max_tokens=max_tokens,
         kind=RequestKind.CHAT if chat else RequestKind.COMPLETE,
-        stop=tuple(stop),
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
+        stop=sampling.stop or (),
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        seed=sampling.seed,
         reference=reference,
         cache_key=cache_key,
         uri=uri,
-        proposer=proposer,
+        proposer=sampling.proposer,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,3 +151,34 @@ def proposer(value: Any) -> str | None:
     if not isinstance(value, str) or value not in names:
         raise FieldError("proposer", f"proposer must be one of {', '.join(names)}")
     return value
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What a client may set on any request, at any door, checked (:func:`sampling`)."""
+
+    max_tokens: int | None = None  # None: the request kind's own budget
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] | None = None  # None: the request kind's own stop rule; (): none at all
+    proposer: str | None = None  # None: the server's default
+
+
+def sampling(data: Mapping[str, Any], *max_tokens_keys: str) -> Sampling:
+    """The shared fields of a request's JSON object; ``max_tokens_keys``: the budget's names, first
+    found wins (OpenAI chat: ``max_completion_tokens``, then ``max_tokens``)."""
+    budget = None
+    for key in max_tokens_keys or ("max_tokens",):
+        budget = max_tokens(data.get(key), key)
+        if budget is not None:
+            break
+    raw_stop = data.get("stop")
+    return Sampling(
+        budget,
+        temperature(data.get("temperature")),
+        top_p(data.get("top_p")),
+        seed(data.get("seed")),
+        None if raw_stop is None else stop(raw_stop),
+        proposer(data.get("proposer")),
+    )

@@ -36,9 +36,7 @@ class CompleteMessage:
     prefix: str
     suffix: str
     path: str | None
-    max_tokens: int | None
-    temperature: float
-    stop: tuple[str, ...] | None
+    sampling: schema.Sampling  # max_tokens, temperature, top_p, seed, stop, proposer: checked by the service
     prediction: str | None
 
 
@@ -48,8 +46,7 @@ class EditMessage:
     text: str
     instruction: str | None
     prediction: str | None
-    max_tokens: int | None
-    temperature: float
+    sampling: schema.Sampling
     path: str | None
 
 
@@ -133,18 +130,9 @@ def _checked(check: Callable[..., T], *args: Any) -> T:
         raise ProtocolError("invalid_request", error.message) from None
 
 
-def _max_tokens(data: dict) -> int | None:
-    return _checked(schema.max_tokens, data.get("max_tokens"))
-
-
-def _temperature(data: dict) -> float:
-    return _checked(schema.temperature, data.get("temperature"))
-
-
-def _stop(data: dict) -> tuple[str, ...] | None:
-    """None when absent: the completion mode's own stop rule applies."""
-    value = data.get("stop")
-    return None if value is None else _checked(schema.stop, value)
+def _sampling(data: dict) -> schema.Sampling:
+    """The fields every door shares; an absent ``stop`` leaves the completion mode's own rule."""
+    return _checked(schema.sampling, data)
 
 
 def _split_document(data: dict) -> tuple[str, str]:
@@ -170,9 +158,7 @@ def _complete(data: dict) -> CompleteMessage:
         prefix,
         suffix,
         _text(data, "path"),
-        _max_tokens(data),
-        _temperature(data),
-        _stop(data),
+        _sampling(data),
         _text(data, "prediction"),
     )
 
@@ -196,8 +182,7 @@ def _edit(data: dict) -> EditMessage:
         text,
         _text(data, "instruction"),
         _text(data, "prediction"),
-        _max_tokens(data),
-        _temperature(data),
+        _sampling(data),
         _text(data, "path"),
     )
 

@@ -201,10 +201,10 @@ class Session:
                 message.text,
                 message.instruction,
                 message.prediction,
-                message.max_tokens or options.completion.edit_tokens,
+                message.sampling.max_tokens or options.completion.edit_tokens,
             )
             return edit_request(
-                plan, temperature=message.temperature, cache_key=f"edit:{key}" if key else None, uri=message.path
+                plan, sampling=message.sampling, cache_key=f"edit:{key}" if key else None, uri=message.path
             ), None
         return completion_request(
             message.prefix + message.suffix,
@@ -215,9 +215,7 @@ class Session:
             uri=message.path,
             cache_key=key,
             reference=message.prediction,
-            max_tokens=message.max_tokens,
-            stop=message.stop,
-            temperature=message.temperature,
+            sampling=message.sampling,
         )
 
 

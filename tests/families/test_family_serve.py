@@ -45,6 +45,7 @@ def expected(target, uri: str):
     from service.inline import trim_completion
     from service.options import CompletionOptions, ServerOptions
     from service.requests import completion_request, edit_request
+    from service.schema import Sampling
 
     options = ServerOptions(
         completion=CompletionOptions(
@@ -62,7 +63,11 @@ def expected(target, uri: str):
         )
         completion = trim_completion(service.submit(dataclasses.replace(request, proposer="none")).wait().text, context)
         plan = plan_edit(SOURCE, {"range": EDIT, "instruction": INSTRUCTION}, "utf-16", options.completion.edit_tokens)
-        edit = service.submit(edit_request(plan, uri=uri, cursor=plan.start, proposer="none")).wait().text
+        edit = (
+            service.submit(edit_request(plan, sampling=Sampling(proposer="none"), uri=uri, cursor=plan.start))
+            .wait()
+            .text
+        )
     finally:
         service.close()
     return completion, edit

@@ -48,19 +48,19 @@ def test_text_parts_are_joined_and_other_parts_refused():
 
 def test_completion_defaults_follow_openai_except_temperature():
     body = parse_completion({"prompt": "x", "stop": "\n"})
-    assert body.sampling.max_tokens == 16 and body.suffix is None and body.sampling.stop == ("\n",)
-    assert body.sampling.temperature == 0.0  # greedy by default (documented deviation)
+    assert body.call.sampling.max_tokens == 16 and body.suffix is None and body.call.sampling.stop == ("\n",)
+    assert body.call.sampling.temperature == 0.0  # greedy by default (documented deviation)
     assert parse_completion({"prompt": ["x"], "suffix": ""}).suffix == ""  # a one-string list; FIM with suffix
     assert (
-        parse_chat({"messages": list(user("x")), "max_tokens": 5, "max_completion_tokens": 9}).sampling.max_tokens == 9
+        parse_chat({"messages": list(user("x")), "max_tokens": 5, "max_completion_tokens": 9}).call.sampling.max_tokens == 9
     )
 
 
 def test_stream_options_need_stream():
-    assert not parse_completion({"prompt": "x", "stream_options": {"include_usage": True}}).sampling.include_usage
+    assert not parse_completion({"prompt": "x", "stream_options": {"include_usage": True}}).call.include_usage
     assert parse_completion(
         {"prompt": "x", "stream": True, "stream_options": {"include_usage": True}}
-    ).sampling.include_usage
+    ).call.include_usage
 
 
 def test_finish_reasons_map_to_openai():

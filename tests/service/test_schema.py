@@ -33,6 +33,13 @@ FIELDS = [
     ("stop", [""], False),
     ("stop", [3], False),
     ("stop", {"a": 1}, False),
+    ("top_p", 1, True),
+    ("top_p", 0, False),
+    ("top_p", 1.5, False),
+    ("seed", 7, True),
+    ("seed", "7", False),
+    ("proposer", "context", True),
+    ("proposer", "fastest", False),
 ]
 
 
