@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from codespec.errors import CodespecError
-from commands.serve import model_arguments
+from commands.serve import engine_options, model_arguments
 from service.positions import LineIndex, PositionError
 
 
@@ -80,7 +80,7 @@ def complete_once(args) -> int:
     from service.indexing import index_folders
     from service.inline import trim_completion
     from service.jobs import GenerationRequest
-    from service.options import CompletionOptions, EngineOptions, ServerOptions
+    from service.options import CompletionOptions, ServerOptions
     from service.requests import completion_request
     from service.runtime import close_service, start_service
     from service.schema import Sampling
@@ -91,19 +91,7 @@ def complete_once(args) -> int:
     except OSError as error:
         raise CodespecError(f"cannot read {path}: {error}") from None
     offset = cursor_offset(text, line, column)
-    options = ServerOptions(
-        engine=EngineOptions(
-            model=args.model,
-            draft=args.draft,
-            device=args.device,
-            dtype=args.dtype,
-            prompt_format=args.prompt_format,
-            proposer=args.proposer,
-            max_draft=args.max_draft,
-            threads=args.threads,
-        ),
-        completion=CompletionOptions(mode=args.mode),
-    )
+    options = ServerOptions(engine=engine_options(args), completion=CompletionOptions(mode=args.mode))
     started = time.perf_counter()
     service = start_service(options)
     loaded_s = time.perf_counter() - started

@@ -147,6 +147,22 @@ class Endpoints:
     http_port: int | None  # None: no HTTP API
 
 
+def engine_options(args):
+    """The engine options of the flags ``model_arguments`` adds (``serve`` and ``complete``)."""
+    from service.options import EngineOptions
+
+    return EngineOptions(
+        model=args.model,
+        draft=args.draft,
+        device=args.device,
+        dtype=args.dtype,
+        prompt_format=args.prompt_format,
+        proposer=args.proposer,
+        max_draft=args.max_draft,
+        threads=args.threads,
+    )
+
+
 def plan_endpoints(args) -> Endpoints:
     from codespec.errors import CodespecError
 
@@ -177,7 +193,7 @@ def plan_endpoints(args) -> Endpoints:
 
 def run_serve(args) -> int:
     from codespec.errors import CodespecError
-    from service.options import EngineOptions, ServerOptions
+    from service.options import ServerOptions
 
     refused = unsupported_transport(args)
     if refused:
@@ -192,18 +208,7 @@ def run_serve(args) -> int:
 
     if args.index_max_tokens is not None and args.index_max_tokens < 1:
         raise CodespecError(f"--index-max-tokens must be >= 1, got {args.index_max_tokens}")
-    options = ServerOptions(
-        engine=EngineOptions(
-            model=args.model,
-            draft=args.draft,
-            device=args.device,
-            dtype=args.dtype,
-            prompt_format=args.prompt_format,
-            proposer=args.proposer,
-            max_draft=args.max_draft,
-            threads=args.threads,
-        )
-    )
+    options = ServerOptions(engine=engine_options(args))
     if args.index_max_tokens is not None:
         options = options.replace(index_max_tokens=args.index_max_tokens)
     if endpoints.lsp is None:  # network endpoints only: one event loop here

@@ -5,7 +5,7 @@ structure (a shallow pyahocorasick trie of reversed n-grams over sorted position
 """
 
 from index.history import HistoryRecord
-from index.store import Candidate, IndexReport, WorkspaceIndex
+from index.store import Continuation, IndexReport, WorkspaceIndex
 from index.tokens import TokenizerAdapter
 
-__all__ = ["Candidate", "HistoryRecord", "IndexReport", "TokenizerAdapter", "WorkspaceIndex"]
+__all__ = ["Continuation", "HistoryRecord", "IndexReport", "TokenizerAdapter", "WorkspaceIndex"]

@@ -52,7 +52,9 @@ PER_SOURCE_CAP = 32  # occurrences per source considered for ranking (nearest / 
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Continuation:
+    """A draft the index found: what followed a match of the context somewhere it holds."""
+
     token_ids: tuple[int, ...]  # the continuation after the match
     match_len: int  # tokens of context matched
     source: str  # document uri, or "history:<kind>"
@@ -272,7 +274,7 @@ class WorkspaceIndex:
         max_candidates: int = 4,
         *,
         skip: int | None | EllipsisType = ...,
-    ) -> list[Candidate]:
+    ) -> list[Continuation]:
         """Continuations after the longest suffix match of ``context`` (at most ``max_ngram``
         tokens, at least ``min_ngram``), best first. ``cursor`` is a token offset in ``uri`` that
         locality ranks around. The occurrence whose continuation starts at ``skip`` (default: the
@@ -303,7 +305,7 @@ class WorkspaceIndex:
                     occurrences.extend(occurrences_at(source, positions, max_len, same, cursor))
             ranked = rank(occurrences, max_candidates, self._clock)
             return [
-                Candidate(r.occurrence.continuation, best, r.occurrence.source, r.occurrence.position, r.score)
+                Continuation(r.occurrence.continuation, best, r.occurrence.source, r.occurrence.position, r.score)
                 for r in ranked
             ]
 

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 from codespec.draft import Proposer
 from codespec.errors import CodespecError
-from proposers.auto import PolicyState, build_auto, model_proposers
+from proposers.auto import PolicyState, build_auto
+from proposers.models import model_proposers
 from proposers.registry import MODEL, create_proposer, proposer_names
 from proposers.setup import ProposerConfig, ProposerSetup, RequestContext
 

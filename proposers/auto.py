@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
-from codespec.errors import CodespecError
 from codespec.kv import common_prefix_len
+from proposers.costs import ForwardCosts, LinearCost, VerifyCost, verify_seconds
 from proposers.draft_model import ModelDrafter
 from proposers.index_lookup import IndexLookup
 from proposers.looks import LookGate
@@ -42,15 +42,11 @@ from proposers.policy import (
     AcceptanceTable,
     Candidate,
     Choice,
-    ForwardCosts,
     IdleBudget,
-    LinearCost,
     PolicyConfig,
     ProbeSchedule,
-    VerifyCost,
     best_length,
     choose,
-    verify_seconds,
 )
 from proposers.setup import ProposerSetup
 
@@ -448,6 +444,7 @@ def build_auto(
     takes the one in ``states`` (the caller's table, by candidate set) when
     ``AutoConfig.shared_state``, else starts fresh. ``AutoConfig.candidates`` restricts every set.
     """
+    from proposers.models import model_proposers
     from proposers.registry import create_proposer
 
     wanted = setup.config.auto.candidates
@@ -461,57 +458,10 @@ def build_auto(
     if allowed("index") and setup.request.index is not None:
         # auto prices every draft by its match length, so it sees the short matches in other
         # documents too (docs/index.md "Which matches draft": human completions follow some)
-        lookups.append(IndexLookup.from_setup(setup, min_other_match=1))
+        lookups.append(IndexLookup.from_setup(setup, under_auto=True))
     chosen = model_proposers(setup) if models is None else list(models)
     chosen = [model for model in chosen if allowed(model.name)]
     config = setup.config.auto.policy
     if state is None and states is not None and setup.config.auto.shared_state:
         state = shared_state(states, [*lookups, *chosen], config)
     return AutoProposer(lookups, chosen, config, state)
-
-
-def model_proposers(
-    setup: ProposerSetup, shipped_draft: bool = True, names: Sequence[str] = ("draft", "early-exit")
-) -> list[Proposer]:
-    """The draft model (the configured one; else, with ``shipped_draft``, the shipped one when it fits
-    the target) and early exit (a Llama-style layer stack), of ``names``; none for a tokenizer-only
-    target."""
-    from proposers.registry import create_proposer
-
-    if not _is_model_target(setup.target):  # model-free simulate
-        return []
-    wanted = [name for name in names if setup.config.auto.candidates is None or name in setup.config.auto.candidates]
-    models: list[Proposer] = []
-    if "draft" in wanted:
-        draft = draft_for_auto(setup) if shipped_draft or setup.config.draft.path else None
-        if draft is not None:
-            models.append(draft)
-    if "early-exit" in wanted and supports_early_exit(setup.target):
-        models.append(create_proposer("early-exit", setup))
-    return models
-
-
-def _is_model_target(target) -> bool:
-    return target is not None and hasattr(target, "new_cache") and hasattr(target, "forward")
-
-
-def draft_for_auto(setup) -> Proposer | None:
-    """A draft model named in the options (errors are the user's to see), else the shipped one if it
-    shares the target's tokenizer (a different target simply runs without it)."""
-    from proposers.draft_model import default_draft_path
-    from proposers.registry import create_proposer
-
-    if setup.config.draft.path:
-        return create_proposer("draft", setup)
-    if default_draft_path() is None:
-        return None
-    try:
-        return create_proposer("draft", setup)
-    except CodespecError as error:
-        log.info("auto: the shipped draft model does not fit this target (%s)", error)
-        return None
-
-
-def supports_early_exit(target) -> bool:
-    layers = getattr(getattr(getattr(target, "model", None), "model", None), "layers", None)
-    return layers is not None and len(layers) >= 2

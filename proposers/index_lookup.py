@@ -21,10 +21,9 @@ from collections.abc import Sequence
 
 from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
 from proposers.context import ContextLookup
-from proposers.setup import ProposerSetup
+from proposers.setup import IndexConfig, ProposerSetup
 
 CONTEXT_SOURCE = "context"
-MIN_OTHER_MATCH = 3  # the index proposer alone (IndexConfig.min_other_match)
 
 
 class IndexLookup:
@@ -37,7 +36,7 @@ class IndexLookup:
         cursor: int | None = None,
         max_candidates: int = 4,
         use_context: bool = True,
-        min_other_match: int = MIN_OTHER_MATCH,
+        min_other_match: int = IndexConfig().other_match(under_auto=False),
     ) -> None:
         """``cursor``: character offset in document ``uri`` (as editors send it)."""
         self.index = index
@@ -52,8 +51,8 @@ class IndexLookup:
         self.begin(())
 
     @classmethod
-    def from_setup(cls, setup: ProposerSetup, min_other_match: int = MIN_OTHER_MATCH) -> IndexLookup:
-        """``min_other_match``: used where ``IndexConfig.min_other_match`` is None (auto passes 1)."""
+    def from_setup(cls, setup: ProposerSetup, under_auto: bool = False) -> IndexLookup:
+        """``under_auto``: auto sees every match and prices it by length (``IndexConfig.other_match``)."""
         request = setup.request
         if request.index is None:
             raise ValueError("the index proposer needs an index (RequestContext.index: a WorkspaceIndex)")
@@ -63,7 +62,7 @@ class IndexLookup:
             uri=request.uri,
             cursor=request.cursor,
             max_candidates=config.max_candidates,
-            min_other_match=min_other_match if config.min_other_match is None else config.min_other_match,
+            min_other_match=config.other_match(under_auto),
         )
 
     def begin(self, prompt_ids: Sequence[int]) -> None:

@@ -47,6 +47,12 @@ class IndexConfig:
     # alone; under auto every match, which auto prices by its length. docs/index.md "Which matches draft".
     min_other_match: int | None = None
 
+    def other_match(self, under_auto: bool) -> int:
+        """The shortest other-document match that drafts, for the index proposer alone or under auto."""
+        if self.min_other_match is not None:
+            return self.min_other_match
+        return 1 if under_auto else 3
+
 
 @dataclass(frozen=True)
 class DraftConfig:

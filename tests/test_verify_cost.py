@@ -10,18 +10,8 @@ from codespec.config import GenerationLimits, SamplingParams
 from codespec.decode import generate_all
 from codespec.draft import Draft, MatchInfo
 from proposers.auto import AutoProposer, PolicyConfig, PolicyState, cost_points
-from proposers.policy import (
-    Candidate,
-    CostCurve,
-    CostTable,
-    ForwardCosts,
-    IdleBudget,
-    PiecewiseCurve,
-    best_length,
-    choose,
-    isotonic,
-    verify_seconds,
-)
+from proposers.costs import CostCurve, CostTable, ForwardCosts, PiecewiseCurve, isotonic, verify_seconds
+from proposers.policy import Candidate, IdleBudget, best_length, choose
 
 
 # -- the curve ---------------------------------------------------------------------------------

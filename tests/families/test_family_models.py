@@ -63,7 +63,7 @@ def test_early_exit_drafts_through_the_family_norm_and_head(family_checkpoints, 
 
 
 def test_the_default_exit_layer_and_auto_see_every_family(family_checkpoints, loaded):
-    from proposers.auto import supports_early_exit
+    from proposers.models import supports_early_exit
 
     for name in ALL_FAMILIES:
         target = loaded(family_checkpoints(name).target)

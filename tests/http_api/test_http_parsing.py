@@ -52,7 +52,8 @@ def test_completion_defaults_follow_openai_except_temperature():
     assert body.call.sampling.temperature == 0.0  # greedy by default (documented deviation)
     assert parse_completion({"prompt": ["x"], "suffix": ""}).suffix == ""  # a one-string list; FIM with suffix
     assert (
-        parse_chat({"messages": list(user("x")), "max_tokens": 5, "max_completion_tokens": 9}).call.sampling.max_tokens == 9
+        parse_chat({"messages": list(user("x")), "max_tokens": 5, "max_completion_tokens": 9}).call.sampling.max_tokens
+        == 9
     )
 
 

@@ -12,13 +12,12 @@ from codespec.decode import generate_all
 from codespec.draft import Draft, MatchInfo
 from codespec.errors import CodespecError
 from proposers.auto import AutoProposer, PolicyConfig
+from proposers.costs import ForwardCosts, LinearCost
 from proposers.draft_model import DraftModelProposer
 from proposers.policy import (
     AcceptanceTable,
     Candidate,
     DepthAcceptance,
-    ForwardCosts,
-    LinearCost,
     ProbeSchedule,
     best_length,
     bucket,

@@ -1,0 +1,60 @@
+"""The model proposers ``auto`` may fall back on: the draft model that fits the target, and early
+exit where the target has a Llama-style layer stack (docs/design.md). Built once per assembly
+(``proposers.assembly``) and shared by its requests, one at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from codespec.draft import Proposer
+from codespec.errors import CodespecError
+from proposers.registry import MODEL, create_proposer, proposer_names
+from proposers.setup import ProposerSetup
+
+log = logging.getLogger(__name__)
+
+
+def model_proposers(
+    setup: ProposerSetup, shipped_draft: bool = True, names: Sequence[str] = proposer_names(MODEL)
+) -> list[Proposer]:
+    """The draft model (the configured one; else, with ``shipped_draft``, the shipped one when it fits
+    the target) and early exit (a Llama-style layer stack), of ``names``; none for a tokenizer-only
+    target."""
+    if not _is_model_target(setup.target):  # model-free simulate
+        return []
+    wanted = [name for name in names if setup.config.auto.candidates is None or name in setup.config.auto.candidates]
+    models: list[Proposer] = []
+    if "draft" in wanted:
+        draft = draft_for_auto(setup) if shipped_draft or setup.config.draft.path else None
+        if draft is not None:
+            models.append(draft)
+    if "early-exit" in wanted and supports_early_exit(setup.target):
+        models.append(create_proposer("early-exit", setup))
+    return models
+
+
+def _is_model_target(target) -> bool:
+    return target is not None and hasattr(target, "new_cache") and hasattr(target, "forward")
+
+
+def draft_for_auto(setup) -> Proposer | None:
+    """A draft model named in the options (errors are the user's to see), else the shipped one if it
+    shares the target's tokenizer (a different target simply runs without it)."""
+    from proposers.draft_model import default_draft_path
+
+    if setup.config.draft.path:
+        return create_proposer("draft", setup)
+    if default_draft_path() is None:
+        return None
+    try:
+        return create_proposer("draft", setup)
+    except CodespecError as error:
+        log.info("auto: the shipped draft model does not fit this target (%s)", error)
+        return None
+
+
+def supports_early_exit(target) -> bool:
+    layers = getattr(getattr(getattr(target, "model", None), "model", None), "layers", None)
+    return layers is not None and len(layers) >= 2
