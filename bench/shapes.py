@@ -46,7 +46,17 @@ class PublishedShape:
 
 
 # Each the published config.json, field for field (the fields that change a forward's cost or
-# numerics; ids such as bos/eos come from the tokenizer that drives the model).
+# numerics; ids such as bos/eos come from the tokenizer that drives the model). The Qwen2.5-Coder
+# sizes share these and differ in the rest.
+QWEN2_CODER = dict(
+    hidden_act="silu",
+    max_position_embeddings=32768,
+    rms_norm_eps=1e-6,
+    rope_theta=1000000.0,
+    use_sliding_window=False,
+    sliding_window=None,
+    initializer_range=0.02,
+)
 PUBLISHED: dict[str, PublishedShape] = {
     shape.name: shape
     for shape in (
@@ -54,21 +64,15 @@ PUBLISHED: dict[str, PublishedShape] = {
             "qwen2.5-coder-0.5b",
             "qwen2",
             dict(
+                **QWEN2_CODER,
                 vocab_size=151936,
                 hidden_size=896,
                 intermediate_size=4864,
                 num_hidden_layers=24,
                 num_attention_heads=14,
                 num_key_value_heads=2,
-                hidden_act="silu",
-                max_position_embeddings=32768,
-                rms_norm_eps=1e-6,
-                rope_theta=1000000.0,
                 tie_word_embeddings=True,
-                use_sliding_window=False,
-                sliding_window=None,
                 max_window_layers=24,
-                initializer_range=0.02,
             ),  # q/k/v bias: Qwen2 always
             "Qwen/Qwen2.5-Coder-0.5B config.json",
         ),
@@ -76,21 +80,15 @@ PUBLISHED: dict[str, PublishedShape] = {
             "qwen2.5-coder-1.5b",
             "qwen2",
             dict(
+                **QWEN2_CODER,
                 vocab_size=151936,
                 hidden_size=1536,
                 intermediate_size=8960,
                 num_hidden_layers=28,
                 num_attention_heads=12,
                 num_key_value_heads=2,
-                hidden_act="silu",
-                max_position_embeddings=32768,
-                rms_norm_eps=1e-6,
-                rope_theta=1000000.0,
                 tie_word_embeddings=True,
-                use_sliding_window=False,
-                sliding_window=None,
                 max_window_layers=21,
-                initializer_range=0.02,
             ),
             "Qwen/Qwen2.5-Coder-1.5B config.json",
         ),
@@ -98,21 +96,15 @@ PUBLISHED: dict[str, PublishedShape] = {
             "qwen2.5-coder-7b",
             "qwen2",
             dict(
+                **QWEN2_CODER,
                 vocab_size=152064,
                 hidden_size=3584,
                 intermediate_size=18944,
                 num_hidden_layers=28,
                 num_attention_heads=28,
                 num_key_value_heads=4,
-                hidden_act="silu",
-                max_position_embeddings=32768,
-                rms_norm_eps=1e-6,
-                rope_theta=1000000.0,
                 tie_word_embeddings=False,
-                use_sliding_window=False,
-                sliding_window=None,
                 max_window_layers=28,
-                initializer_range=0.02,
             ),
             "Qwen/Qwen2.5-Coder-7B config.json",
         ),

@@ -8,7 +8,9 @@ and cursor for the index) are the same whichever client asks. The request carrie
 
 from __future__ import annotations
 
-from codespec.prompts import Fim, Rewrite
+from typing import Any
+
+from codespec.prompts import Fim, Prompt, Rewrite
 from service.edit import EditPlan
 from service.inline import CompletionContext, completion_context
 from service.jobs import GenerationRequest
@@ -44,18 +46,16 @@ def completion_request(
         invoked=invoked,
         mode=options.completion.mode,
     )
-    request = GenerationRequest(
-        prompt=Fim(context.prefix, context.suffix),
-        max_tokens=sampling.max_tokens or context.max_tokens,
-        stop=context.stop if sampling.stop is None else sampling.stop,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        seed=sampling.seed,
+    request = _request(
+        Fim(context.prefix, context.suffix),
+        sampling.max_tokens or context.max_tokens,
+        RequestKind.COMPLETE,
+        sampling,
+        context.stop if sampling.stop is None else sampling.stop,
         reference=reference,
         cache_key=cache_key,
         uri=uri,
         cursor=offset,
-        proposer=sampling.proposer,
         deadline_s=options.completion.deadline_ms / 1000 if deadline else None,
     )
     return request, context
@@ -76,19 +76,17 @@ def edit_request(
     its region), or with ``whole_budget`` the whole budget (OpenAI's ``max_tokens``); it is the
     budget (``sampling.max_tokens`` is not read).
     """
-    return GenerationRequest(
-        prompt=Rewrite(plan.original, plan.instruction),
-        max_tokens=plan.max_tokens,
-        kind=RequestKind.CHAT if whole_budget else RequestKind.EDIT,
-        stop=sampling.stop or (),
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        seed=sampling.seed,
+    kind = RequestKind.CHAT if whole_budget else RequestKind.EDIT
+    return _request(
+        Rewrite(plan.original, plan.instruction),
+        plan.max_tokens,
+        kind,
+        sampling,
+        sampling.stop or (),
         reference=plan.reference,
         cache_key=cache_key,
         uri=uri,
         cursor=cursor,
-        proposer=sampling.proposer,
     )
 
 
@@ -104,16 +102,24 @@ def prompt_request(
 ) -> GenerationRequest:
     """A prompt the client rendered itself (an OpenAI plain completion, a chat rendered by the
     model's template), sent as it is; ``chat`` ends it without the completion's loop stop."""
+    kind = RequestKind.CHAT if chat else RequestKind.COMPLETE
+    return _request(
+        prompt, max_tokens, kind, sampling, sampling.stop or (), reference=reference, cache_key=cache_key, uri=uri
+    )
+
+
+def _request(
+    prompt: Prompt, max_tokens: int, kind: RequestKind, sampling: Sampling, stop: tuple[str, ...], **where: Any
+) -> GenerationRequest:
+    """``where``: reference, cache_key, uri, cursor, deadline_s (``GenerationRequest``'s fields)."""
     return GenerationRequest(
         prompt=prompt,
         max_tokens=max_tokens,
-        kind=RequestKind.CHAT if chat else RequestKind.COMPLETE,
-        stop=sampling.stop or (),
+        kind=kind,
+        stop=tuple(stop),
         temperature=sampling.temperature,
         top_p=sampling.top_p,
         seed=sampling.seed,
-        reference=reference,
-        cache_key=cache_key,
-        uri=uri,
         proposer=sampling.proposer,
+        **where,
     )
