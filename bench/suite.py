@@ -181,9 +181,9 @@ class _Configs:
     def hf(self) -> dict:
         if self._hf is None:
             from bench.peers import HFConfig
-            from proposers.early_exit import decoder_layers, default_exit_layer
+            from proposers.early_exit import default_exit_layer
 
-            exit_layer = default_exit_layer(len(decoder_layers(self.raw.model)))
+            exit_layer = default_exit_layer(self.raw.num_layers)
             stock = self.plan.peer_kernels == "stock"
             tokens = len(self.raw.tokenizer)
             limit = tokens if self.plan.model_shape and self.raw.vocab_size > tokens else None

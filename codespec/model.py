@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
 
-from codespec.errors import InvalidRequestError, ModelNotFoundError
+from codespec.errors import CodespecError, InvalidRequestError, ModelNotFoundError
 from codespec.kv import KVCache
 from codespec.target import forward_each
 
@@ -154,11 +155,45 @@ class TargetModel:
         cache.appended(input_ids)
         return output.logits[0, -keep_last:].float()  # [keep_last, V]
 
+    @property
+    def num_layers(self) -> int:
+        """Decoder layers of a Llama-style stack (``model.model.layers``); 0 for another layout."""
+        layers = getattr(getattr(self.model, "model", None), "layers", None)
+        return len(layers) if isinstance(layers, torch.nn.ModuleList) else 0
+
+    def first_layers(self, count: int) -> contextlib.AbstractContextManager[None]:
+        """Forwards run the first ``count`` layers, the final norm and the head, until exited (early exit)."""
+        return truncated_layers(self.model, count)
+
     def forward_many(
         self, inputs: Sequence[Sequence[int]], caches: Sequence[KVCache], keep_last: Sequence[int]
     ) -> list[torch.Tensor]:
         """One forward per sequence for now (``Target.forward_many``'s contract, item by item)."""
         return forward_each(self, inputs, caches, keep_last)
+
+
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The decoder layer stack of a Llama-style causal LM (``model.model.layers``)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise CodespecError(
+            f"early exit needs a Llama-style model with model.model.layers; {type(model).__name__} has none"
+        )
+    return layers
+
+
+@contextlib.contextmanager
+def truncated_layers(model, exit_layer: int) -> Iterator[None]:
+    """Run ``model`` with only its first ``exit_layer`` decoder layers; restore them on any exit."""
+    full = decoder_layers(model)
+    if not 1 <= exit_layer <= len(full):
+        raise ValueError(f"exit layer must be in [1, {len(full)}], got {exit_layer}")
+    model.model.layers = torch.nn.ModuleList(list(full)[:exit_layer])
+    try:
+        yield
+    finally:
+        model.model.layers = full
 
 
 def _eos_ids(model, tokenizer) -> frozenset[int]:

@@ -10,6 +10,7 @@ here is structural (``typing.Protocol``): a backend does not import or subclass 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -69,6 +70,18 @@ class Target(Protocol):
         ...
 
 
+@runtime_checkable
+class LayeredTarget(Target, Protocol):
+    """A target whose first layers can run alone: early exit drafts with them (self-speculation)."""
+
+    @property
+    def num_layers(self) -> int: ...
+
+    def first_layers(self, count: int) -> AbstractContextManager[None]:
+        """While entered, ``forward`` runs only the first ``count`` layers, then the final norm and head."""
+        ...
+
+
 def forward_each(
     target: Target, inputs: Sequence[Sequence[int]], caches: Sequence[Any], keep_last: Sequence[int]
 ) -> list[torch.Tensor]:
@@ -76,3 +89,14 @@ def forward_each(
     if not len(inputs) == len(caches) == len(keep_last):
         raise ValueError(f"forward_many got {len(inputs)} inputs, {len(caches)} caches, {len(keep_last)} keep_last")
     return [target.forward(ids, cache, keep) for ids, cache, keep in zip(inputs, caches, keep_last, strict=True)]
+
+
+def load_target(
+    name_or_path: str, device: str = "auto", dtype: str = "auto", prompt_format: str | None = None
+) -> Target:
+    """The target behind ``name_or_path``, from the backend that reads it: a transformers model
+    directory or hub id (``codespec.model.TargetModel``) is the one today. Callers that load a
+    target (the service's runtime) come through here, so a new backend is added in one place."""
+    from codespec.model import TargetModel
+
+    return TargetModel.load(name_or_path, device=device, dtype=dtype, prompt_format=prompt_format)

@@ -28,8 +28,9 @@ import torch
 
 from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext
 from codespec.errors import CodespecError
-from codespec.kv import KVCache, common_prefix_len
+from codespec.kv import common_prefix_len
 from codespec.sampling import process_logits, sample
+from codespec.target import Cache
 from proposers.setup import ProposerSetup
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -53,15 +54,15 @@ class ModelDrafter:
         self.input_vocab_size = vocab_size  # ids the drafter can embed; a draft model may have fewer
         self.max_context = max_context
         self.min_confidence = min_confidence
-        self.cache: KVCache | None = None
+        self.cache: Cache | None = None
         self.last_fed = 0  # tokens fed to catch up before the last draft (the policy's timing filter)
         self.last_draft_s = 0.0
 
     # -- what subclasses provide -------------------------------------------------------------
-    def _new_cache(self) -> KVCache:
+    def _new_cache(self) -> Cache:
         raise NotImplementedError
 
-    def _forward(self, input_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
+    def _forward(self, input_ids: Sequence[int], cache: Cache) -> torch.Tensor:
         """Logits for the token after the last input id: [V_draft] (any float dtype)."""
         raise NotImplementedError
 
@@ -182,10 +183,10 @@ class DraftModelProposer(ModelDrafter):
         check_vocab_compatible(target, draft)
         return cls(draft, target.vocab_size, config.min_confidence)
 
-    def _new_cache(self) -> KVCache:
+    def _new_cache(self) -> Cache:
         return self.draft.new_cache()
 
-    def _forward(self, input_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
+    def _forward(self, input_ids: Sequence[int], cache: Cache) -> torch.Tensor:
         return self.draft.forward(input_ids, cache, keep_last=1)[0]  # [V_draft]
 
 

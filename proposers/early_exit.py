@@ -10,8 +10,9 @@ How: transformers' Llama, Qwen2 and Starcoder2 run ``self.layers[: config.num_hi
 swapping in a ModuleList of the first E layers makes the normal forward compute exactly "E layers,
 final norm, head", the head being the embedding matrix where it is tied (Qwen2.5-Coder up to 3B,
 StarCoder2). Tested per family layout in tests/families (docs/families.md).
-That swap is a temporary change to the target, so it lives in ``truncated_layers`` (a context
-manager that restores the full stack also when the forward raises). The drafter keeps its own
+That swap is a temporary change to the target, so it lives in the target's ``first_layers`` (the
+``codespec.target.LayeredTarget`` capability; ``codespec.model.truncated_layers`` for transformers:
+a context manager that restores the full stack also when the forward raises). The drafter keeps its own
 KV cache, built from the full config, of which only the first E layers are ever written.
 The target must not be run by another thread while a draft is being made (the engine is
 sequential per model).
@@ -19,39 +20,14 @@ sequential per model).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 
 from codespec.errors import CodespecError
-from codespec.kv import KVCache
+from codespec.target import Cache, LayeredTarget
 from proposers.draft_model import ModelDrafter
 from proposers.setup import ProposerSetup
-
-
-def decoder_layers(model) -> torch.nn.ModuleList:
-    """The decoder layer stack of a Llama-style causal LM (``model.model.layers``)."""
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layers", None)
-    if not isinstance(layers, torch.nn.ModuleList):
-        raise CodespecError(
-            f"early exit needs a Llama-style model with model.model.layers; {type(model).__name__} has none"
-        )
-    return layers
-
-
-@contextlib.contextmanager
-def truncated_layers(model, exit_layer: int) -> Iterator[None]:
-    """Run ``model`` with only its first ``exit_layer`` decoder layers; restore them on any exit."""
-    full = decoder_layers(model)
-    if not 1 <= exit_layer <= len(full):
-        raise ValueError(f"exit layer must be in [1, {len(full)}], got {exit_layer}")
-    model.model.layers = torch.nn.ModuleList(list(full)[:exit_layer])
-    try:
-        yield
-    finally:
-        model.model.layers = full
 
 
 def default_exit_layer(num_layers: int) -> int:
@@ -63,7 +39,11 @@ class EarlyExitProposer(ModelDrafter):
     name = "early-exit"
 
     def __init__(self, target, exit_layer: int | None = None, min_confidence: float = 0.0) -> None:
-        num_layers = len(decoder_layers(target.model))
+        if not isinstance(target, LayeredTarget) or target.num_layers < 2:
+            raise CodespecError(
+                "early exit needs a target whose first layers can run alone (a Llama-style layer stack)"
+            )
+        num_layers = target.num_layers
         exit_layer = default_exit_layer(num_layers) if exit_layer is None else int(exit_layer)
         if not 1 <= exit_layer < num_layers:
             raise CodespecError(
@@ -80,11 +60,11 @@ class EarlyExitProposer(ModelDrafter):
         config = setup.config.early_exit
         return cls(setup.target, config.exit_layer, config.min_confidence)
 
-    def _new_cache(self) -> KVCache:
+    def _new_cache(self) -> Cache:
         return self.target.new_cache()  # only layers [0, E) are written
 
     def _drafting(self):
-        return truncated_layers(self.target.model, self.exit_layer)
+        return self.target.first_layers(self.exit_layer)
 
-    def _forward(self, input_ids: Sequence[int], cache: KVCache) -> torch.Tensor:
+    def _forward(self, input_ids: Sequence[int], cache: Cache) -> torch.Tensor:
         return self.target.forward(input_ids, cache, keep_last=1)[0]  # [V]

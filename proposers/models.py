@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from codespec.draft import Proposer
 from codespec.errors import CodespecError
+from codespec.target import LayeredTarget
 from proposers.registry import MODEL, create_proposer, proposer_names
 from proposers.setup import ProposerSetup
 
@@ -56,5 +57,4 @@ def draft_for_auto(setup) -> Proposer | None:
 
 
 def supports_early_exit(target) -> bool:
-    layers = getattr(getattr(getattr(target, "model", None), "model", None), "layers", None)
-    return layers is not None and len(layers) >= 2
+    return isinstance(target, LayeredTarget) and target.num_layers >= 2

@@ -35,6 +35,7 @@ from codespec.config import SERVE_MAX_DRAFT, GenerationLimits, SamplingParams
 from codespec.errors import CodespecError
 from codespec.prompts import Fim, PromptRenderer, RenderedPrompt
 from codespec.stats import RequestStats, json_safe
+from codespec.target import Target
 from service.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
 from service.schema import RequestKind
 
@@ -49,7 +50,7 @@ IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) 
 class _CachePool:
     """KV caches by document key, least recently used evicted beyond ``capacity``."""
 
-    def __init__(self, target, capacity: int) -> None:
+    def __init__(self, target: Target, capacity: int) -> None:
         self.target = target
         self.capacity = capacity
         self.caches: collections.OrderedDict[str, Any] = collections.OrderedDict()
@@ -108,7 +109,7 @@ class EngineService:
 
     def __init__(
         self,
-        target,
+        target: Target,  # codespec.target: TargetModel, or any backend meeting the contract
         proposer: str = "auto",
         max_draft: int = SERVE_MAX_DRAFT,
         cached_documents: int = 8,

@@ -95,11 +95,11 @@ def start_service(options: ServerOptions) -> EngineService:
 def load_service(options: ServerOptions) -> EngineService:
     """Load the model and start a new engine service (never the shared one)."""
     from codespec.default_model import target_path
-    from codespec.model import TargetModel
+    from codespec.target import load_target
 
     model = options.engine.model or str(target_path())
     _set_cpu_threads(options.engine.threads)
-    target = TargetModel.load(
+    target = load_target(
         model, device=options.engine.device, dtype=options.engine.dtype, prompt_format=options.engine.prompt_format
     )
     how = "detected from its tokenizer" if options.engine.prompt_format == "auto" else "as configured"

@@ -33,3 +33,20 @@ def test_forward_many_is_forward_item_by_item(tiny_target):
 def test_forward_many_refuses_mismatched_lengths(tiny_target):
     with pytest.raises(ValueError, match="forward_many got 1 inputs, 2 caches"):
         tiny_target.forward_many([[1]], [tiny_target.new_cache(), tiny_target.new_cache()], [1])
+
+
+def test_early_exit_goes_through_the_layered_capability(tiny_target):
+    from bench.sim_run import TokenizerTarget
+    from codespec.target import LayeredTarget
+    from proposers.models import supports_early_exit
+
+    assert isinstance(tiny_target, LayeredTarget) and tiny_target.num_layers == 2
+    prompt = tiny_target.encode("def add(a, b):\n    return a + b\n")
+    full = tiny_target.forward(prompt, tiny_target.new_cache(), keep_last=1)
+    with tiny_target.first_layers(1):
+        first = tiny_target.forward(prompt, tiny_target.new_cache(), keep_last=1)
+    assert tiny_target.num_layers == 2  # restored
+    assert not torch.allclose(first, full)
+    torch.testing.assert_close(tiny_target.forward(prompt, tiny_target.new_cache(), keep_last=1), full)
+    tokenizer_only = TokenizerTarget(tiny_target.tokenizer)
+    assert not isinstance(tokenizer_only, Target) and not supports_early_exit(tokenizer_only)

@@ -149,7 +149,7 @@ def test_without_a_recording_the_model_chooses(tiny_target):
 def test_early_exit_drafts_are_not_biased(tiny_target):
     """A truncated layer stack is a draft: telling it the answer would fake its acceptance."""
     from bench.replay import Recording, ReplayTarget
-    from proposers.early_exit import truncated_layers
+    from codespec.model import truncated_layers
 
     target = ReplayTarget(tiny_target)
     prompt = tiny_target.encode(EDITS[0]["before"])

@@ -12,9 +12,9 @@ from codespec.config import GenerationLimits, SamplingParams
 from codespec.decode import generate_all
 from codespec.draft import NoDraft, ProposeContext
 from codespec.errors import CodespecError
-from codespec.model import TargetModel
+from codespec.model import TargetModel, truncated_layers
 from codespec.sampling import make_generator, process_logits
-from proposers.early_exit import EarlyExitProposer, truncated_layers
+from proposers.early_exit import EarlyExitProposer
 from proposers.registry import ProposerSetup, create_proposer
 
 LAYERS = 4
