@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("bench.cli", "add_parser"),
     "train-default": ("training.cli", "add_parser"),
 }
-CHECKOUT_ONLY = {"training"}  # not in the wheel: importable from a source checkout
+CHECKOUT_ONLY = {"bench", "training"}  # not in the wheel: importable from a source checkout
 
 
 def default_model_path() -> str:

@@ -352,9 +352,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         snapshot["documents_open"] = len(open_texts)
         snapshot["pending_index_updates"] = sorted(ls.debouncer.pending) if ls.debouncer else []
         snapshot["workspace_files_indexed"] = ls.indexed_files
-        snapshot["history"] = [
-            {"kind": kind, "uri": uri, "text": text} for kind, uri, text in list(service.history)[-20:]
-        ]
+        snapshot["history"] = [{"kind": kind, "uri": uri, "text": text} for kind, uri, text in service.recent_history]
         return snapshot
 
     @server.command(ACCEPTED_COMMAND)

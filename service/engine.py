@@ -47,6 +47,9 @@ COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
 
 
+RECENT_HISTORY = 20  # history entries the stats show
+
+
 class _CachePool:
     """KV caches by document key, least recently used evicted beyond ``capacity``."""
 
@@ -124,7 +127,9 @@ class EngineService:
         self.index = index  # index.WorkspaceIndex, or None: no workspace lookup
         self.indexer: Any = None  # service.indexing.WorkspaceIndexer: the index's scanning thread
         self.stats = ServiceStats()
-        self.history: collections.deque = collections.deque(maxlen=1024)  # (kind, uri, text), newest last
+        # The session history the proposers draft from is the index's (``index.add_history``); this is
+        # only the stats' view of the last entries, (kind, uri, text), newest last.
+        self.recent_history: collections.deque = collections.deque(maxlen=RECENT_HISTORY)
         self._caches = _CachePool(target, cached_documents)
         self._cond = threading.Condition()
         self._pending: list[Job] = []
@@ -217,7 +222,7 @@ class EngineService:
 
     def clear_history(self) -> concurrent.futures.Future:
         def clear() -> None:
-            self.history.clear()
+            self.recent_history.clear()
             clear_index = getattr(self.index, "clear_history", None)
             if clear_index is not None:
                 clear_index()
@@ -463,7 +468,7 @@ class EngineService:
             job.future.set_exception(error)
 
     def _add_history(self, kind: str, text: str, uri: str | None) -> None:
-        self.history.append((kind, uri, text))
+        self.recent_history.append((kind, uri, text))
         self.stats.history_entries += 1
         if self.index is not None:
             try:

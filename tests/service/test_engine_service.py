@@ -196,7 +196,7 @@ def test_warm_up_is_neither_history_nor_a_completion(server_target):
         service.warm_up()
         snapshot = service.snapshot()
         assert snapshot["last_requests"] and snapshot["last_requests"][-1]["tokens"] > 0  # it did decode
-        assert not service.history and snapshot["history_entries"] == 0
+        assert not service.recent_history and snapshot["history_entries"] == 0
         assert snapshot["requests"].get("complete", 0) == 0
     finally:
         service.close()
