@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
@@ -33,13 +34,15 @@ def default_token_file() -> Path:
     return base / "codespec-ws-token"
 
 
-def resolve_token(cli_token: str | None, token_file: Path | None = None, environ: dict | None = None) -> TokenSource:
+def resolve_token(
+    cli_token: str | None, token_file: Path | None = None, environ: Mapping[str, str] | None = None
+) -> TokenSource:
     """--token, else $CODESPEC_TOKEN, else a fresh random token written to a 0600 file."""
-    environ = os.environ if environ is None else environ
+    env: Mapping[str, str] = os.environ if environ is None else environ
     if cli_token:
         return TokenSource(cli_token, "--token")
-    if environ.get(TOKEN_ENV):
-        return TokenSource(environ[TOKEN_ENV], TOKEN_ENV)
+    if env.get(TOKEN_ENV):
+        return TokenSource(env[TOKEN_ENV], TOKEN_ENV)
     token = secrets.token_urlsafe(32)
     path = write_token_file(token, token_file or default_token_file())
     return TokenSource(token, str(path), path)

@@ -79,8 +79,8 @@ class Job:
         # worker-thread state
         self.decoding: Any = None  # codespec.decode.Decoding: the request's steps
         self.prefill_steps: Any = None  # a prefill's chunks (service.engine)
-        self.proposer = None
-        self.cache = None
+        self.proposer: Any = None  # codespec.draft.Proposer
+        self.cache: Any = None  # codespec.target.Cache
         self.prompt_len = 0
         self.cached_len = 0
 

@@ -28,7 +28,10 @@ def peek_id(data: bytes | str, max_tokens: int = 100_000) -> tuple[str, Any]:
     Strings are skipped by one regex match each, so a megabyte of document text costs one step.
     """
     text = isinstance(data, str)
-    string, scalar, space = (_STRING_S, _SCALAR_S, _SPACE_S) if text else (JSON_STRING_BYTES, _SCALAR_B, _SPACE_B)
+    patterns: tuple[Any, Any, Any] = (
+        (_STRING_S, _SCALAR_S, _SPACE_S) if text else (JSON_STRING_BYTES, _SCALAR_B, _SPACE_B)
+    )
+    string, scalar, space = patterns  # str patterns for str data, bytes for bytes
     quote, open_object, open_array = ('"', "{", "[") if text else (b'"', b"{", b"[")
     closers = ("}", "]") if text else (b"}", b"]")
     pos = space.match(data, 0).end()

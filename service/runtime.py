@@ -73,7 +73,7 @@ def start_service(options: ServerOptions) -> EngineService:
     the shared service instead, if the process has one (:func:`share_service`)."""
     global _shared_users
     with _shared_lock:
-        if _shared is not None:
+        if _shared is not None and _shared_options is not None:
             _shared_users += 1
             # A door that asks for other engine options while a service is shared gets the shared one.
             differing = [
