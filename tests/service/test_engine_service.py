@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 import pytest
@@ -151,27 +150,6 @@ def test_fim_prompt_is_narrowed_to_the_context(service, server_target):
     assert result.usage.completion_tokens == 3
 
 
-def test_a_failed_background_index_update_is_logged_not_lost(server_target, caplog):
-    from index import WorkspaceIndex
-    from lsp.server import CodespecServer
-
-    server = CodespecServer()
-    server.service = EngineService(server_target, proposer="context")
-    try:
-        server.service.attach_index(WorkspaceIndex(server_target.tokenizer, db_path=None))
-        document = server.documents.open("file:///never-indexed.py", "a = 1\n", 1)
-        document.indexed_text = "a = 0\n"  # the index is believed to hold it, but does not
-        with caplog.at_level("ERROR", logger="lsp.server"):
-            server.sync_index(document.uri)
-            # Index updates are idle calls, which run in order: after this one the update is done.
-            server.service.call(lambda: None, idle=True).result(WAIT_S)
-        assert any(
-            "index update of file:///never-indexed.py failed" in record.getMessage() for record in caplog.records
-        )
-    finally:
-        server.service.close()
-
-
 def test_the_index_proposer_centres_on_the_cursor_the_editor_sent(server_target):
     from index import WorkspaceIndex
 
@@ -232,27 +210,6 @@ def test_index_is_reused_after_a_restart_and_history_reaches_it(server_target, t
     assert reports[0].tokenized == 3
     assert reports[1].tokenized == 0 and reports[1].reused == 3  # nothing re-tokenized on restart
     assert history_hits == [False, True]  # the accepted text was persisted and drafts after a restart
-
-
-async def test_newer_inline_request_supersedes_the_older_one(service):
-    from lsprotocol import types
-
-    from lsp.server import CodespecServer, complete_at
-    from service.options import CompletionOptions, ServerOptions
-
-    server = CodespecServer(ServerOptions())
-    server.options = ServerOptions(completion=CompletionOptions(mode="block", block_tokens=600, deadline_ms=600_000))
-    server.service = service
-    uri = "file:///supersede.py"
-    server.documents.open(uri, LONG_TEXT + "\n", 1)
-    position = types.Position(LONG_TEXT.count("\n"), 0)
-    cancelled_before = service.snapshot()["finish_reasons"].get("cancelled", 0)
-    # Tasks start in creation order: the older one submits its job and waits before the newer starts.
-    older = asyncio.ensure_future(complete_at(server, uri, position, invoked=False))
-    newer = asyncio.ensure_future(complete_at(server, uri, position, invoked=False))
-    assert await asyncio.wait_for(older, WAIT_S) is None  # superseded: no item
-    await asyncio.wait_for(newer, WAIT_S)
-    assert service.snapshot()["finish_reasons"]["cancelled"] == cancelled_before + 1  # the older job stopped
 
 
 def test_idle_calls_wait_for_running_requests_but_keep_their_order(service):
