@@ -1,10 +1,12 @@
 """The decode loop: draft, verify in one target forward, accept, roll back, stream.
 
-``generate`` is a generator of events so that every caller (CLI, language server, websocket,
-bench) sees the same stream: ``TextDelta`` as text becomes safe to show, ``StepEvent`` after each
-target forward, and one final ``Finished`` with the output and its stats. Cancellation and the
-deadline are checked once per cycle, so a cancelled request returns within one target forward
-with what it has produced.
+``Decoding`` is one request's loop cut into steps (propose -> the forward its ``StepPlan`` names
+-> advance), so a scheduler can run the forwards of several requests in one cycle
+(``Target.forward_many``); ``generate`` is that loop for one request, a generator of events so
+that every caller (CLI, language server, websocket, bench) sees the same stream: ``TextDelta`` as
+text becomes safe to show, ``StepEvent`` after each target forward, and one final ``Finished``
+with the output and its stats. Cancellation and the deadline are checked once per cycle, so a
+cancelled request returns within one target forward with what it has produced.
 """
 
 from __future__ import annotations
