@@ -89,14 +89,3 @@ def forward_each(
     if not len(inputs) == len(caches) == len(keep_last):
         raise ValueError(f"forward_many got {len(inputs)} inputs, {len(caches)} caches, {len(keep_last)} keep_last")
     return [target.forward(ids, cache, keep) for ids, cache, keep in zip(inputs, caches, keep_last, strict=True)]
-
-
-def load_target(
-    name_or_path: str, device: str = "auto", dtype: str = "auto", prompt_format: str | None = None
-) -> Target:
-    """The target behind ``name_or_path``, from the backend that reads it: a transformers model
-    directory or hub id (``codespec.model.TargetModel``) is the one today. Callers that load a
-    target (the service's runtime) come through here, so a new backend is added in one place."""
-    from codespec.model import TargetModel
-
-    return TargetModel.load(name_or_path, device=device, dtype=dtype, prompt_format=prompt_format)

@@ -97,6 +97,9 @@ def add_serve_parser(subparsers) -> None:
     parser.add_argument("--max-message-bytes", type=int, default=1 << 20)
     parser.add_argument("--max-in-flight", type=int, default=4, help="concurrent requests per --ws connection")
     parser.add_argument(
+        "--quiet", action="store_true", help="no log line per request on stderr (warnings and errors still)"
+    )
+    parser.add_argument(
         "--http-max-body-bytes",
         type=int,
         default=4 << 20,
@@ -107,6 +110,12 @@ def add_serve_parser(subparsers) -> None:
         type=int,
         default=16,
         help="--http: generations running at once (default 16; one more: 429)",
+    )
+    parser.add_argument(
+        "--http-any-model",
+        action="store_true",
+        help="--http: serve every model name with the loaded model (default: an unknown name is a 404; "
+        "the loaded model's name and 'codespec' are served)",
     )
     parser.add_argument(
         "--workspace",
@@ -198,6 +207,10 @@ def run_serve(args) -> int:
     refused = unsupported_transport(args)
     if refused:
         raise CodespecError(refused)
+    if args.quiet:
+        from service.logsafe import quiet_requests
+
+        quiet_requests()
     endpoints = plan_endpoints(args)
     if args.http_max_body_bytes < 1 or args.http_max_requests < 1:
         raise CodespecError("--http-max-body-bytes and --http-max-requests must be >= 1")
@@ -273,12 +286,12 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
         from service.options import WsLimits
         from websocket_api.server import bound_port, start_ws_server
 
-        limits = WsLimits(
+        ws_limits = WsLimits(
             max_message_bytes=args.max_message_bytes,
             max_in_flight=args.max_in_flight,
             allowed_origins=tuple(args.allow_origin),
         )
-        ws = await start_ws_server(service, source.token, args.host, endpoints.ws_port, options, limits)
+        ws = await start_ws_server(service, source.token, args.host, endpoints.ws_port, options, ws_limits)
         servers.append(ws)
         print(
             f"codespec: websocket on ws://{_url_host(args.host)}:{bound_port(ws)}/  token {where}",
@@ -289,13 +302,14 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
         from http_api import start_http_server
         from service.options import HttpLimits
 
-        limits = HttpLimits(
+        http_limits = HttpLimits(
             max_body_bytes=args.http_max_body_bytes,
             max_requests=args.http_max_requests,
             allowed_origins=tuple(args.allow_origin),
+            any_model=args.http_any_model,
         )
         http = await start_http_server(
-            service, source.token, args.host, endpoints.http_port, options, limits, draft=_draft_name(options)
+            service, source.token, args.host, endpoints.http_port, options, http_limits, draft=_draft_name(options)
         )
         servers.append(http)
         print(

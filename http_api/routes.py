@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import difflib
-import json
 import logging
 import threading
 import time
 
 from codespec.errors import CodespecError, InvalidRequestError
 from http_api.schema import (
+    ALIAS,
     COMPLETION_DEFAULT_MAX_TOKENS,
     ApiError,
     ChatBody,
@@ -29,6 +29,7 @@ from http_api.schema import (
     chat_response,
     completion_response,
     error_body,
+    json_text,
     rewrite_parts,
     sse,
     text_chunk,
@@ -69,17 +70,42 @@ class HttpDoor:
         self._copying: asyncio.Lock | None = None
 
     # ---- requests ---------------------------------------------------------------------------
+    def served_models(self) -> tuple[str, ...]:
+        """The ``model`` names a request may ask for: the loaded target and the ``codespec`` alias."""
+        return tuple(dict.fromkeys([self.model_id, ALIAS]))
+
+    def check_model(self, name: str | None) -> None:
+        """A name this server does not serve is OpenAI's 404 ``model_not_found`` (unless ``any_model``)."""
+        if name is None or self.limits.any_model or name in self.served_models():
+            return
+        served = ", ".join(repr(served) for served in self.served_models())
+        draft = f"; {self.draft_id!r} is the draft model, which only drafts" if name == self.draft_id else ""
+        raise ApiError(
+            404,
+            f"the model {name!r} is not served here (served: {served}{draft}); "
+            "start the server with --http-any-model to serve every name with the loaded model",
+            "model",
+            "model_not_found",
+        )
+
     def completion(self, body: CompletionBody) -> GenerationRequest:
         """``suffix`` given: fill-in-the-middle over the model's FIM format, windowed around the
         cursor as the editors' completions are. No suffix: ``prompt`` is sent as it is (OpenAI's
         plain continuation; an editor that renders its own FIM prompt, as Zed does, gets exactly
         that prompt)."""
         call, sampling = body.call, body.call.sampling
+        self.check_model(call.model)
         key = f"http:{call.path}" if call.path else None
         if body.suffix is None:
             budget = sampling.max_tokens or COMPLETION_DEFAULT_MAX_TOKENS
             return prompt_request(
-                body.prompt, budget, sampling=sampling, reference=body.prediction, cache_key=key, uri=call.path
+                body.prompt,
+                budget,
+                sampling=sampling,
+                reference=body.prediction,
+                cache_key=key,
+                uri=call.path,
+                origin="http",
             )
         request, _ = completion_request(
             body.prompt + body.suffix,
@@ -92,6 +118,7 @@ class HttpDoor:
             reference=body.prediction,
             sampling=sampling,
             deadline=False,
+            origin="http",
         )
         return request
 
@@ -99,6 +126,7 @@ class HttpDoor:
         """With a chat template: ``messages`` rendered by it, sent as they are. Without one:
         codespec's rewrite format over the last user message's fenced code block."""
         call, sampling = body.call, body.call.sampling
+        self.check_model(call.model)
         key = f"http-chat:{call.path}" if call.path else None
         max_tokens = sampling.max_tokens or self.service.target.max_context  # the service caps it at the context
         if self.service.prompts.chat:
@@ -111,10 +139,11 @@ class HttpDoor:
                 reference=body.prediction,
                 cache_key=key,
                 uri=call.path,
+                origin="http",
             )
         region, instruction = rewrite_parts(body.messages, body.prediction)
         plan = plan_text_edit(region, instruction, body.prediction, max_tokens)
-        return edit_request(plan, sampling=sampling, cache_key=key, uri=call.path, whole_budget=True)
+        return edit_request(plan, sampling=sampling, cache_key=key, uri=call.path, whole_budget=True, origin="http")
 
     async def _render_chat(self, messages) -> str:
         tokenizer = await self.tokenizer()
@@ -193,6 +222,9 @@ class Generation:
         self.stream = stream
         self.include_usage = include_usage
         self.prediction = prediction
+        self.prompt_param = (
+            "prompt" if envelope.object == "text_completion" else "messages"
+        )  # where a prompt error points
         self._role_sent = False
 
     async def __call__(self, scope, receive, send) -> None:
@@ -224,7 +256,7 @@ class Generation:
         await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not result.done():
             return  # the client is gone; the finally cancels the job
-        failure = _failure(result)
+        failure = _failure(result, self.prompt_param)
         if failure is not None:
             await send_json(send, failure.status, failure.body())
             return
@@ -252,7 +284,7 @@ class Generation:
                     break
                 item = deltas.get_nowait()
             if ended and not started:
-                failure = _failure(result)
+                failure = _failure(result, self.prompt_param)
                 if failure is not None:
                     await send_json(send, failure.status, failure.body())
                     return
@@ -271,7 +303,7 @@ class Generation:
         return text_chunk(self.envelope, text, first=first)
 
     async def _finish_stream(self, send, result: asyncio.Future) -> None:
-        failure = _failure(result)
+        failure = _failure(result, self.prompt_param)
         body = b""
         if failure is not None:
             body += sse(failure.body())
@@ -294,7 +326,12 @@ class Generation:
         extra = {
             "finish_reason": job_result.reason,
             "proposer": job_result.proposer,
+            # Every drafted token, whatever proposed it (context lookup, the index, a draft model, the
+            # prediction); usage.completion_tokens_details counts the prediction's alone (docs/http.md).
             "speculation": {
+                "drafted_tokens": job_result.stats.get("drafted_tokens", 0),
+                "accepted_tokens": job_result.stats.get("accepted_tokens", 0),
+                "target_forwards": job_result.stats.get("target_forwards", 0),
                 "accepted_prediction_tokens": job_result.usage.accepted_prediction_tokens,
                 "rejected_prediction_tokens": job_result.usage.rejected_prediction_tokens,
             },
@@ -303,9 +340,10 @@ class Generation:
         return usage, extra
 
 
-def _failure(result: asyncio.Future) -> ApiError | None:
+def _failure(result: asyncio.Future, prompt_param: str) -> ApiError | None:
     """The error response for a job that failed, or that was cancelled while its client still
-    waits (the service is shutting down); None: it succeeded."""
+    waits (the service is shutting down); None: it succeeded. ``prompt_param``: the endpoint's
+    field that holds the prompt (``prompt`` or ``messages``), which a prompt error names."""
     error = result.exception()
     if error is None:
         if result.result().reason == "cancelled":
@@ -315,7 +353,7 @@ def _failure(result: asyncio.Future) -> ApiError | None:
         return None
     if isinstance(error, InvalidRequestError):
         code = "context_length_exceeded" if "context" in str(error) else "invalid_value"
-        return ApiError(400, str(error), "messages" if code == "context_length_exceeded" else None, code)
+        return ApiError(400, str(error), prompt_param, code)
     if isinstance(error, CodespecError):
         return ApiError(503 if "closed" in str(error) else 500, str(error), None, None, kind="server_error")
     log.error("HTTP generation failed", exc_info=error)
@@ -330,7 +368,7 @@ async def disconnected(receive) -> None:
 
 
 async def send_json(send, status: int, body: dict, headers: dict | None = None) -> None:
-    payload = json.dumps(body, ensure_ascii=False).encode()
+    payload = json_text(body).encode()
     extra = [(key.encode(), value.encode()) for key, value in (headers or {}).items()]
     await send(
         {

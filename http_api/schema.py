@@ -71,6 +71,7 @@ class CallOptions:
     stream: bool
     include_usage: bool
     path: str | None
+    model: str | None  # the name the client asked for (the door checks it is served)
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def _call(data: dict, *max_tokens_keys: str) -> CallOptions:
     sampling = _checked(schema.sampling, data, *max_tokens_keys)
     # OpenAI's stop: absent means none (no cursor stop rule at this door)
     sampling = dataclasses.replace(sampling, stop=sampling.stop or ())
-    return CallOptions(sampling, stream, stream and include_usage, _text(data, "path"))
+    return CallOptions(sampling, stream, stream and include_usage, _text(data, "path"), model)
 
 
 def _content_text(value: Any, param: str) -> str:
@@ -389,16 +390,27 @@ def usage_chunk(envelope: Envelope, usage: dict, extra: dict) -> dict:
 
 
 def sse(data: dict | str) -> bytes:
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    payload = data if isinstance(data, str) else json_text(data)
     return f"data: {payload}\n\n".encode()
 
 
+def json_text(body: Any) -> str:
+    """The one JSON spelling of every body and event this door sends (Starlette's: compact)."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+
+
+ALIAS = "codespec"  # a name every server answers to, whatever model it loaded
+
+
 def models_response(target: str, draft: str | None, created: int) -> dict:
-    models = [
-        {"id": target, "object": "model", "created": created, "owned_by": "codespec", "codespec": {"role": "target"}}
+    """The target, the draft model if there is one (it only drafts), and the ``codespec`` alias."""
+    roles = [
+        (target, "target"),
+        *([(draft, "draft")] if draft else []),
+        *([(ALIAS, "alias")] if target != ALIAS else []),
     ]
-    if draft:
-        models.append(
-            {"id": draft, "object": "model", "created": created, "owned_by": "codespec", "codespec": {"role": "draft"}}
-        )
+    models = [
+        {"id": name, "object": "model", "created": created, "owned_by": "codespec", "codespec": {"role": role}}
+        for name, role in roles
+    ]
     return {"object": "list", "data": models}

@@ -327,7 +327,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         def on_delta(text: str) -> None:
             ls.protocol.notify(EDIT_DELTA, {"editId": edit_id, "uri": uri, "text": text})
 
-        request = edit_request(plan, cache_key=f"edit:{uri}", uri=uri, cursor=plan.start)
+        request = edit_request(plan, cache_key=f"edit:{uri}", uri=uri, cursor=plan.start, origin="lsp")
         result = await AsyncJob(ls.service, request, on_delta).result()
         return edit_logic.edit_response(edit_id, raw["range"], result)
 
@@ -407,6 +407,7 @@ async def complete_at(
         uri=uri,
         cache_key=uri,
         reference=typed_along(ls.suggestions.get(uri), text, offset),
+        origin="lsp",
     )
     cancel_warm(ls, uri)  # this request prefills what it needs itself
     previous = ls.inflight.pop(uri, None)

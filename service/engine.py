@@ -37,11 +37,13 @@ from codespec.prompts import Fim, PromptRenderer, RenderedPrompt
 from codespec.stats import RequestStats, json_safe
 from codespec.target import Target
 from service.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
+from service.logsafe import REQUEST_LOG
 from service.schema import RequestKind
 
 __all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "Usage"]
 
 log = logging.getLogger(__name__)
+request_log = logging.getLogger(REQUEST_LOG)
 PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arriving meanwhile waits <= one chunk)
 COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is a loop: stop it there
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
@@ -425,6 +427,21 @@ class EngineService:
         request = job.request
         accepted, rejected = _prediction_tokens(job.proposer, stats) if request.reference else (0, 0)
         usage = Usage(job.prompt_len, job.cached_len, stats.tokens, accepted, rejected)
+        if request.kind.is_history:
+            forwards = len(stats.steps)
+            request_log.info(
+                "%s %s model=%s prompt=%d (cached %d) output=%d tokens/forward=%.2f proposer=%s %s %.0f ms",
+                request.origin or "-",
+                request.kind.value,
+                getattr(self.target, "name", "") or "-",
+                usage.prompt_tokens,
+                usage.cached_prompt_tokens,
+                usage.completion_tokens,
+                stats.tokens / forwards if forwards else 0.0,
+                getattr(job.proposer, "name", "none") if job.proposer is not None else "none",
+                reason,
+                (time.perf_counter() - job.submitted_s) * 1e3,
+            )
         totals = self.stats
         totals.requests[request.kind.value] += 1
         totals.reasons[reason] += 1

@@ -38,6 +38,7 @@ class GenerationRequest:
     cursor: int | None = None  # code point offset of the cursor in ``uri``
     deadline_s: float | None = None
     proposer: str | None = None  # None: the service default
+    origin: str = ""  # who asked: lsp, websocket, http (the request log names it)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", RequestKind(self.kind))  # a kind's name is accepted too

@@ -14,6 +14,7 @@ from typing import Any
 
 MAX_QUOTE_CHARS = 200  # what an error message or a log line quotes of a value
 MAX_RECORD_CHARS = 4000  # one log record, traceback included
+REQUEST_LOG = "codespec.requests"  # one line per request on stderr (`serve --quiet`: none)
 
 
 def clip(value: Any, limit: int = MAX_QUOTE_CHARS) -> str:
@@ -56,9 +57,23 @@ class TruncatingFormatter(logging.Formatter):
         return f"{text[:head]}\n... [{len(text) - self.limit} characters cut] ...\n{text[-tail:]}"
 
 
+def quiet_requests() -> None:
+    """No per-request lines (`serve --quiet`); warnings and errors still go to stderr."""
+    logging.getLogger(REQUEST_LOG).setLevel(logging.WARNING)
+
+
 def install(limit: int = MAX_RECORD_CHARS) -> None:
     """Route warnings and errors to stderr through a truncating formatter, unless the process has
-    configured logging itself (then its handlers are left alone). Idempotent."""
+    configured logging itself (then its handlers are left alone), and the request log's lines
+    (``REQUEST_LOG``, info) too unless ``quiet_requests`` ran. Idempotent."""
+    requests = logging.getLogger(REQUEST_LOG)
+    if requests.level == logging.NOTSET:
+        requests.setLevel(logging.INFO)
+    if not requests.handlers:
+        line = logging.StreamHandler(sys.stderr)
+        line.setFormatter(TruncatingFormatter("codespec: %(message)s", limit=limit))
+        requests.addHandler(line)
+        requests.propagate = False  # the root's handler would print the line a second time
     root = logging.getLogger()
     if root.handlers:
         return

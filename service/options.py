@@ -234,3 +234,4 @@ class HttpLimits:
     max_body_bytes: int = 4 << 20  # a larger body is refused with 413
     max_requests: int = 16  # generations running at once over HTTP; one more is refused with 429
     allowed_origins: tuple[str, ...] = ()  # browser origins allowed to call (none by default)
+    any_model: bool = False  # serve every ``model`` name with the loaded target (clients that hard-code one)

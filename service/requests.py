@@ -30,6 +30,7 @@ def completion_request(
     reference: str | None = None,
     sampling: Sampling = Sampling(),
     deadline: bool = True,
+    origin: str = "",
 ) -> tuple[GenerationRequest, CompletionContext]:
     """A completion at code point ``offset`` of ``text``; ``windows`` from ``EngineService.windows``.
 
@@ -57,6 +58,7 @@ def completion_request(
         uri=uri,
         cursor=offset,
         deadline_s=options.completion.deadline_ms / 1000 if deadline else None,
+        origin=origin,
     )
     return request, context
 
@@ -69,6 +71,7 @@ def edit_request(
     uri: str | None = None,
     cursor: int | None = None,
     whole_budget: bool = False,
+    origin: str = "",
 ) -> GenerationRequest:
     """A rewrite of ``plan``'s region: its text (or the client's prediction) is the reference draft.
 
@@ -87,6 +90,7 @@ def edit_request(
         cache_key=cache_key,
         uri=uri,
         cursor=cursor,
+        origin=origin,
     )
 
 
@@ -99,19 +103,28 @@ def prompt_request(
     reference: str | None = None,
     cache_key: str | None = None,
     uri: str | None = None,
+    origin: str = "",
 ) -> GenerationRequest:
     """A prompt the client rendered itself (an OpenAI plain completion, a chat rendered by the
     model's template), sent as it is; ``chat`` ends it without the completion's loop stop."""
     kind = RequestKind.CHAT if chat else RequestKind.COMPLETE
     return _request(
-        prompt, max_tokens, kind, sampling, sampling.stop or (), reference=reference, cache_key=cache_key, uri=uri
+        prompt,
+        max_tokens,
+        kind,
+        sampling,
+        sampling.stop or (),
+        reference=reference,
+        cache_key=cache_key,
+        uri=uri,
+        origin=origin,
     )
 
 
 def _request(
     prompt: Prompt, max_tokens: int, kind: RequestKind, sampling: Sampling, stop: tuple[str, ...], **where: Any
 ) -> GenerationRequest:
-    """``where``: reference, cache_key, uri, cursor, deadline_s (``GenerationRequest``'s fields)."""
+    """``where``: reference, cache_key, uri, cursor, deadline_s, origin (``GenerationRequest``'s fields)."""
     return GenerationRequest(
         prompt=prompt,
         max_tokens=max_tokens,

@@ -94,8 +94,8 @@ def start_service(options: ServerOptions) -> EngineService:
 
 def load_service(options: ServerOptions) -> EngineService:
     """Load the model and start a new engine service (never the shared one)."""
+    from codespec.backends import load_target
     from codespec.default_model import target_path
-    from codespec.target import load_target
 
     model = options.engine.model or str(target_path())
     _set_cpu_threads(options.engine.threads)

@@ -204,7 +204,11 @@ class Session:
                 message.sampling.max_tokens or options.completion.edit_tokens,
             )
             return edit_request(
-                plan, sampling=message.sampling, cache_key=f"edit:{key}" if key else None, uri=message.path
+                plan,
+                sampling=message.sampling,
+                cache_key=f"edit:{key}" if key else None,
+                uri=message.path,
+                origin="websocket",
             ), None
         return completion_request(
             message.prefix + message.suffix,
@@ -216,6 +220,7 @@ class Session:
             cache_key=key,
             reference=message.prediction,
             sampling=message.sampling,
+            origin="websocket",
         )
 
 

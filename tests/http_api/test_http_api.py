@@ -9,6 +9,7 @@ readable text).
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import threading
 import time
@@ -134,7 +135,7 @@ def plain_output(service: EngineService, prompt_text: str, max_tokens: int, stop
 # ---- models, completions, chat ------------------------------------------------------------------
 def test_models_lists_the_loaded_target(tiny, server_model_dir):
     models = tiny.client().models.list().data
-    assert [model.id for model in models] == [tiny.service.target.name]
+    assert [model.id for model in models] == [tiny.service.target.name, "codespec"]  # and the alias
     assert models[0].id == str(server_model_dir) and models[0].object == "model"
 
 
@@ -142,8 +143,8 @@ def test_models_lists_the_draft_when_there_is_one(tiny):
     hosted = Hosted(tiny.service, draft="/models/draft")
     try:
         models = hosted.client().models.list().data
-        assert [model.id for model in models] == [tiny.service.target.name, "/models/draft"]
-        assert [model.model_extra["codespec"]["role"] for model in models] == ["target", "draft"]
+        assert [model.id for model in models] == [tiny.service.target.name, "/models/draft", "codespec"]
+        assert [model.model_extra["codespec"]["role"] for model in models] == ["target", "draft", "alias"]
     finally:
         hosted.close()
 
@@ -163,11 +164,11 @@ def test_fim_completion_is_what_the_engine_produces(shipped):
 def test_a_completion_prediction_is_drafted_and_counted(shipped):
     client = shipped.client()
     prompt = "def add(a, b):\n    return "
-    first = client.completions.create(model="m", prompt=prompt, suffix="\n", max_tokens=16)
+    first = client.completions.create(model="codespec", prompt=prompt, suffix="\n", max_tokens=16)
     answer = first.choices[0].text
     assert answer
     again = client.completions.create(
-        model="m",
+        model="codespec",
         prompt=prompt,
         suffix="\n",
         max_tokens=16,
@@ -181,7 +182,7 @@ def test_a_completion_prediction_is_drafted_and_counted(shipped):
 
 def test_a_seed_makes_plain_sampling_reproducible(tiny):
     client = tiny.client()
-    kwargs = dict(model="m", prompt="def f(x):\n    return ", max_tokens=24, temperature=1.0, top_p=0.95)
+    kwargs = dict(model="codespec", prompt="def f(x):\n    return ", max_tokens=24, temperature=1.0, top_p=0.95)
     # With drafting, the random draws follow the drafts (the same distribution, other samples); without it
     # the seed fixes the output (as OpenAI's, "best effort" otherwise).
     texts = {
@@ -240,7 +241,7 @@ def test_chat_template_renders_the_messages(server_model_dir, one_thread):
     hosted = Hosted(service)
     try:
         messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "say x = 1"}]
-        chat = hosted.client().chat.completions.create(model="m", messages=messages, max_completion_tokens=12)
+        chat = hosted.client().chat.completions.create(model="codespec", messages=messages, max_completion_tokens=12)
         rendered = target.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         assert rendered == "<system>be brief\n<user>say x = 1\n<assistant>"
         assert chat.choices[0].message.content == plain_output(service, rendered, 12).text
@@ -253,7 +254,7 @@ def test_chat_template_renders_the_messages(server_model_dir, one_thread):
 # ---- streaming ----------------------------------------------------------------------------------
 def test_streaming_equals_non_streaming_for_completions(tiny):
     client = tiny.client()
-    kwargs = dict(model="m", prompt="def scale(values, factor):\n    return [", suffix="]\n", max_tokens=40)
+    kwargs = dict(model="codespec", prompt="def scale(values, factor):\n    return [", suffix="]\n", max_tokens=40)
     whole = client.completions.create(**kwargs)
     chunks = list(client.completions.create(**kwargs, stream=True, stream_options={"include_usage": True}))
     texts = [chunk.choices[0].text for chunk in chunks if chunk.choices]
@@ -265,7 +266,9 @@ def test_streaming_equals_non_streaming_for_completions(tiny):
 
 def test_streaming_equals_non_streaming_for_chat(tiny):
     client = tiny.client()
-    kwargs = dict(model="m", messages=[{"role": "user", "content": "tidy\n```\nx = [1, 2,3]\n```"}], max_tokens=60)
+    kwargs = dict(
+        model="codespec", messages=[{"role": "user", "content": "tidy\n```\nx = [1, 2,3]\n```"}], max_tokens=60
+    )
     whole = client.chat.completions.create(**kwargs)
     chunks = list(client.chat.completions.create(**kwargs, stream=True, stream_options={"include_usage": True}))
     choices = [chunk.choices[0] for chunk in chunks if chunk.choices]
@@ -290,9 +293,9 @@ def test_stop_strings_across_tokens(shipped):
         if 2 < b <= len(text) - 2 and text.find(text[b - 2 : b + 2]) == b - 2
     )
     assert cut > 0 and len(stop) == 4  # the stop string spans a token boundary
-    whole = client.completions.create(model="m", prompt=prompt, max_tokens=24, stop=[stop, "never-seen"])
+    whole = client.completions.create(model="codespec", prompt=prompt, max_tokens=24, stop=[stop, "never-seen"])
     assert whole.choices[0].text == text[:cut] and whole.choices[0].finish_reason == "stop"
-    streamed = list(client.completions.create(model="m", prompt=prompt, max_tokens=24, stop=stop, stream=True))
+    streamed = list(client.completions.create(model="codespec", prompt=prompt, max_tokens=24, stop=stop, stream=True))
     assert "".join(chunk.choices[0].text for chunk in streamed) == text[:cut]  # nothing past the stop, ever
 
 
@@ -307,7 +310,7 @@ def cancelled_count(service: EngineService) -> int:
 
 
 def test_a_client_that_disconnects_cancels_its_generation(tiny):
-    body = {"model": "m", "messages": LONG_CHAT, "max_tokens": 2000, "stream": True}
+    body = {"model": "codespec", "messages": LONG_CHAT, "max_tokens": 2000, "stream": True}
     before = cancelled_count(tiny.service)
     with httpx2.Client(timeout=WAIT_S) as client:
         with client.stream(
@@ -338,7 +341,7 @@ def test_a_long_chat_does_not_hold_up_a_short_completion(tiny):
 
     def long_chat() -> None:
         stream = client.chat.completions.create(
-            model="m", messages=LONG_CHAT, max_tokens=2000, stream=True, stream_options={"include_usage": True}
+            model="codespec", messages=LONG_CHAT, max_tokens=2000, stream=True, stream_options={"include_usage": True}
         )
         for chunk in stream:
             first_chunk.set()
@@ -349,7 +352,7 @@ def test_a_long_chat_does_not_hold_up_a_short_completion(tiny):
     runner = threading.Thread(target=long_chat)
     runner.start()
     assert first_chunk.wait(WAIT_S)
-    short = client.completions.create(model="m", prompt="x = ", max_tokens=4)
+    short = client.completions.create(model="codespec", prompt="x = ", max_tokens=4)
     running_after_short = not long_done.is_set()
     runner.join(WAIT_S)
     assert short.usage.completion_tokens >= 1
@@ -419,18 +422,76 @@ def test_a_prompt_longer_than_the_context_is_400(tiny, stream):
     error = assert_error(
         post(tiny, "/v1/completions", {"prompt": prompt, "stream": stream}), 400, "context_length_exceeded"
     )
-    assert "context" in error["message"]
+    assert "context" in error["message"] and error["param"] == "prompt"  # the endpoint's own field
     with pytest.raises(openai.BadRequestError) as raised:  # the official client sees a plain 400 too
         tiny.client().chat.completions.create(
-            model="m", messages=[{"role": "user", "content": f"```\n{prompt}\n```"}], stream=stream
+            model="codespec", messages=[{"role": "user", "content": f"```\n{prompt}\n```"}], stream=stream
         )
     assert raised.value.status_code == 400 and raised.value.code == "context_length_exceeded"
+    assert raised.value.param == "messages"
+    with pytest.raises(openai.BadRequestError) as raised:
+        tiny.client().completions.create(model="codespec", prompt=prompt, stream=stream)
+    assert raised.value.code == "context_length_exceeded" and raised.value.param == "prompt"
+
+
+def test_an_unknown_model_is_openais_404_naming_what_is_served(tiny):
+    client = tiny.client()
+    served = [model.id for model in client.models.list().data]
+    assert "codespec" in served and tiny.service.target.name in served
+    for call in (
+        lambda: client.completions.create(model="gpt-4o", prompt="x", max_tokens=1),
+        lambda: client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}]),
+    ):
+        with pytest.raises(openai.NotFoundError) as raised:
+            call()
+        assert raised.value.code == "model_not_found" and raised.value.param == "model"
+        assert "'codespec'" in raised.value.message and "--http-any-model" in raised.value.message
+    for name in served:  # every listed name is served
+        assert client.completions.create(model=name, prompt="x", max_tokens=1).choices
+
+
+def test_any_model_serves_every_name_with_the_loaded_target(server_target, one_thread):
+    service = EngineService(server_target, proposer="none")
+    hosted = Hosted(service, HttpLimits(any_model=True))
+    try:
+        response = hosted.client().completions.create(model="gpt-4o", prompt="def f():", max_tokens=2)
+        assert response.model == tiny_name(service) and response.choices[0].text is not None
+    finally:
+        hosted.close()
+        service.close()
+
+
+def tiny_name(service) -> str:
+    return str(service.target.name)
+
+
+def test_speculation_counts_every_drafted_token_whatever_proposed_it(tiny):
+    body = {"prompt": CODE + "\n\n" + CODE[:60], "max_tokens": 40, "proposer": "context"}
+    extra = post(tiny, "/v1/completions", body).json()["codespec"]
+    speculation, stats = extra["speculation"], extra["stats"]
+    assert speculation["drafted_tokens"] == stats["drafted_tokens"] > 0  # context lookup's drafts count
+    assert speculation["accepted_tokens"] == stats["accepted_tokens"] <= speculation["drafted_tokens"]
+    assert speculation["target_forwards"] == stats["target_forwards"] > 0
+    assert speculation["accepted_prediction_tokens"] == 0  # no prediction was sent
+
+
+def test_every_body_has_one_json_spelling(tiny):
+    ok = post(tiny, "/v1/completions", {"prompt": "x", "max_tokens": 1})
+    bad = post(tiny, "/v1/completions", {"prompt": "x", "temperature": 3})
+    missing = post(tiny, "/v1/nowhere", {})
+    for response in (
+        ok,
+        bad,
+        missing,
+        httpx2.get(tiny.url + "/v1/models", headers={"Authorization": f"Bearer {TOKEN}"}),
+    ):
+        assert json.dumps(response.json(), ensure_ascii=False, separators=(",", ":")) == response.text
 
 
 def test_the_openai_client_raises_its_typed_errors(tiny):
     client = tiny.client()
     with pytest.raises(openai.BadRequestError) as raised:
-        client.completions.create(model="m", prompt="x", temperature=3)
+        client.completions.create(model="codespec", prompt="x", temperature=3)
     assert raised.value.param == "temperature" and raised.value.code == "invalid_value"
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=tiny.url + "/v1", api_key="wrong", max_retries=0).models.list()
@@ -493,7 +554,7 @@ def test_an_allowed_origin_gets_cors_headers(tiny):
 def test_a_full_queue_is_429(tiny):
     small = Hosted(tiny.service, HttpLimits(max_requests=1))
     try:
-        body = {"model": "m", "messages": LONG_CHAT, "max_tokens": 2000, "stream": True}
+        body = {"model": "codespec", "messages": LONG_CHAT, "max_tokens": 2000, "stream": True}
         with httpx2.Client(timeout=WAIT_S) as client:
             with client.stream(
                 "POST", small.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
@@ -504,9 +565,11 @@ def test_a_full_queue_is_429(tiny):
                 assert_error(refused, 429, "rate_limit_exceeded")
                 assert refused.headers["retry-after"] == "1"
                 with pytest.raises(openai.RateLimitError):
-                    small.client().completions.create(model="m", prompt="x")
+                    small.client().completions.create(model="codespec", prompt="x")
         wait_for(lambda: small.server.door.running == 0, "the slot to be released")
-        assert small.client().completions.create(model="m", prompt="x", max_tokens=2).usage.completion_tokens >= 1
+        assert (
+            small.client().completions.create(model="codespec", prompt="x", max_tokens=2).usage.completion_tokens >= 1
+        )
     finally:
         small.close()
 
@@ -521,11 +584,13 @@ def test_sixteen_concurrent_clients_with_random_disconnects(tiny):
         client = openai.AsyncOpenAI(base_url=tiny.url + "/v1", api_key=TOKEN, max_retries=0, timeout=WAIT_S)
         try:
             if kind == "completion":
-                kwargs = dict(model="m", prompt=f"def f{number}(x):\n    return ", max_tokens=rng.choice([8, 64, 400]))
+                kwargs = dict(
+                    model="codespec", prompt=f"def f{number}(x):\n    return ", max_tokens=rng.choice([8, 64, 400])
+                )
                 create = client.completions.create
             else:
                 messages = LONG_CHAT if leave else [{"role": "user", "content": f"```\nx{number} = {number}\n```"}]
-                kwargs = dict(model="m", messages=messages, max_tokens=rng.choice([16, 200, 1500]))
+                kwargs = dict(model="codespec", messages=messages, max_tokens=rng.choice([16, 200, 1500]))
                 create = client.chat.completions.create
             if leave and not stream:
                 async with httpx2.AsyncClient() as raw:
@@ -561,4 +626,4 @@ def test_sixteen_concurrent_clients_with_random_disconnects(tiny):
     wait_for(lambda: tiny.service.snapshot()["active_requests"] == 0, "the engine to be idle")
     client = tiny.client()
     assert client.models.list().data
-    assert client.completions.create(model="m", prompt="y = ", max_tokens=3).usage.completion_tokens >= 1
+    assert client.completions.create(model="codespec", prompt="y = ", max_tokens=3).usage.completion_tokens >= 1

@@ -80,8 +80,18 @@ def test_http_and_ws_in_one_process_with_a_generated_token(server_model_dir, tmp
 
         client = openai.OpenAI(base_url=http.group(1), api_key=token, max_retries=0, timeout=WAIT_S)
         assert client.models.list().data[0].id == str(server_model_dir)
-        completion = client.completions.create(model="m", prompt="def f(x):\n    return ", max_tokens=4)
+        completion = client.completions.create(model="codespec", prompt="def f(x):\n    return ", max_tokens=4)
         assert completion.usage.completion_tokens >= 1
+        line = read_until(
+            process,
+            r"codespec: http complete model=\S+ prompt=(\d+) \(cached \d+\) output=(\d+) tokens/forward=[\d.]+ "
+            r"proposer=\S+ \w+ \d+ ms",
+            deadline,
+        )  # one line per request on stderr
+        assert (int(line.group(1)), int(line.group(2))) == (
+            completion.usage.prompt_tokens,
+            completion.usage.completion_tokens,
+        )
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=http.group(1), api_key="wrong", max_retries=0).models.list()
 
@@ -125,9 +135,9 @@ async def test_http_beside_the_stdio_lsp_shares_its_service(server_model_dir, tm
         )
         try:
             before = await client.protocol.send_request_async("codespec/stats", {})
-            completion = await api.completions.create(model="m", prompt="x = ", max_tokens=3)
+            completion = await api.completions.create(model="codespec", prompt="x = ", max_tokens=3)
             chat = await api.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "```\ny = 2\n```"}], max_tokens=5
+                model="codespec", messages=[{"role": "user", "content": "```\ny = 2\n```"}], max_tokens=5
             )
         finally:
             await api.close()

@@ -293,3 +293,37 @@ def test_a_request_runs_its_own_documents_idle_calls_first(service):
         running.cancel()
         running.wait(WAIT_S)
         other.result(WAIT_S)
+
+
+def test_each_user_request_is_one_line_of_the_request_log_unless_quiet(server_target):
+    import logging
+
+    from service import logsafe
+
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger(logsafe.REQUEST_LOG)
+    collect, level = Collect(), logger.level
+    logger.addHandler(collect)
+    logger.setLevel(logging.INFO)
+    service = EngineService(server_target, proposer="context")
+    try:
+        service.warm_up()  # not a user request: no line
+        request = GenerationRequest(prompt="def f(x):\n    return ", max_tokens=3, origin="test")
+        result = service.submit(request).wait(WAIT_S)
+        assert len(lines) == 1 and lines[0].startswith("test complete model=")
+        assert (
+            f"prompt={result.usage.prompt_tokens} " in lines[0]
+            and f"output={result.usage.completion_tokens} " in lines[0]
+        )
+        logsafe.quiet_requests()
+        service.submit(request).wait(WAIT_S)
+        assert len(lines) == 1
+    finally:
+        service.close()
+        logger.removeHandler(collect)
+        logger.setLevel(level)
