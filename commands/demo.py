@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import html
 import statistics
 import sys
 import time
@@ -24,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from codespec.errors import CodespecError
+from commands.progress import Progress
 
 DEFAULT_WORKSPACE = Path("examples/workspace")
 REWRITE_INSTRUCTION = "add a docstring"
@@ -49,6 +51,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each configuration; medians are reported")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--plot", type=Path, default=None, help="write the speedup of every case to FILE.svg")
     parser.set_defaults(run=run)
 
 
@@ -67,6 +70,8 @@ class Pair:
     accepted_prediction_tokens: int
     rejected_prediction_tokens: int
     identical: bool
+    speedup_range: tuple[float, float]  # over the repeats: each speculative run against the plain one beside it
+    tokens_per_forward_range: tuple[float, float]
 
     @property
     def speedup(self) -> float:
@@ -84,6 +89,8 @@ def measure(service, request, where: str, repeats: int, finish=lambda text: text
         plain.append(service.submit(replace(request, cache_key=f"demo-p-{where}-{repeat}", proposer="none")).wait())
     fast = sorted(speculative, key=lambda r: r.elapsed_s)[len(speculative) // 2]
     slow = sorted(plain, key=lambda r: r.elapsed_s)[len(plain) // 2]
+    speedups = [p.elapsed_s / s.elapsed_s for s, p in zip(speculative, plain, strict=True) if s.elapsed_s > 0]
+    forwards = [r.stats["tokens_per_forward"] for r in speculative]
     return Pair(
         where,
         finish(fast.text),
@@ -96,6 +103,8 @@ def measure(service, request, where: str, repeats: int, finish=lambda text: text
         fast.usage.accepted_prediction_tokens,
         fast.usage.rejected_prediction_tokens,
         all(r.text == fast.text for r in (*speculative, *plain)),
+        (round(min(speedups), 3), round(max(speedups), 3)) if speedups else (0.0, 0.0),
+        (round(min(forwards), 3), round(max(forwards), 3)),
     )
 
 
@@ -149,7 +158,11 @@ def run(args) -> int:
         raise CodespecError(f"--workspace {args.workspace}: not a directory")
     if args.repeats < 1:
         raise CodespecError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.plot is not None and args.plot.suffix != ".svg":
+        raise CodespecError(f"--plot {args.plot}: writes an SVG picture; name it FILE.svg")
     started = time.perf_counter()
+    progress = Progress()
+    progress.say(f"loading the model ({args.model or 'the shipped default'})")
     options = ServerOptions(engine=EngineOptions(model=args.model, device=args.device, threads=args.threads))
     service = start_service(options)
     report: dict = {
@@ -158,10 +171,13 @@ def run(args) -> int:
         "shipped_model": args.model is None,
     }
     try:
+        progress.say(f"indexing {args.workspace}")
         index_folders(service, [args.workspace], options, quiet=True)
         windows = service.windows_for(options)
         completions = []
-        for path, text, offset in completion_spots(args.workspace):
+        spots = completion_spots(args.workspace)
+        progress.phase(f"completions (x{args.repeats} speculative and plain)", len(spots))
+        for path, text, offset in spots:
             request, context = completion_request(
                 text, offset, options, windows, invoked=True, uri=path.resolve().as_uri(), deadline=False
             )
@@ -176,11 +192,15 @@ def run(args) -> int:
                     lambda out, context=context: trim_completion(out, context),
                 )
             )
+            progress.step(_progress_detail(completions[-1]))
         rewrites, originals = [], {}
-        for path, where, region in rewrite_regions(args.workspace):
+        regions = rewrite_regions(args.workspace)
+        progress.phase(f"rewrites (x{args.repeats} speculative and plain)", len(regions))
+        for path, where, region in regions:
             plan = plan_text_edit(region, REWRITE_INSTRUCTION, None, options.completion.edit_tokens)
             rewrites.append(measure(service, edit_request(plan, uri=path.resolve().as_uri()), where, args.repeats))
             originals[where] = region
+            progress.step(_progress_detail(rewrites[-1]))
     finally:
         close_service(service)
     if not rewrites:
@@ -190,6 +210,10 @@ def run(args) -> int:
     report["rewrites"]["instruction"] = REWRITE_INSTRUCTION
     report["rewrites"]["typical"]["original"] = originals[report["rewrites"]["typical"]["where"]]
     report["seconds"] = round(time.perf_counter() - started, 1)
+    report["repeats"] = args.repeats
+    if args.plot is not None:
+        args.plot.write_text(speedup_svg(completions, rewrites), encoding="utf-8")
+        progress.say(f"wrote {args.plot}")
     if args.json:
         import json
 
@@ -209,6 +233,8 @@ def summarize(pairs: list[Pair]) -> dict:
         "speedup_p90": round(speedups[(9 * len(speedups)) // 10], 3),
         "faster": sum(s > 1.0 for s in speedups),
         "tokens_per_forward_median": round(statistics.median(pair.tokens_per_forward for pair in pairs), 3),
+        # run to run: how far apart one position's fastest and slowest repeat were (median over positions)
+        "repeat_spread": round(statistics.median(_spread_of(pair) for pair in pairs), 3),
         "identical": all(pair.identical for pair in pairs),
         "typical": ordered[len(ordered) // 2].as_dict(),
         "best": ordered[-1].as_dict(),
@@ -221,10 +247,13 @@ def describe(report: dict) -> str:
     example = rewrites["typical"]
     lines = [
         f"codespec demo: model {report['model']} ({report['prompt_format']} prompts), {report['seconds']} s in all",
+        f"Each case ran {report['repeats']}x speculatively and {report['repeats']}x plainly, alternating; figures vary "
+        "from run to run because the auto policy plans every step with costs it measures on this machine "
+        "(other work on the cores changes its drafts and timings, never its output).",
         "",
         f"1. Completions from the indexed workspace, at {summary['positions']} positions (each line's text after "
         f"its first word), speculative vs plain decoding in the same run:",
-        *_spread(summary),
+        *_spread(summary, report["repeats"]),
         f"   typical: {typical['where']} -> {typical['text']!r}: {typical['speedup']:.2f}x, "
         f"{typical['tokens_per_forward']:.2f} tokens/forward",
         f"   best:    {best['where']} -> {best['text']!r}: {best['speedup']:.2f}x, "
@@ -233,7 +262,7 @@ def describe(report: dict) -> str:
         "",
         f"2. Rewrites of {rewrites['positions']} regions (every class and function of 3-30 lines), instruction "
         f"{rewrites['instruction']!r}, the region as the copy pointer's reference:",
-        *_spread(rewrites),
+        *_spread(rewrites, report["repeats"]),
         f"   outputs identical to plain greedy decoding: {'yes' if rewrites['identical'] else 'NO'}",
         f"   typical: {example['where']}: {example['speedup']:.2f}x ({example['plain_s'] * 1e3:.0f} -> "
         f"{example['speculative_s'] * 1e3:.0f} ms), {example['tokens']} tokens at "
@@ -250,12 +279,65 @@ def describe(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _spread(summary: dict) -> list[str]:
+def _spread(summary: dict, repeats: int) -> list[str]:
     return [
         f"   speedup median {summary['speedup_median']:.2f}x (10th-90th percentile {summary['speedup_p10']:.2f}-"
         f"{summary['speedup_p90']:.2f}x; faster at {summary['faster']} of {summary['positions']}), "
-        f"tokens per forward median {summary['tokens_per_forward_median']:.2f}"
+        f"tokens per forward median {summary['tokens_per_forward_median']:.2f}",
+        f"   run to run: a position's speedup over its {repeats} repeats spans a median "
+        f"+-{summary['repeat_spread'] * 50:.0f}%"
+        if repeats > 1
+        else "   run to run: not measured with one repeat (--repeats 3 shows the spread)",
     ]
+
+
+def _spread_of(pair: Pair) -> float:
+    """(fastest - slowest) / median speedup over one position's repeats."""
+    low, high = pair.speedup_range
+    return (high - low) / pair.speedup if pair.speedup > 0 else 0.0
+
+
+def _progress_detail(pair: Pair) -> str:
+    low, high = pair.speedup_range
+    return f"{pair.where}: {pair.speedup:.2f}x ({low:.2f}-{high:.2f}), {pair.tokens_per_forward:.2f} tokens/forward" + (
+        "" if pair.identical else "  OUTPUT DIFFERS"
+    )
+
+
+def speedup_svg(completions: list[Pair], rewrites: list[Pair]) -> str:
+    """A bar per case (its median speedup, a whisker over its repeats), 1x marked: a picture with no
+    plotting library to install."""
+    cases = [("completion", pair) for pair in completions] + [("rewrite", pair) for pair in rewrites]
+    top = max([2.0, *(pair.speedup_range[1] for _, pair in cases)])
+    width, height, left, bottom, bar = 40 + 14 * len(cases), 260, 40, 230, 10
+    scale = (bottom - 20) / top
+
+    def y(value: float) -> float:
+        return bottom - value * scale
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="10">',
+        f'<text x="{left}" y="12">codespec demo: speedup over plain decoding per case (bar: median; line: repeats)</text>',
+        f'<line x1="{left}" x2="{width - 5}" y1="{y(1):.1f}" y2="{y(1):.1f}" stroke="#999" stroke-dasharray="3 3"/>',
+        f'<text x="4" y="{y(1) + 3:.1f}">1x</text>',
+        f'<text x="4" y="{y(top) + 3:.1f}">{top:.1f}x</text>',
+    ]
+    for number, (kind, pair) in enumerate(cases):
+        x = left + 14 * number
+        colour = "#3a7bd5" if kind == "completion" else "#e07b39"
+        low, high = pair.speedup_range
+        parts += [
+            f'<rect x="{x}" y="{y(pair.speedup):.1f}" width="{bar}" height="{pair.speedup * scale:.1f}" fill="{colour}">'
+            f"<title>{html.escape(f'{kind} {pair.where}')}: {pair.speedup:.2f}x, "
+            f"{pair.tokens_per_forward:.2f} tokens/forward</title></rect>",
+            f'<line x1="{x + bar / 2}" x2="{x + bar / 2}" y1="{y(low):.1f}" y2="{y(high):.1f}" stroke="#222"/>',
+        ]
+    parts += [
+        f'<text x="{left}" y="{bottom + 15}" fill="#3a7bd5">completions ({len(completions)})</text>',
+        f'<text x="{left + 130}" y="{bottom + 15}" fill="#e07b39">rewrites ({len(rewrites)})</text>',
+        "</svg>",
+    ]
+    return "\n".join(parts) + "\n"
 
 
 if __name__ == "__main__":  # python -m commands.demo

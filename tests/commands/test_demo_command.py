@@ -11,9 +11,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_demo_reports_both_jobs_with_identical_outputs():
+def test_demo_reports_both_jobs_with_identical_outputs(tmp_path):
+    plot = tmp_path / "speedups.svg"
     done = subprocess.run(
-        [sys.executable, "-m", "codespec.cli", "demo", "--repeats", "1", "--json", "--device", "cpu", "--threads", "1"],
+        [
+            sys.executable,
+            "-m",
+            "codespec.cli",
+            "demo",
+            "--repeats",
+            "1",
+            "--json",
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--plot",
+            str(plot),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -32,3 +47,27 @@ def test_demo_reports_both_jobs_with_identical_outputs():
     example = rewrites["typical"]
     assert example["tokens"] > 0 and example["where"].split(":")[0] in ("shapes.py", "report.py")
     assert example["original"].lstrip().startswith(("@", "class ", "def "))
+    # its work shown as it happens, on stderr (not a terminal here: a plain line per case)
+    progress = [line for line in done.stderr.splitlines() if line.startswith("codespec: ")]
+    assert progress[0].startswith("codespec: loading the model")
+    assert sum(" completions " in line for line in progress) == completions["positions"]
+    assert sum(" rewrites " in line for line in progress) == rewrites["positions"]
+    assert plot.read_text().count("<rect ") == completions["positions"] + rewrites["positions"]
+
+
+def test_progress_rewrites_one_line_on_a_terminal_and_writes_lines_elsewhere():
+    import io
+
+    from commands.progress import Progress
+
+    for live in (True, False):
+        stream = io.StringIO()
+        progress = Progress(stream, live=live)
+        progress.say("loading")
+        progress.phase("completions", 2)
+        progress.step("a.py:1:1: 1.50x")
+        progress.step("a.py:2:1: 2.00x")
+        progress.say("done")
+        text = stream.getvalue()
+        assert text.startswith("codespec: loading\n") and text.endswith("codespec: done\n")
+        assert ("\r" in text) is live and text.count("completions ") == 2
