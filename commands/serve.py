@@ -207,10 +207,11 @@ def run_serve(args) -> int:
     refused = unsupported_transport(args)
     if refused:
         raise CodespecError(refused)
-    if args.quiet:
-        from service.logsafe import quiet_requests
+    from service import logsafe
 
-        quiet_requests()
+    if args.quiet:
+        logsafe.quiet_requests()
+    logsafe.install()  # warnings, errors and the line per request, on stderr, for every door
     endpoints = plan_endpoints(args)
     if args.http_max_body_bytes < 1 or args.http_max_requests < 1:
         raise CodespecError("--http-max-body-bytes and --http-max-requests must be >= 1")
