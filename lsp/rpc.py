@@ -165,12 +165,23 @@ def strict_scalars(converter) -> None:
     converter.register_structure_hook(float, check((int, float), "a number"))
 
 
+class RequestFutures(dict):
+    """pygls's running requests by id, whose ``items()`` is a snapshot: at ``shutdown`` pygls cancels
+    every running future while iterating this, and a cancelled future's done callback drops it from
+    here (``_execute_handler``); iterating the live dict then raised "dictionary changed size
+    during iteration" and the shutdown request failed."""
+
+    def items(self):  # type: ignore[override]
+        return list(super().items())
+
+
 class CodespecProtocol(LanguageServerProtocol):
     """pygls's protocol behind a gate that answers every malformed request (see the module doc)."""
 
     def __init__(self, server, converter) -> None:
         strict_scalars(converter)
         super().__init__(server, converter)
+        self._request_futures = RequestFutures()
         self.initialize_seen = False
         self.replaced_surrogates = 0  # strings whose lone surrogates were replaced (for tests, stats)
 

@@ -227,3 +227,20 @@ def test_structure_errors_name_the_lsp_field():
     text = describe_structure_error(raised.value)
     assert "required field missing @ params.context" in text
     assert "Position.line should be in range" in text and "params.position" in text
+
+
+def test_shutdown_can_cancel_requests_whose_callbacks_drop_them():
+    """pygls's shutdown cancels every running request while iterating them; a cancelled request's
+    done callback drops it from the same table (a race a CLI test hit once)."""
+    from concurrent.futures import Future
+
+    from lsp.server import build_server
+
+    futures = build_server().protocol._request_futures
+    for msg_id in range(3):
+        future: Future = Future()
+        future.add_done_callback(lambda _, msg_id=msg_id: futures.pop(msg_id, None))
+        futures[msg_id] = future
+    for _msg_id, future in futures.items():  # what pygls's lsp_shutdown does
+        future.cancel()
+    assert not futures
