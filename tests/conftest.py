@@ -7,12 +7,53 @@ single-token forward may round differently) are rare; equivalence tests still re
 
 from __future__ import annotations
 
+import os
 import sysconfig
 from pathlib import Path
 
 import pytest
 import torch
 from engine_harness import stdlib_corpus
+
+FULL_HINT = "python -m pytest --full"
+SLOW = pytest.StashKey[int]()
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="run the slow tests too (real editors, subprocess servers, statistical exactness); CI does",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "slow: the suite's minutes (real editors, subprocess servers and CLIs, statistical exactness): "
+        f"left out of a plain `python -m pytest`, run by `{FULL_HINT}` and by CI",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """A plain run leaves the slow tests out (the working loop, a few minutes on two cores);
+    ``--full``, CI (CI=true), ``-m`` or naming the tests runs what was asked."""
+    asked = config.getoption("--full") or os.environ.get("CI", "").lower() == "true" or config.option.markexpr
+    named = any(not str(arg).rstrip("/").endswith("tests") for arg in config.args)
+    if asked or named:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+        config.hook.pytest_deselected(items=slow)
+        config.stash[SLOW] = len(slow)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    left_out = config.stash.get(SLOW, 0)
+    if left_out:
+        terminalreporter.write_line(f"{left_out} slow tests were left out: `{FULL_HINT}` runs them (CI does)")
+
 
 # Tiny models gain nothing from threads, and on a shared 2-core machine spin-waiting threads cost
 # a lot: one thread keeps the suite's run time stable.

@@ -11,6 +11,8 @@ import pytest
 
 from codespec.cli import main
 
+pytestmark = pytest.mark.slow  # subprocess CLIs: `python -m pytest --full` runs it
+
 STATS_KEYS = {
     "tokens",
     "target_forwards",

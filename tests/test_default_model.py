@@ -46,6 +46,7 @@ def test_shipped_models_are_small_and_in_the_package():
     assert total <= 30 * 1024 * 1024
 
 
+@pytest.mark.slow
 def test_both_models_load_offline_in_a_fresh_process():
     script = (
         "import json, sys\n"

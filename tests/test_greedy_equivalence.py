@@ -61,7 +61,16 @@ def test_plain_engine_matches_transformers_generate(tiny_target, cases):
         assert tuple(output) == tuple(reference)
 
 
-@pytest.mark.parametrize("kind", ["oracle", "always_wrong", "random", "right_then_wrong", "context"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "oracle",
+        pytest.param("always_wrong", marks=pytest.mark.slow),
+        pytest.param("random", marks=pytest.mark.slow),
+        "right_then_wrong",
+        "context",
+    ],
+)
 def test_speculative_greedy_equals_plain(tiny_target, cases, kind):
     prompts, references = cases
     vocab = tiny_target.vocab_size

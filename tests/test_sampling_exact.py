@@ -26,6 +26,8 @@ from codespec.draft import Draft
 from codespec.model import TargetModel
 from codespec.sampling import process_logits
 
+pytestmark = pytest.mark.slow  # statistical exactness over thousands of samples: `python -m pytest --full` runs it
+
 VOCAB = 6
 PROMPT = [0, 3, 1]
 NEW_TOKENS = 3

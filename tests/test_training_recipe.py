@@ -53,6 +53,7 @@ def tiny_maker(tokenizer):
     return ExampleMaker(tokenizer, files, functions, stream, frequent, random.Random(0))
 
 
+@pytest.mark.slow
 def test_train_runs_every_phase_and_keeps_the_best_probed_weights(tokenizer, tmp_path):
     shape = Shape(hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64)
     target = build_llama(shape, len(tokenizer), tokenizer.eos_token_id, 256, 0)
@@ -88,6 +89,7 @@ def test_train_runs_every_phase_and_keeps_the_best_probed_weights(tokenizer, tmp
     assert (tmp_path / "checkpoint.pt").exists()
 
 
+@pytest.mark.slow
 def test_batched_probes_agree_with_the_one_at_a_time_evaluation(tokenizer):
     """probe.py ranks checkpoints during training; it must measure what evaluate.py (the card, the
     tests' bars) measures, function by function, despite left padding."""

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # bench/gpu.sh end to end: `python -m pytest --full` runs it
+
 ROOT = Path(__file__).resolve().parents[2]
 EDIT = {
     "id": "e",

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import vscode_env
 
-pytestmark = pytest.mark.editors
+pytestmark = [pytest.mark.slow, pytest.mark.editors]  # slow: `python -m pytest --full` runs it
 
 # Flags that work as root in a container without a GPU; nothing may reach the network.
 CHROMIUM_FLAGS = [

@@ -16,6 +16,8 @@ from family_layouts import FAMILIES
 from codespec.cli import main
 from codespec.prompts import Fim, PromptRenderer
 
+pytestmark = pytest.mark.slow  # codespec complete per model family: `python -m pytest --full` runs it
+
 SOURCE = (
     "import os\n\n\ndef square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n\n\n"
     "def quad(x):\n    \n\n\ndef main(argv):\n    return [quad(int(a)) for a in argv]\n"

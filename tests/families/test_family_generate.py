@@ -13,6 +13,8 @@ from family_layouts import ALL_FAMILIES, corpus
 
 from codespec.cli import main
 
+pytestmark = pytest.mark.slow  # subprocess CLIs per family: `python -m pytest --full` runs it
+
 MAX_NEW = 32
 DRAFTERS = ("context", "reference", "index", "draft", "early-exit", "auto")
 

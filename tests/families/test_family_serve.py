@@ -16,7 +16,7 @@ from pytest_lsp import ClientServerConfig
 
 from codespec.prompts import PromptRenderer, Rewrite
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]  # slow: `python -m pytest --full` runs it
 
 SOURCE = (
     "import os\n\n\ndef join_all(parts):\n    return os.path.join(*parts)\n\n\n"

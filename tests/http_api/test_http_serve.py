@@ -19,6 +19,8 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig
 
+pytestmark = pytest.mark.slow  # subprocess servers: `python -m pytest --full` runs it
+
 SERVE = [sys.executable, "-m", "codespec.cli", "serve"]
 WAIT_S = 120
 

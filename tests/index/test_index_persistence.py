@@ -181,6 +181,7 @@ def _run_and_kill(script, tokenizer_dir, db, first_revision, rng):
     assert writer.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow
 def test_killed_writer_leaves_a_consistent_database(tmp_path, index_tokenizer):
     """A writer SIGKILLed at random moments (several times, one database) leaves a file that opens,
     passes the integrity checks, and holds each grouped save whole or not at all: the documents of

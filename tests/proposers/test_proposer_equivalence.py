@@ -67,7 +67,17 @@ def builders(target, model_dir):
     }
 
 
-@pytest.mark.parametrize("kind", ["draft-self", "draft-nearby", "draft-unrelated", "early-exit", "auto", "auto-nearby"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "draft-self",
+        pytest.param("draft-nearby", marks=pytest.mark.slow),
+        pytest.param("draft-unrelated", marks=pytest.mark.slow),
+        "early-exit",
+        "auto",
+        "auto-nearby",
+    ],
+)
 def test_greedy_output_equals_plain_decoding(tiny_target, tiny_model_dir, cases, kind):
     # One instance across all requests: state (caches, statistics) carries over between them.
     proposer = Counting(builders(tiny_target, tiny_model_dir)[kind]())
