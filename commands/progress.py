@@ -8,6 +8,8 @@ import sys
 import time
 from typing import TextIO
 
+BAR = 20  # characters of the progress bar on a terminal
+
 
 class Progress:
     def __init__(self, stream: TextIO | None = None, live: bool | None = None) -> None:
@@ -34,7 +36,9 @@ class Progress:
             f"codespec: {self._phase} {self._done}/{self._total} ({time.perf_counter() - self.started:.0f} s)  {detail}"
         )
         if self.live:
-            self.stream.write("\r\x1b[2K" + text)
+            filled = BAR * self._done // max(self._total, 1)
+            bar = "[" + "#" * filled + "." * (BAR - filled) + "] "
+            self.stream.write("\r\x1b[2K" + bar + text)
             self._open = True
             if self._done == self._total:
                 self._end_line()

@@ -75,3 +75,4 @@ def test_progress_rewrites_one_line_on_a_terminal_and_writes_lines_elsewhere():
         text = stream.getvalue()
         assert text.startswith("codespec: loading\n") and text.endswith("codespec: done\n")
         assert ("\r" in text) is live and text.count("completions ") == 2
+        assert ("[##########..........]" in text and "[####################]" in text) is live  # the bar

@@ -493,6 +493,17 @@ def test_the_openai_client_raises_its_typed_errors(tiny):
     with pytest.raises(openai.BadRequestError) as raised:
         client.completions.create(model="codespec", prompt="x", temperature=3)
     assert raised.value.param == "temperature" and raised.value.code == "invalid_value"
+    with pytest.raises(openai.BadRequestError) as raised:  # the chat endpoint names its own fields
+        client.chat.completions.create(model="codespec", messages=[{"role": "user", "content": "x"}], top_p=5)
+    assert raised.value.param == "top_p" and raised.value.code == "invalid_value"
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(
+            model="codespec", messages=[{"role": "user", "content": "x"}], max_completion_tokens=0
+        )
+    assert raised.value.param == "max_completion_tokens"
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.chat.completions.create(model="codespec", messages=[{"role": "wizard", "content": "x"}])
+    assert raised.value.param == "messages[0].role"
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=tiny.url + "/v1", api_key="wrong", max_retries=0).models.list()
     with pytest.raises(openai.PermissionDeniedError):
