@@ -136,6 +136,7 @@ def run(args) -> dict:
 
     from bench.workload import load_cases
     from http_api import parse_chat, start_http_server
+    from service.auth import Listen
     from service.options import EngineOptions, ServerOptions
     from service.runtime import LoopThread, close_service, load_service
 
@@ -145,7 +146,7 @@ def run(args) -> dict:
     service = load_service(options)
     timed = TimedService(service)
     loop = LoopThread("bench-http")
-    server = loop.run(start_http_server(timed, TOKEN, "127.0.0.1", 0, options))
+    server = loop.run(start_http_server(timed, Listen(TOKEN), options))
     url = f"http://127.0.0.1:{server.port}"
     door = server.door
     rows = []

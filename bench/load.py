@@ -66,6 +66,7 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
 
 
 async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
+    from service.auth import Listen
     from service.engine import EngineService
     from service.options import CompletionOptions, EngineOptions, ServerOptions, WsLimits
     from service.runtime import close_service
@@ -85,7 +86,7 @@ async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
     for recording in recordings:
         target.recordings.add(recording)
     token = secrets.token_urlsafe(24)
-    server = await start_ws_server(service, token, "127.0.0.1", 0, options, WsLimits(max_in_flight=1))
+    server = await start_ws_server(service, Listen(token), options, WsLimits(max_in_flight=1))
     url = f"ws://127.0.0.1:{bound_port(server)}/"
     levels = []
     try:

@@ -272,7 +272,7 @@ def _serve_lsp_and_network(args, options, endpoints: Endpoints) -> int:
 
 async def _start_network(args, options, endpoints: Endpoints, service, index: bool) -> list:
     """Start the websocket and HTTP endpoints on the running loop; returns what to stop."""
-    from service.auth import resolve_token
+    from service.auth import Listen, resolve_token
 
     source = resolve_token(args.token, args.token_file)
     where = f"written to {source.file} (readable by you only)" if source.file else f"from {source.origin}"
@@ -292,7 +292,7 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
             max_in_flight=args.max_in_flight,
             allowed_origins=tuple(args.allow_origin),
         )
-        ws = await start_ws_server(service, source.token, args.host, endpoints.ws_port, options, ws_limits)
+        ws = await start_ws_server(service, Listen(source.token, args.host, endpoints.ws_port), options, ws_limits)
         servers.append(ws)
         print(
             f"codespec: websocket on ws://{_url_host(args.host)}:{bound_port(ws)}/  token {where}",
@@ -310,7 +310,11 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
             any_model=args.http_any_model,
         )
         http = await start_http_server(
-            service, source.token, args.host, endpoints.http_port, options, http_limits, draft=_draft_name(options)
+            service,
+            Listen(source.token, args.host, endpoints.http_port),
+            options,
+            http_limits,
+            draft=_draft_name(options),
         )
         servers.append(http)
         print(

@@ -31,7 +31,7 @@ from http_api.schema import (
     parse_completion,
     parse_json,
 )
-from service.auth import presented_token
+from service.auth import Listen, presented_token
 from service.engine import EngineService
 from service.options import HttpLimits, ServerOptions
 
@@ -284,14 +284,12 @@ def bind(host: str, port: int) -> socket.socket:
 
 async def start_http_server(
     service: EngineService,
-    token: str,
-    host: str = "127.0.0.1",
-    port: int = 0,
+    listen: Listen,
     options: ServerOptions = ServerOptions(),
     limits: HttpLimits = HttpLimits(),
     draft: str | None = None,
 ) -> HttpServer:
-    """Serve the API on ``host:port`` (0: any free port; ``server.port`` says which)."""
-    server = HttpServer(build_app(service, token, options, limits, draft), bind(host, port))
+    """Serve the API on ``listen``'s host and port (0: any free port; ``server.port`` says which)."""
+    server = HttpServer(build_app(service, listen.token, options, limits, draft), bind(listen.host, listen.port))
     await server.start()
     return server

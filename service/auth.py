@@ -22,6 +22,15 @@ TOKEN_ENV = "CODESPEC_TOKEN"
 
 
 @dataclass(frozen=True)
+class Listen:
+    """Where a network door listens (port 0: any free one) and the token every request must bring."""
+
+    token: str
+    host: str = "127.0.0.1"
+    port: int = 0
+
+
+@dataclass(frozen=True)
 class TokenSource:
     token: str
     origin: str  # "--token", "CODESPEC_TOKEN", or the path of the file a generated token was written to

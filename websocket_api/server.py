@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from codespec.errors import CodespecError
-from service.auth import refusal
+from service.auth import Listen, refusal
 from service.edit import plan_text_edit
 from service.engine import EngineService
 from service.inline import trim_completion
@@ -225,14 +225,10 @@ class Session:
 
 
 async def start_ws_server(
-    service: EngineService,
-    token: str,
-    host: str = "127.0.0.1",
-    port: int = 0,
-    options: ServerOptions = ServerOptions(),
-    limits: WsLimits = WsLimits(),
+    service: EngineService, listen: Listen, options: ServerOptions = ServerOptions(), limits: WsLimits = WsLimits()
 ):
     """Start serving; returns the websockets Server (``server.sockets[0].getsockname()`` has the port)."""
+    token = listen.token
     from websockets.asyncio.server import serve
 
     from service import logsafe
@@ -250,7 +246,12 @@ async def start_ws_server(
         await Session(connection, service, options, limits).run()
 
     return await serve(
-        handler, host, port, process_request=process_request, max_size=limits.max_frame_bytes, max_queue=64
+        handler,
+        listen.host,
+        listen.port,
+        process_request=process_request,
+        max_size=limits.max_frame_bytes,
+        max_queue=64,
     )
 
 

@@ -26,6 +26,7 @@ from codespec.config import GenerationLimits
 from codespec.decode import generate_all
 from codespec.prompts import Fim
 from http_api.server import start_http_server
+from service.auth import Listen
 from service.engine import COMPLETION_STOP_REPEATS, EngineService
 from service.options import CompletionOptions, HttpLimits, ServerOptions
 from service.runtime import LoopThread
@@ -54,7 +55,7 @@ class Hosted:
     def __init__(self, service: EngineService, limits: HttpLimits = LIMITS, draft: str | None = None) -> None:
         self.service = service
         self.loop = LoopThread("test-http")
-        self.server = self.loop.run(start_http_server(service, TOKEN, "127.0.0.1", 0, OPTIONS, limits, draft), WAIT_S)
+        self.server = self.loop.run(start_http_server(service, Listen(TOKEN), OPTIONS, limits, draft), WAIT_S)
         self.url = f"http://127.0.0.1:{self.server.port}"
 
     def client(self, **kwargs) -> openai.OpenAI:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 
 from bench.soak import FINAL_TYPES, _key, ws_message
+from service.auth import Listen
 from service.engine import EngineService
 from service.options import CompletionOptions, ServerOptions, WsLimits
 from websocket_api.server import bound_port, start_ws_server
@@ -29,7 +30,7 @@ OPTIONS = ServerOptions(completion=CompletionOptions(line_tokens=6, block_tokens
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def endpoint(server_target):
     service = EngineService(server_target, proposer="auto", max_draft=8)
-    server = await start_ws_server(service, TOKEN, "127.0.0.1", 0, OPTIONS, LIMITS)
+    server = await start_ws_server(service, Listen(TOKEN), OPTIONS, LIMITS)
     yield f"ws://127.0.0.1:{bound_port(server)}/"
     server.close()
     await server.wait_closed()

@@ -12,6 +12,7 @@ import websockets
 from websockets.asyncio.client import connect
 
 from codespec.prompts import PromptRenderer
+from service.auth import Listen
 from service.engine import EngineService
 from service.inline import completion_context, completion_prompt
 from service.options import CompletionOptions, ServerOptions, WsLimits
@@ -30,7 +31,7 @@ LIMITS = WsLimits(max_message_bytes=8192, max_in_flight=4, allowed_origins=("htt
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def endpoint(server_target):
     service = EngineService(server_target, proposer="auto", max_draft=8)
-    server = await start_ws_server(service, TOKEN, "127.0.0.1", 0, OPTIONS, LIMITS)
+    server = await start_ws_server(service, Listen(TOKEN), OPTIONS, LIMITS)
     yield f"ws://127.0.0.1:{bound_port(server)}/"
     server.close()
     await server.wait_closed()
