@@ -90,12 +90,6 @@ class PolicyState:
         )
 
 
-def shared_state(states: dict[tuple, PolicyState], candidates: Sequence, config: PolicyConfig) -> PolicyState:
-    """The policy state in ``states`` for these candidate proposers and this policy."""
-    key = (tuple(p.name for p in candidates), repr(config))
-    return states.setdefault(key, PolicyState.fresh(config))
-
-
 class _Sub:
     """One sub-proposer and what it did this step."""
 
@@ -433,16 +427,14 @@ def replace_max_len(context: ProposeContext, max_len: int) -> ProposeContext:
 def build_auto(
     setup: ProposerSetup,
     models: Sequence[Proposer] | None = None,
-    state: PolicyState | None = None,
     states: dict[tuple, PolicyState] | None = None,
 ) -> AutoProposer:
     """``auto`` for one request (``proposers.assembly`` calls this for the server, bench and simulate).
 
     Lookups: context always, reference / index when the request has them. ``models``: long-lived
     model proposers the caller shares between requests (one request at a time uses them); None
-    builds them here (``model_proposers``). ``state``: the policy statistics to continue from; None
-    takes the one in ``states`` (the caller's table, by candidate set) when
-    ``AutoConfig.shared_state``, else starts fresh. ``AutoConfig.candidates`` restricts every set.
+    builds them here (``model_proposers``). ``states``: the caller's table of policy statistics by
+    candidate set and policy, continued from when ``AutoConfig.shared_state``; else a fresh start. ``AutoConfig.candidates`` restricts every set.
     """
     from proposers.models import model_proposers
     from proposers.registry import create_proposer
@@ -462,6 +454,8 @@ def build_auto(
     chosen = model_proposers(setup) if models is None else list(models)
     chosen = [model for model in chosen if allowed(model.name)]
     config = setup.config.auto.policy
-    if state is None and states is not None and setup.config.auto.shared_state:
-        state = shared_state(states, [*lookups, *chosen], config)
+    state = None
+    if states is not None and setup.config.auto.shared_state:
+        key = (tuple(p.name for p in [*lookups, *chosen]), repr(config))
+        state = states.setdefault(key, PolicyState.fresh(config))
     return AutoProposer(lookups, chosen, config, state)

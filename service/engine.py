@@ -47,8 +47,6 @@ request_log = logging.getLogger(REQUEST_LOG)
 PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arriving meanwhile waits <= one chunk)
 COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is a loop: stop it there
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
-
-
 RECENT_HISTORY = 20  # history entries the stats show
 
 
@@ -427,8 +425,10 @@ class EngineService:
         request = job.request
         accepted, rejected = _prediction_tokens(job.proposer, stats) if request.reference else (0, 0)
         usage = Usage(job.prompt_len, job.cached_len, stats.tokens, accepted, rejected)
+        name = getattr(job.proposer, "name", "none") if job.proposer is not None else "none"
+        summary = json_safe(stats.summary())
+        elapsed_s = time.perf_counter() - job.submitted_s
         if request.kind.is_history:
-            forwards = len(stats.steps)
             request_log.info(
                 "%s %s model=%s prompt=%d (cached %d) output=%d tokens/forward=%.2f proposer=%s %s %.0f ms",
                 request.origin or "-",
@@ -437,10 +437,10 @@ class EngineService:
                 usage.prompt_tokens,
                 usage.cached_prompt_tokens,
                 usage.completion_tokens,
-                stats.tokens / forwards if forwards else 0.0,
-                getattr(job.proposer, "name", "none") if job.proposer is not None else "none",
+                summary["tokens_per_forward"],
+                name,
                 reason,
-                (time.perf_counter() - job.submitted_s) * 1e3,
+                elapsed_s * 1e3,
             )
         totals = self.stats
         totals.requests[request.kind.value] += 1
@@ -454,9 +454,6 @@ class EngineService:
             totals.recent.append(stats)
         if text and reason != "cancelled" and request.kind.is_history:
             self._add_history("generated", text, request.uri)
-        name = getattr(job.proposer, "name", "none") if job.proposer is not None else "none"
-        summary = json_safe(stats.summary())
-        elapsed_s = time.perf_counter() - job.submitted_s
         totals.last_requests.append(
             {
                 "kind": request.kind.value,

@@ -107,7 +107,7 @@ def test_the_proposer_table_names_real_classes():
 
 
 ASSEMBLY = "proposers.assembly"
-ASSEMBLING = {"build_auto", "model_proposers", "create_proposer", "shared_state"}  # what puts proposers together
+ASSEMBLING = {"build_auto", "model_proposers", "create_proposer"}  # what puts proposers together
 
 
 def test_proposers_are_assembled_in_one_place():
