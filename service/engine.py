@@ -28,7 +28,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from codespec.config import SERVE_MAX_DRAFT, GenerationLimits, SamplingParams
@@ -36,6 +35,7 @@ from codespec.errors import CodespecError
 from codespec.prompts import Fim, PromptRenderer, RenderedPrompt
 from codespec.stats import RequestStats, json_safe
 from codespec.target import Target
+from service.bookkeeping import CachePool, ServiceStats
 from service.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
 from service.logsafe import REQUEST_LOG
 from service.schema import RequestKind
@@ -48,63 +48,6 @@ PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arrivi
 COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is a loop: stop it there
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
 RECENT_HISTORY = 20  # history entries the stats show
-
-
-class _CachePool:
-    """KV caches by document key, least recently used evicted beyond ``capacity``."""
-
-    def __init__(self, target: Target, capacity: int) -> None:
-        self.target = target
-        self.capacity = capacity
-        self.caches: collections.OrderedDict[str, Any] = collections.OrderedDict()
-
-    def take(self, key: str | None):
-        cache = self.caches.pop(key or "", None)
-        return cache if cache is not None else self.target.new_cache()
-
-    def give_back(self, key: str | None, cache) -> None:
-        self.caches[key or ""] = cache
-        self.caches.move_to_end(key or "")
-        while len(self.caches) > self.capacity:
-            self.caches.popitem(last=False)
-
-    def clear(self) -> None:
-        self.caches.clear()
-
-
-@dataclass
-class ServiceStats:
-    """Totals since start, and the engine metrics of the last ``window`` requests."""
-
-    requests: collections.Counter = field(default_factory=collections.Counter)  # by kind
-    reasons: collections.Counter = field(default_factory=collections.Counter)  # by finish reason
-    errors: int = 0
-    prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0
-    completion_tokens: int = 0
-    accepted_prediction_tokens: int = 0
-    rejected_prediction_tokens: int = 0
-    history_entries: int = 0
-    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
-    last_requests: collections.deque = field(default_factory=lambda: collections.deque(maxlen=32))
-
-    def as_dict(self) -> dict:
-        merged = RequestStats()
-        for stats in self.recent:
-            merged = merged.merge(stats)
-        return {
-            "requests": dict(self.requests),
-            "finish_reasons": dict(self.reasons),
-            "errors": self.errors,
-            "prompt_tokens": self.prompt_tokens,
-            "cached_prompt_tokens": self.cached_prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "accepted_prediction_tokens": self.accepted_prediction_tokens,
-            "rejected_prediction_tokens": self.rejected_prediction_tokens,
-            "history_entries": self.history_entries,
-            "engine": json_safe(merged.summary()),
-            "last_requests": list(self.last_requests),
-        }
 
 
 class EngineService:
@@ -130,7 +73,7 @@ class EngineService:
         # The session history the proposers draft from is the index's (``index.add_history``); this is
         # only the stats' view of the last entries, (kind, uri, text), newest last.
         self.recent_history: collections.deque = collections.deque(maxlen=RECENT_HISTORY)
-        self._caches = _CachePool(target, cached_documents)
+        self._caches = CachePool(target, cached_documents)
         self._cond = threading.Condition()
         self._pending: list[Job] = []
         self._calls: list[tuple[Callable[[], Any], concurrent.futures.Future]] = []

@@ -1,0 +1,68 @@
+"""What the engine service keeps between requests besides the model: the KV caches by document
+(prompt caching) and the stats it reports."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any
+
+from codespec.stats import RequestStats, json_safe
+from codespec.target import Target
+
+
+class CachePool:
+    """KV caches by document key, least recently used evicted beyond ``capacity``."""
+
+    def __init__(self, target: Target, capacity: int) -> None:
+        self.target = target
+        self.capacity = capacity
+        self.caches: collections.OrderedDict[str, Any] = collections.OrderedDict()
+
+    def take(self, key: str | None):
+        cache = self.caches.pop(key or "", None)
+        return cache if cache is not None else self.target.new_cache()
+
+    def give_back(self, key: str | None, cache) -> None:
+        self.caches[key or ""] = cache
+        self.caches.move_to_end(key or "")
+        while len(self.caches) > self.capacity:
+            self.caches.popitem(last=False)
+
+    def clear(self) -> None:
+        self.caches.clear()
+
+
+@dataclass
+class ServiceStats:
+    """Totals since start, and the engine metrics of the last ``window`` requests."""
+
+    requests: collections.Counter = field(default_factory=collections.Counter)  # by kind
+    reasons: collections.Counter = field(default_factory=collections.Counter)  # by finish reason
+    errors: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+    history_entries: int = 0
+    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
+    last_requests: collections.deque = field(default_factory=lambda: collections.deque(maxlen=32))
+
+    def as_dict(self) -> dict:
+        merged = RequestStats()
+        for stats in self.recent:
+            merged = merged.merge(stats)
+        return {
+            "requests": dict(self.requests),
+            "finish_reasons": dict(self.reasons),
+            "errors": self.errors,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "accepted_prediction_tokens": self.accepted_prediction_tokens,
+            "rejected_prediction_tokens": self.rejected_prediction_tokens,
+            "history_entries": self.history_entries,
+            "engine": json_safe(merged.summary()),
+            "last_requests": list(self.last_requests),
+        }
