@@ -38,8 +38,26 @@ def sdpa_native_gqa(
     is_causal: bool | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """query [B, Hq, T, D], key / value [B, Hkv, S, D] -> output [B, T, Hq, D] (transformers' layout)."""
+    """query [B, Hq, T, D], key / value [B, Hkv, S, D] -> output [B, T, Hq, D] (transformers' layout).
+
+    In a ragged forward (``codespec.ragged``: ``codespec_ragged`` in the kwargs) the batch's
+    sequences are attended one by one, each through this same function over its own cache."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    ragged = kwargs.pop("codespec_ragged", None)
+    if ragged is not None:
+        sliding_window = kwargs.pop("sliding_window", None)
+        output = ragged.attend(
+            sdpa_native_gqa,
+            module,
+            query,
+            sliding_window,
+            dropout=dropout,
+            scaling=scaling,
+            is_causal=is_causal,
+            **kwargs,
+        )
+        return output, None
 
     extras = any(kwargs.get(name) for name in ("position_bias", "softcap", "output_attentions"))
     if not _NATIVE_GQA or query.device.type != "cpu" or extras or getattr(module, "num_key_value_groups", 1) <= 1:

@@ -65,6 +65,7 @@ class StepPlan:
     input_ids: list[int]
     keep_last: int
     draft: Draft
+    prefill: bool = False  # a chunk of a long prompt: its logits are not used, nothing is emitted
 
 
 class Decoding:
@@ -86,8 +87,13 @@ class Decoding:
         limits: GenerationLimits = GenerationLimits(),
         cancel: Cancellation | None = None,
         cache: Cache | None = None,
+        prefill_chunk: int | None = None,
     ) -> None:
+        """``prefill_chunk``: prefill a long prompt at most this many tokens per forward (a scheduler
+        keeps its cycles short beside other requests); None: the whole prompt in the first forward.
+        The chunking depends only on the request and its cache, never on what shares a batch."""
         self.start = time.perf_counter()
+        self.prefill_chunk = prefill_chunk
         self.prompt_ids = list(prompt_ids)
         _check_prompt(target, self.prompt_ids)
         self.target = target
@@ -123,6 +129,9 @@ class Decoding:
         if self.limits.deadline_s is not None and time.perf_counter() - self.start >= self.limits.deadline_s:
             self.reason = "deadline"
             return None
+        uncached = self.sequence[len(self.cache) :]
+        if self.prefill_chunk is not None and len(uncached) > self.prefill_chunk:  # 0. a prompt chunk first
+            return StepPlan(uncached[: self.prefill_chunk], 1, EMPTY_DRAFT, prefill=True)
         remaining = self.limits.max_new_tokens - len(self.output)
         # A step emits up to K + 1 tokens: keep that within the budget and the context window
         # (plain decoding stops at max_context tokens; one more would be a token it never emits).
@@ -136,12 +145,13 @@ class Decoding:
             draft = self.proposer.propose(context).truncated(max_draft)
         self._proposed = time.perf_counter()
         # 2. One target forward over the uncached tokens plus the draft: K+1 scored positions.
-        uncached = self.sequence[len(self.cache) :]
         return StepPlan([*uncached, *draft.token_ids], len(draft) + 1, draft)
 
     def advance(self, plan: StepPlan, target_logits: torch.Tensor) -> list[Event]:
         """Verify ``plan``'s draft against ``target_logits`` [K+1, V] (the forward already wrote the
         plan's positions into the cache); returns the text deltas and the step's event."""
+        if plan.prefill:
+            return []
         draft, limits, cache = plan.draft, self.limits, self.cache
         events: list[Event] = []
         remaining = limits.max_new_tokens - len(self.output)

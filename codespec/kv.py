@@ -21,6 +21,7 @@ is memory for positions outside the window.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 def common_prefix_len(left: Sequence[int], right: Sequence[int]) -> int:
@@ -70,6 +71,16 @@ class KVCache:
 
     def reset(self) -> None:
         self.rollback(0)
+
+    def resync(self) -> None:
+        """After a forward that failed part way (some layers wrote positions, ``appended`` never ran):
+        drop what any layer holds past ``token_ids``, so the cache is again what they say."""
+        layer: Any
+        for layer in self.hf_cache.layers:
+            excess = layer.get_seq_length() - len(self.token_ids) if hasattr(layer, "get_seq_length") else 0
+            if excess > 0:
+                layer.crop(-excess)
+        self._check()
 
     def _check(self) -> None:
         cached = self.hf_cache.get_seq_length()

@@ -10,8 +10,10 @@ with oneDNN on a weight reordered once into its blocked layout (150+ GFLOP/s). A
 from 119 ms to ~73 ms.
 
 ``pack_linears(model)`` reorders every ``nn.Linear`` weight of a CPU model (fp32 or bf16) once and
-gives the module a forward that calls oneDNN's linear on the packed weight (PyTorch's for products
-too small to amortise oneDNN's fixed cost per call, ``MIN_WORK``). The dense weight stays
+gives the module a forward that calls oneDNN's linear on the packed weight (in bf16, PyTorch's for
+products too small to amortise oneDNN's fixed cost per call, ``MIN_WORK``; in fp32 always oneDNN,
+so that a row's result never depends on how many rows share the call: batch invariance,
+codespec/ragged.py). The dense weight stays
 (state dicts, transformers' own generate under ``stock_linears``, tied embeddings read it), so a
 packed model holds its linear weights twice (+2.0 GB for the 0.5b in fp32), unless
 ``release_dense`` frees the dense copies that the packed ones replace (``TargetModel.load`` does:
@@ -24,8 +26,10 @@ blocks of a few fixed row counts (``row_blocks``): over 120 distinct prompt leng
 resident size then grows as much as with PyTorch's linear (+51 vs +63 MiB, allocator noise).
 
 A weight written in place after packing (its tensor version moves) is packed again on the next
-forward. Results differ from MKL's in the last bits (another summation order), as a K+1-row GEMM differs from
-a one-row one; exactness of speculative decoding is unaffected (both sides run the same kernels).
+forward. Results differ from MKL's in the last bits (another summation order). In fp32 oneDNN gives a
+row the same bits in a product of any 2+ rows, and a one-row product runs as two, so a position's
+logits are the same whether it is verified in a K+1-row step, decoded plainly, or batched with other
+requests (measured over 2-256 rows at the 0.5b widths; tests/test_ragged.py).
 """
 
 from __future__ import annotations
@@ -64,7 +68,8 @@ def _packed_forward(self, input: torch.Tensor) -> torch.Tensor:
     if input.dtype != state.dtype or input.device.type != "cpu":
         return F.linear(input, state.dense(self.weight), self.bias)
     rows = input.reshape(-1, input.shape[-1])  # [N, in]
-    if rows.shape[0] * state.numel < MIN_WORK:  # too small: oneDNN's ~10 us per call would dominate
+    if state.dtype != torch.float32 and rows.shape[0] * state.numel < MIN_WORK:
+        # too small: oneDNN's ~10 us per call would dominate (bf16 is not batch invariant anyway)
         return F.linear(input, state.dense(self.weight), self.bias)
     output = _bounded_rows(rows, state.of(self.weight), self.bias)  # [N, out]
     return output.reshape(*input.shape[:-1], output.shape[-1])
@@ -91,7 +96,14 @@ def row_blocks(count: int) -> list[tuple[int, int, int]]:
 
 
 def _bounded_rows(rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """rows [N, in] -> [N, out] through kernels of a bounded set of row counts (``row_blocks``)."""
+    """rows [N, in] -> [N, out] through kernels of a bounded set of row counts (``row_blocks``).
+
+    One row runs as two (the second zero, dropped): oneDNN's one-row fp32 kernel sums in another
+    order than its kernels for 2+ rows, which give each row the same bits whatever the other rows
+    (measured over 2-256 rows and row offsets, docs/architecture.md "Batching"). So a sequence's
+    logits do not depend on what shares its batch, nor on whether it drafted."""
+    if rows.shape[0] == 1:
+        return _bounded_rows(F.pad(rows, (0, 0, 0, 1)), packed, bias)[:1]
     outputs = []
     for start, size, padded in row_blocks(rows.shape[0]):
         block = rows[start : start + size]  # [size, in]

@@ -12,6 +12,7 @@ import torch
 
 from codespec.errors import CodespecError, InvalidRequestError, ModelNotFoundError
 from codespec.kv import KVCache
+from codespec.ragged import ragged_forward, supports_ragged
 from codespec.target import forward_each
 
 log = logging.getLogger(__name__)
@@ -149,9 +150,17 @@ class TargetModel:
         """Run ``input_ids`` after what ``cache`` holds; return float32 logits for the last positions.
 
         Returns [keep_last, V]: row i scores the token after input position T - keep_last + i.
+        Where the model can run ragged batches, this is a batch of one through the same code, so a
+        request alone and in a batch computes the same thing (``codespec.ragged``).
         """
+        if supports_ragged(self.model, (cache,)):
+            return self.forward_many([input_ids], [cache], [keep_last])[0]
         ids = torch.tensor([list(input_ids)], dtype=torch.long, device=self.device)  # [1, T]
-        output = self.model(input_ids=ids, cache=cache.hf_cache, use_cache=True, logits_to_keep=keep_last)
+        try:
+            output = self.model(input_ids=ids, cache=cache.hf_cache, use_cache=True, logits_to_keep=keep_last)
+        except BaseException:
+            cache.resync()  # layers that ran wrote positions: drop them, the cache stays usable
+            raise
         cache.appended(input_ids)
         return output.logits[0, -keep_last:].float()  # [keep_last, V]
 
@@ -168,8 +177,22 @@ class TargetModel:
     def forward_many(
         self, inputs: Sequence[Sequence[int]], caches: Sequence[KVCache], keep_last: Sequence[int]
     ) -> list[torch.Tensor]:
-        """One forward per sequence for now (``Target.forward_many``'s contract, item by item)."""
-        return forward_each(self, inputs, caches, keep_last)
+        """Every sequence in one ragged forward (``codespec.ragged``) where the architecture and the
+        caches allow it, else one forward each (``Target.forward_many``'s contract either way)."""
+        if not supports_ragged(self.model, caches):
+            return forward_each(self, inputs, caches, keep_last)
+        try:
+            return ragged_forward(self.model, inputs, caches, keep_last, self.device)
+        except BaseException:
+            for cache in caches:  # a failed forward wrote some layers of some caches: undo that
+                cache.resync()
+            raise
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether a sequence's logits are the same bits in a batch as alone: fp32 on CPU with
+        codespec's packed linears (codespec.linear); bf16 and CUDA kernels depend on the batch."""
+        return self.device.type == "cpu" and self.dtype == torch.float32 and self.packed_linears > 0
 
 
 def decoder_layers(model) -> torch.nn.ModuleList:

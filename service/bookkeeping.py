@@ -46,6 +46,9 @@ class ServiceStats:
     accepted_prediction_tokens: int = 0
     rejected_prediction_tokens: int = 0
     history_entries: int = 0
+    cycles: int = 0  # target forwards the scheduler ran (each serves every request in the batch)
+    cycle_requests: int = 0  # requests served, summed over cycles (/ cycles: the mean batch)
+    largest_batch: int = 0
     recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
     last_requests: collections.deque = field(default_factory=lambda: collections.deque(maxlen=32))
 
@@ -63,6 +66,11 @@ class ServiceStats:
             "accepted_prediction_tokens": self.accepted_prediction_tokens,
             "rejected_prediction_tokens": self.rejected_prediction_tokens,
             "history_entries": self.history_entries,
+            "batching": {
+                "cycles": self.cycles,
+                "mean_batch": round(self.cycle_requests / self.cycles, 3) if self.cycles else 0.0,
+                "largest_batch": self.largest_batch,
+            },
             "engine": json_safe(merged.summary()),
             "last_requests": list(self.last_requests),
         }

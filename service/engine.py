@@ -2,9 +2,14 @@
 
 One worker thread, the engine thread, owns the model, its tokenizer and the KV caches, and runs
 every index call the editor drives (document updates, history, the lookups inside decode cycles),
-so they are ordered with the cycles. It round-robins the active requests **one decode cycle (one
-target forward) at a time**, so a long edit delays a completion by at most one cycle, and a
-cancelled request stops at its next cycle. Workspace scans do not run here: they run on the
+so they are ordered with the cycles. Each **cycle** every active request plans its step (a draft
+of its own length, 0 allowed, or a chunk of its prompt), **one target forward** runs them all
+(``Target.forward_many``: a ragged batch, each sequence over its own cache, codespec/ragged.py),
+and each request verifies and streams its own (continuous batching: requests join and leave
+between cycles; docs/architecture.md, "Batching"). A cancelled or superseded request leaves before
+the next forward. At most ``max_batch`` requests decode at once and their caches hold at most
+``max_cached_tokens`` positions; past that, requests wait in order (``waiting_requests`` in the
+stats) and are never dropped. Workspace scans do not run here: they run on the
 index's own thread with their own tokenizer (``service.indexing``), so indexing a large workspace
 delays a cycle at most by one short locked step of the index, never by the scan. Callers on an event loop get deltas and results through thread-safe callbacks
 (``AsyncJob`` wraps them for asyncio).
@@ -48,6 +53,9 @@ PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arrivi
 COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is a loop: stop it there
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
 RECENT_HISTORY = 20  # history entries the stats show
+PROMPT_CHUNK = 512  # a request's prompt is prefilled at most this many tokens per cycle, alone or not
+DEFAULT_MAX_BATCH = 8  # requests decoding at once; more wait for a place, in order
+DEFAULT_MAX_CACHED_TOKENS = 65_536  # KV positions the requests in the batch may hold together
 
 
 class EngineService:
@@ -61,6 +69,8 @@ class EngineService:
         cached_documents: int = 8,
         index=None,
         proposer_config=None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS,
     ) -> None:
         self.target = target
         self.prompts = PromptRenderer(target.tokenizer, target.prompt_format)
@@ -78,7 +88,10 @@ class EngineService:
         self._pending: list[Job] = []
         self._calls: list[tuple[Callable[[], Any], concurrent.futures.Future]] = []
         self._idle_calls: list[tuple[Callable[[], Any], concurrent.futures.Future, float, str | None]] = []
-        self._active: list[Job] = []
+        self._active: list[Job] = []  # in the batch: one forward serves them all each cycle
+        self._waiting: list[Job] = []  # submitted, waiting for a place in the batch (``max_batch``)
+        self.max_batch = max_batch
+        self.max_cached_tokens = max_cached_tokens
         self._closed = False
         from proposers.assembly import ProposerAssembly
 
@@ -175,7 +188,7 @@ class EngineService:
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            for job in self._pending + self._active:
+            for job in self._pending + self._waiting + self._active:
                 job.cancel()
             self._cond.notify()
         self._thread.join(timeout=30)
@@ -188,7 +201,8 @@ class EngineService:
             log.exception("engine thread crashed")
             with self._cond:
                 self._closed = True
-                jobs, self._pending, self._active = self._pending + self._active, [], []
+                jobs = self._pending + self._waiting + self._active
+                self._pending, self._waiting, self._active = [], [], []
                 calls, self._calls = self._calls + [c[:2] for c in self._idle_calls], []
                 self._idle_calls = []
             for job in jobs:
@@ -203,18 +217,20 @@ class EngineService:
             with self._cond:
                 while not (self._pending or self._active or self._calls or self._idle_calls or self._closed):
                     self._cond.wait()
-                if self._closed and not (self._pending or self._active or self._calls or self._idle_calls):
+                if self._closed and not (
+                    self._pending or self._active or self._waiting or self._calls or self._idle_calls
+                ):
                     return
                 pending, self._pending = self._pending, []
                 calls, self._calls = self._calls, []
-                busy = bool(pending) or any(job.request.kind.decodes for job in self._active)
+                busy = bool(pending or self._waiting) or any(job.request.kind.decodes for job in self._active)
                 if self._idle_calls and (not busy or self._closed):
                     # Nothing to yield to: all of them, before the calls (a stats call then sees them done).
                     calls = [c[:2] for c in self._idle_calls] + calls
                     self._idle_calls = []
                 elif self._idle_calls and time.monotonic() - self._idle_calls[0][2] > IDLE_CALL_MAX_WAIT_S:
                     calls.insert(0, self._idle_calls.pop(0)[:2])  # beside a long request: one per cycle
-                wanted = {job.request.uri for job in pending if job.request.uri is not None}
+                wanted = {job.request.uri for job in pending + self._waiting if job.request.uri is not None}
                 if wanted and self._idle_calls:  # the documents these requests are about: indexed first
                     calls = [c[:2] for c in self._idle_calls if c[3] in wanted] + calls
                     self._idle_calls = [c for c in self._idle_calls if c[3] not in wanted]
@@ -224,10 +240,9 @@ class EngineService:
                         future.set_result(fn())
                     except BaseException as error:  # handed to the caller
                         future.set_exception(error)
-            for job in pending:
-                self._start(job)
-            for job in list(self._active):  # one cycle each: round-robin at cycle granularity
-                self._step(job)
+            self._waiting.extend(pending)
+            self._admit()
+            self._cycle()
 
     def _start(self, job: Job) -> None:
         from codespec.decode import Decoding
@@ -261,7 +276,9 @@ class EngineService:
             job.cache = self._caches.take(request.cache_key)
             job.prompt_len = len(prompt_ids)
             job.cached_len = min(common_prefix_len(job.cache.token_ids, prompt_ids), max(len(prompt_ids) - 1, 0))
-            job.decoding = Decoding(self.target, prompt_ids, job.proposer, sampling, limits, job, job.cache)
+            job.decoding = Decoding(
+                self.target, prompt_ids, job.proposer, sampling, limits, job, job.cache, prefill_chunk=PROMPT_CHUNK
+            )
         except Exception as error:
             self._fail(job, error)
             return
@@ -275,14 +292,8 @@ class EngineService:
         job.cached_len = common_prefix_len(job.cache.token_ids, prompt_ids)
         job.cache.rollback(job.cached_len)
         job.prompt_len = len(prompt_ids)
-        job.prefill_steps = self._prefill_chunks(prompt_ids, job.cache)
+        job.prefill_ids = prompt_ids
         self._active.append(job)
-
-    def _prefill_chunks(self, prompt_ids: list[int], cache):
-        """One target forward of at most ``PREFILL_CHUNK`` new tokens per cycle."""
-        while len(cache) < len(prompt_ids):
-            self.target.forward(prompt_ids[len(cache) : len(cache) + PREFILL_CHUNK], cache)
-            yield
 
     def _take_over_prefill(self, cache_key: str | None) -> None:
         """A request on a key whose cache a background prefill holds: stop the prefill and hand its
@@ -315,50 +326,116 @@ class EngineService:
                 break
         return rendered, prompt_ids
 
-    def _step(self, job: Job) -> None:
-        """One step of ``job``: propose, one target forward, verify and stream (codespec.decode's
-        ``Decoding``); a request that is over leaves the active list with its result."""
+    # ---- the cycle: every active request's forward in one target forward ------------------------
+    def _admit(self) -> None:
+        """Move waiting jobs into the batch while it has room (``max_batch`` requests, and
+        ``max_cached_tokens`` KV positions counted at their prompts' lengths); in order, so a
+        queued request is never overtaken. One job always fits, whatever its size."""
+        while self._waiting:
+            decoding = [job for job in self._active if job.request.kind.decodes]
+            held = sum(len(job.cache) for job in self._active if job.cache is not None)
+            job = self._waiting[0]
+            if (
+                job.request.kind.decodes
+                and decoding
+                and (len(decoding) >= self.max_batch or held >= self.max_cached_tokens)
+            ):
+                return
+            self._waiting.pop(0)
+            self._start(job)
+
+    def _cycle(self) -> None:
+        """One cycle: each active request plans its step (a draft, a prompt chunk), one
+        ``forward_many`` runs them all, each request verifies and streams its own (docs/architecture.md,
+        "Batching"). A request that is over, cancelled or failed leaves before the forward."""
+        from codespec.decode import StepPlan
+        from codespec.draft import EMPTY_DRAFT
+
+        planned: list[tuple[Job, StepPlan]] = []
+        for job in list(self._active):
+            try:
+                if job.request.kind is RequestKind.PREFILL:
+                    done = len(job.cache) >= len(job.prefill_ids)
+                    if job.cancelled or done:
+                        self._retire_prefill(job, "cancelled" if job.cancelled and not done else "length")
+                        continue
+                    chunk = job.prefill_ids[len(job.cache) : len(job.cache) + PREFILL_CHUNK]
+                    planned.append((job, StepPlan(chunk, 1, EMPTY_DRAFT, prefill=True)))
+                    continue
+                plan = job.decoding.propose()
+            except Exception as error:  # a failed request must not take the service down
+                self._drop(job, error)
+                continue
+            if plan is None:
+                self._deliver(job, job.decoding.finish())
+            else:
+                planned.append((job, plan))
+        if not planned:
+            return
+        self.stats.cycles += 1
+        self.stats.cycle_requests += len(planned)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(planned))
+        for (job, plan), outcome in zip(planned, self._forward(planned), strict=True):
+            if isinstance(outcome, Exception):
+                self._drop(job, outcome)
+            elif job.request.kind is not RequestKind.PREFILL:
+                try:
+                    events = job.decoding.advance(plan, outcome)
+                    if job.decoding.reason is not None:
+                        events += job.decoding.finish()
+                except Exception as error:
+                    self._drop(job, error)
+                    continue
+                self._deliver(job, events)
+
+    def _forward(self, planned: list) -> list:
+        """Logits for each plan, from one ``forward_many``; if that fails, each plan alone, so one
+        bad request fails alone (its error in its place) and the others go on."""
+        caches = [job.cache for job, _ in planned]
+        held = [len(cache) for cache in caches]
+        inputs = [plan.input_ids for _, plan in planned]
+        keep_last = [plan.keep_last for _, plan in planned]
+        try:
+            return list(self.target.forward_many(inputs, caches, keep_last))
+        except Exception as error:
+            if len(planned) == 1:
+                return [error]
+            log.warning("a batched forward of %d requests failed (%s); running them one by one", len(planned), error)
+        outcomes: list = []
+        for cache, length, ids, keep in zip(caches, held, inputs, keep_last, strict=True):
+            try:
+                cache.rollback(length)  # what the failed forward wrote for it, dropped
+                outcomes.append(self.target.forward(ids, cache, keep_last=keep))
+            except Exception as error:
+                outcomes.append(error)
+        return outcomes
+
+    def _deliver(self, job: Job, events: list) -> None:
+        """Stream ``events`` to the job's caller; at ``Finished`` the job leaves with its result."""
         from codespec.decode import Finished, TextDelta
 
-        if job.request.kind is RequestKind.PREFILL:
-            self._step_prefill(job)
-            return
-        decoding = job.decoding
-        try:
-            plan = decoding.propose()
-            events = []
-            if plan is not None:
-                target_logits = self.target.forward(plan.input_ids, decoding.cache, keep_last=plan.keep_last)
-                events = decoding.advance(plan, target_logits)
-            if decoding.reason is not None:
-                events += decoding.finish()
-            for event in events:
-                if isinstance(event, TextDelta):
-                    if job.on_delta is not None:
+        for event in events:
+            if isinstance(event, TextDelta):
+                if job.on_delta is not None:
+                    try:
                         job.on_delta(event.text)
-                elif isinstance(event, Finished):
-                    self._active.remove(job)
-                    self._caches.give_back(job.request.cache_key, job.cache)
-                    self._complete(job, event.text, event.reason, event.stats)
-        except Exception as error:  # a failed request must not take the service down
-            decoding.close()
-            if job in self._active:
+                    except Exception:  # a caller's callback must not stop the others' cycle
+                        log.exception("a delta callback failed")
+            elif isinstance(event, Finished):
                 self._active.remove(job)
-            job.cache = None  # its state is unknown: do not reuse it
-            self._fail(job, error)
+                self._caches.give_back(job.request.cache_key, job.cache)
+                self._complete(job, event.text, event.reason, event.stats)
 
-    def _step_prefill(self, job: Job) -> None:
-        try:
-            if not job.cancelled:
-                next(job.prefill_steps)
-                return
-            reason = "cancelled"
-        except StopIteration:
-            reason = "length"
-        except Exception as error:
+    def _drop(self, job: Job, error: Exception) -> None:
+        """A request that failed: it leaves the batch with its error; its cache is not reused."""
+        if job.decoding is not None:
+            job.decoding.close()
+        if job in self._active:
             self._active.remove(job)
-            self._fail(job, error)
-            return
+        job.cache = None  # its state is unknown: do not reuse it
+        self._fail(job, error)
+
+    def _retire_prefill(self, job: Job, reason: str) -> None:
         self._active.remove(job)
         self._caches.give_back(job.request.cache_key, job.cache)  # valid up to its last forward
         self._complete(job, "", reason, RequestStats())
@@ -438,6 +515,8 @@ class EngineService:
         consistent. A door adds its own fields in the same call (``snapshot`` for a plain copy)."""
         snapshot = self.stats.as_dict()
         snapshot["active_requests"] = len(self._active)
+        snapshot["waiting_requests"] = len(self._waiting)
+        snapshot["max_batch"] = self.max_batch
         snapshot["model"] = getattr(self.target, "name", "")
         snapshot["prompt_format"] = self.prompts.format.name
         snapshot["proposer"] = self.default_proposer

@@ -79,7 +79,7 @@ class Job:
         self.submitted_s = time.perf_counter()
         # worker-thread state
         self.decoding: Any = None  # codespec.decode.Decoding: the request's steps
-        self.prefill_steps: Any = None  # a prefill's chunks (service.engine)
+        self.prefill_ids: list[int] = []  # a background prefill's prompt (service.engine)
         self.proposer: Any = None  # codespec.draft.Proposer
         self.cache: Any = None  # codespec.target.Cache
         self.prompt_len = 0
