@@ -12,6 +12,7 @@ from pathlib import Path
 
 from codespec.config import SERVE_MAX_DRAFT
 from codespec.prompts import FORMAT_NAMES
+from service.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
 
 
 def model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +40,20 @@ def model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--threads", type=int, default=None, help="CPU threads for torch (default: half the cores, at most 8)"
+    )
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=DEFAULT_MAX_BATCH,
+        help=f"requests decoding at once, verified in one forward per step (default {DEFAULT_MAX_BATCH}; "
+        "more wait in order)",
+    )
+    parser.add_argument(
+        "--max-cached-tokens",
+        type=int,
+        default=DEFAULT_MAX_CACHED_TOKENS,
+        help="KV cache positions the requests decoding at once may hold together "
+        f"(default {DEFAULT_MAX_CACHED_TOKENS})",
     )
 
 
@@ -169,6 +184,8 @@ def engine_options(args):
         proposer=args.proposer,
         max_draft=args.max_draft,
         threads=args.threads,
+        max_batch=args.max_batch,
+        max_cached_tokens=args.max_cached_tokens,
     )
 
 

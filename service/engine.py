@@ -43,6 +43,7 @@ from codespec.target import Target
 from service.bookkeeping import CachePool, ServiceStats
 from service.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
 from service.logsafe import REQUEST_LOG
+from service.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
 from service.schema import RequestKind
 
 __all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "Usage"]
@@ -54,8 +55,6 @@ COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
 RECENT_HISTORY = 20  # history entries the stats show
 PROMPT_CHUNK = 512  # a request's prompt is prefilled at most this many tokens per cycle, alone or not
-DEFAULT_MAX_BATCH = 8  # requests decoding at once; more wait for a place, in order
-DEFAULT_MAX_CACHED_TOKENS = 65_536  # KV positions the requests in the batch may hold together
 
 
 class EngineService:

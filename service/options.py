@@ -16,6 +16,9 @@ from codespec.config import SERVE_MAX_DRAFT
 from codespec.prompts import FORMAT_NAMES
 from index.discovery import DEFAULT_EXCLUDE
 
+DEFAULT_MAX_BATCH = 8  # requests decoding at once; more wait for a place, in order (service.engine)
+DEFAULT_MAX_CACHED_TOKENS = 65_536  # KV positions the requests in the batch may hold together
+
 
 @dataclass(frozen=True)
 class EngineOptions:
@@ -30,6 +33,8 @@ class EngineOptions:
     proposer: str = "auto"  # falls back to "context" when not installed
     max_draft: int = SERVE_MAX_DRAFT  # K
     cached_documents: int = 8  # KV caches kept for prompt caching (one per document)
+    max_batch: int = DEFAULT_MAX_BATCH  # requests decoding at once, one forward for all each cycle
+    max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS  # KV positions the batch's requests hold together
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,8 @@ _FIELDS: dict[tuple[str, ...], tuple[str, Callable[[Any], Any]]] = {
     ("limits", "suffixChars"): ("completion_suffix_chars", _bounded_int(0, 1_000_000)),
     ("debounceMs",): ("index_debounce_ms", _bounded_int(0, 60_000)),
     ("cachedDocuments",): ("engine_cached_documents", _bounded_int(1, 256)),
+    ("maxBatch",): ("engine_max_batch", _bounded_int(1, 256)),
+    ("maxCachedTokens",): ("engine_max_cached_tokens", _bounded_int(1, 1 << 24)),
     ("completionFallback",): ("completion_completion_fallback", _bool),
     ("mode",): ("completion_mode", _choice("auto", "line", "block")),
     ("index", "enabled"): ("index_enabled", _bool),

@@ -113,6 +113,8 @@ def load_service(options: ServerOptions) -> EngineService:
         options.engine.max_draft,
         options.engine.cached_documents,
         proposer_config=proposer_config,
+        max_batch=options.engine.max_batch,
+        max_cached_tokens=options.engine.max_cached_tokens,
     )
     service.warm_up()
     return service

@@ -1,0 +1,260 @@
+"""Many clients at once through the OpenAI-compatible HTTP door, with the official ``openai`` client
+(docs/benchmarks.md, "Many requests at once").
+
+The server is what ``codespec serve --http`` runs (an ``EngineService`` and ``http_api``'s server on
+a loopback port, in this process), serving a model directory or a random-weight model of a named
+shape. The same N requests (completions at the cursor from a real project, or rewrites with a
+Predicted Outputs ``prediction``) are sent one at a time, then by 2, 4, 8... concurrent clients,
+each client closed-loop over its share. Per level: aggregate completion tokens per second, request
+latency p50 / p95, the mean batch the scheduler ran, and whether every output is token-identical to
+the one-at-a-time run (greedy). Every request keys its own prompt cache, so each level prefills
+every prompt, as the one-at-a-time run does.
+
+    python -m bench.concurrency --model-shape qwen2.5-coder-0.5b --kind completion --requests 8 \\
+        --concurrency 1 2 4 8 --json /tmp/concurrency.json --plot /tmp/concurrency.svg
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import sys
+import time
+from pathlib import Path
+
+TOKEN = "bench-concurrency"
+WORKLOADS = Path(__file__).resolve().parents[2] / "shared" / "workloads"
+
+
+def completion_bodies(path: Path, count: int, chars: int, max_tokens: int, proposer: str | None) -> list[dict]:
+    """``count`` fill-in-the-middle requests from a completions workload: ``chars`` characters around
+    the cursor (three quarters before it), spread over the file's records."""
+    from bench.sim_workload import read_jsonl
+
+    records = [r for r in read_jsonl(path) if len(r["prefix"]) >= chars * 3 // 4]
+    step = max(1, len(records) // count)
+    bodies = []
+    for record in records[::step][:count]:
+        body = {
+            "model": "codespec",
+            "prompt": record["prefix"][-(chars * 3 // 4) :],
+            "suffix": record["suffix"][: chars // 4],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        }
+        if proposer:
+            body["proposer"] = proposer
+        bodies.append(body)
+    return bodies
+
+
+def edit_bodies(path: Path, count: int, chars: int, max_tokens: int, proposer: str | None) -> list[dict]:
+    """``count`` rewrites with the region as the prediction (bench.http's requests)."""
+    from bench.http import chat_body
+    from bench.workload import load_cases
+
+    cases = [case for case in load_cases(path, max_chars=chars, stride=3) if case.kind == "edit"][:count]
+    return [chat_body(case, True, proposer, False, max_tokens, "") for case in cases]
+
+
+def run_level(client, bodies: list[dict], clients: int, level: str, kind: str) -> dict:
+    """Send every body, ``clients`` at a time (each client closed-loop over its share); returns the
+    level's texts, latencies, tokens and wall time."""
+    from codespec.stats import percentile
+
+    def send(index: int) -> tuple[int, str, float, int]:
+        body = dict(bodies[index])
+        extra = {key: body.pop(key) for key in ("proposer", "path", "suffix", "prediction") if key in body}
+        extra["path"] = f"bench/{level}/{index}"  # a prompt cache of its own: every level prefills every prompt
+        start = time.perf_counter()
+        if kind == "completion":
+            response = client.completions.create(**body, extra_body=extra)
+            text = response.choices[0].text
+        else:
+            response = client.chat.completions.create(**body, extra_body=extra)
+            text = response.choices[0].message.content or ""
+        return index, text, time.perf_counter() - start, response.usage.completion_tokens
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        results = sorted(pool.map(send, range(len(bodies))))
+    wall = time.perf_counter() - start
+    latencies = [latency for _, _, latency, _ in results]
+    tokens = sum(count for *_, count in results)
+    return {
+        "clients": clients,
+        "texts": [text for _, text, _, _ in results],
+        "wall_s": round(wall, 3),
+        "tokens": tokens,
+        "tokens_per_s": round(tokens / wall, 2),
+        "latency_p50_s": round(percentile(latencies, 50), 3),
+        "latency_p95_s": round(percentile(latencies, 95), 3),
+    }
+
+
+def run(args) -> dict:
+    from openai import OpenAI
+
+    from http_api import start_http_server
+    from service.auth import Listen
+    from service.engine import EngineService
+    from service.options import EngineOptions, ServerOptions
+    from service.runtime import LoopThread
+
+    target, description = load_target(args)
+    levels = sorted(set(args.concurrency))
+    service = EngineService(target, args.proposer, args.max_draft, max_batch=max(args.max_batch or max(levels), 1))
+    service.warm_up()
+    options = ServerOptions(engine=EngineOptions(model=description))
+    loop = LoopThread("bench-concurrency")
+    server = loop.run(start_http_server(service, Listen(TOKEN), options))
+    workload = Path(args.workload) if args.workload else WORKLOADS / f"{args.kind}s-httpx.jsonl"
+    make = completion_bodies if args.kind == "completion" else edit_bodies
+    bodies = make(workload, args.requests, args.chars, args.max_tokens, None)
+    report: dict = {
+        "model": description,
+        "kind": args.kind,
+        "workload": workload.name,
+        "requests": len(bodies),
+        "max_tokens": args.max_tokens,
+        "proposer": args.proposer,
+        "threads": args.threads,
+        "levels": [],
+    }
+    try:
+        client = OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=TOKEN, timeout=3600, max_retries=0)
+        alone = None
+        for round_number in range(args.rounds):
+            for clients in [1, *[level for level in levels if level != 1]]:
+                before = service.snapshot()["batching"]
+                level = run_level(client, bodies, clients, f"{round_number}-{clients}", args.kind)
+                after = service.snapshot()["batching"]
+                cycles = after["cycles"] - before["cycles"]
+                served = after["mean_batch"] * after["cycles"] - before["mean_batch"] * before["cycles"]
+                level["mean_batch"] = round(served / cycles, 2) if cycles else 0.0
+                level["round"] = round_number
+                if clients == 1:
+                    alone = level
+                level["identical_to_one_at_a_time"] = level["texts"] == alone["texts"]
+                level["speedup"] = round(level["tokens_per_s"] / alone["tokens_per_s"], 3)
+                level["p95_vs_one_at_a_time"] = round(level["latency_p95_s"] / alone["latency_p95_s"], 3)
+                print(
+                    f"bench: {args.kind} x{clients} (round {round_number + 1}): {level['tokens_per_s']} tokens/s "
+                    f"({level['speedup']}x one at a time), p50 {level['latency_p50_s']} s, p95 "
+                    f"{level['latency_p95_s']} s, mean batch {level['mean_batch']}, identical="
+                    f"{level['identical_to_one_at_a_time']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                report["levels"].append({key: value for key, value in level.items() if key != "texts"})
+    finally:
+        loop.run(server.stop())
+        loop.stop()
+        service.close()
+    return report
+
+
+def load_target(args):
+    from bench.models import bench_tokenizer, random_target, shape_description
+    from codespec.model import TargetModel
+    from service.runtime import _set_cpu_threads
+
+    _set_cpu_threads(args.threads)
+    if args.model_shape:
+        tokenizer, _ = bench_tokenizer()
+        target = random_target(args.model_shape, tokenizer)
+        return target, shape_description(args.model_shape)
+    from codespec.default_model import target_path
+
+    path = args.model or str(target_path())
+    return TargetModel.load(path, device="cpu"), path
+
+
+def table(report: dict) -> str:
+    rows = [
+        "| clients | round | tokens/s | x one at a time | latency p50 / p95 (s) | p95 / one-at-a-time p95 | mean batch | identical |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for level in report["levels"]:
+        rows.append(
+            f"| {level['clients']} | {level['round'] + 1} | {level['tokens_per_s']} | {level['speedup']}x | "
+            f"{level['latency_p50_s']} / {level['latency_p95_s']} | {level['p95_vs_one_at_a_time']} | "
+            f"{level['mean_batch']} | {'yes' if level['identical_to_one_at_a_time'] else 'NO'} |"
+        )
+    return "\n".join(rows)
+
+
+def plot_svg(reports: list[dict], path: Path) -> None:
+    """Aggregate tokens/s against concurrent clients, one line per report (kind, proposer)."""
+    width, height, margin = 560, 320, 50
+    series = []
+    for report in reports:
+        last = {}
+        for level in report["levels"]:
+            last[level["clients"]] = level["tokens_per_s"]
+        series.append((f"{report['kind']} ({report['proposer']})", sorted(last.items())))
+    top = max(value for _, points in series for _, value in points) * 1.1
+    most = max(clients for _, points in series for clients, _ in points)
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+
+    def x(clients: int) -> float:
+        return margin + (width - 2 * margin) * (clients - 1) / max(most - 1, 1)
+
+    def y(value: float) -> float:
+        return height - margin - (height - 2 * margin) * value / top
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
+        f'<line x1="{margin}" y1="{height - margin}" x2="{width - margin}" y2="{height - margin}" stroke="black"/>',
+        f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" stroke="black"/>',
+        f'<text x="{width / 2}" y="{height - 12}" text-anchor="middle">concurrent clients</text>',
+        f'<text x="14" y="{height / 2}" transform="rotate(-90 14 {height / 2})" text-anchor="middle">tokens/s (all clients)</text>',
+    ]
+    for clients in sorted({c for _, points in series for c, _ in points}):
+        parts.append(f'<text x="{x(clients)}" y="{height - margin + 16}" text-anchor="middle">{clients}</text>')
+    for tick in range(5):
+        value = top * tick / 4
+        parts.append(f'<text x="{margin - 6}" y="{y(value) + 4}" text-anchor="end">{value:.0f}</text>')
+    for number, (name, points) in enumerate(series):
+        colour = colours[number % len(colours)]
+        line = " ".join(f"{x(c):.1f},{y(v):.1f}" for c, v in points)
+        parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        parts.append(f'<text x="{margin + 10}" y="{margin + 16 * number}" fill="{colour}">{name}</text>')
+    parts.append("</svg>")
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.concurrency", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="a model directory (default: the shipped model)")
+    parser.add_argument("--model-shape", help="a random-weight model of this shape (bench/shapes.py)")
+    parser.add_argument("--kind", choices=("completion", "edit"), default="completion")
+    parser.add_argument("--workload", help="a workload file (default: ../shared/workloads/<kind>s-httpx.jsonl)")
+    parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument("--chars", type=int, default=1500, help="characters of code per request")
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every level this many times")
+    parser.add_argument("--proposer", default="auto")
+    parser.add_argument("--max-draft", type=int, default=16)
+    parser.add_argument("--max-batch", type=int, help="the service's max_batch (default: the largest level)")
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--json", help="write the report here")
+    parser.add_argument(
+        "--plot", help="write an SVG plot of tokens/s against clients here (with --json of earlier runs: --merge)"
+    )
+    parser.add_argument("--merge", nargs="*", default=[], help="earlier reports (JSON) to plot beside this one")
+    args = parser.parse_args(argv)
+    report = run(args)
+    print(table(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if args.plot:
+        earlier = [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.merge]
+        plot_svg([*earlier, report], Path(args.plot))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
