@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from codespec.config import GenerationLimits, SamplingParams
-from codespec.draft import EMPTY_DRAFT, Draft, NoDraft, Outcome, ProposeContext, Proposer
+from codespec.draft import ALONE, EMPTY_DRAFT, BatchShare, Draft, NoDraft, Outcome, ProposeContext, Proposer
 from codespec.errors import InvalidRequestError
 from codespec.kv import common_prefix_len
 from codespec.sampling import make_generator
@@ -111,13 +111,15 @@ class Decoding:
         self.text = TextStream(target.decode, limits.stop, context_ids=self.prompt_ids)
         self.end_ids = target.eos_token_ids | limits.stop_token_ids
         self.reason: str | None = None  # set when decoding is over: Finished.reason
+        self.recent_tokens = 1.0  # tokens per step lately (a moving average): what a batch expects of it
         self._first_token_s: float | None = None
         self._last_emit_s = 0.0
         self._step_start = self._proposed = 0.0
         self._proposer_state = "new"  # -> "open" at the first propose (begin), "closed" (end)
 
-    def propose(self) -> StepPlan | None:
-        """The next forward this request needs, or None when it is over (see ``reason``)."""
+    def propose(self, batch: BatchShare = ALONE) -> StepPlan | None:
+        """The next forward this request needs, or None when it is over (see ``reason``).
+        ``batch``: the rest of the scheduler's cycle, for the proposer's pricing of its draft."""
         if self.reason is not None:
             return None
         if self._proposer_state == "new":  # begun with the first step, as the request starts decoding
@@ -141,7 +143,9 @@ class Decoding:
         self._step_start = time.perf_counter()
         draft = EMPTY_DRAFT
         if max_draft > 0:
-            context = ProposeContext(self.sequence, len(self.prompt_ids), max_draft, self.sampling, self.generator)
+            context = ProposeContext(
+                self.sequence, len(self.prompt_ids), max_draft, self.sampling, self.generator, batch
+            )
             draft = self.proposer.propose(context).truncated(max_draft)
         self._proposed = time.perf_counter()
         # 2. One target forward over the uncached tokens plus the draft: K+1 scored positions.
@@ -200,6 +204,7 @@ class Decoding:
             now - self.start,
         )
         self.stats.steps.append(step)
+        self.recent_tokens = 0.7 * self.recent_tokens + 0.3 * len(kept) if self.stats.steps[1:] else float(len(kept))
         if self._first_token_s is None:
             self._first_token_s = now
         else:

@@ -70,6 +70,20 @@ class Draft:
 EMPTY_DRAFT = Draft()
 
 
+@dataclass(frozen=True)
+class BatchShare:
+    """The rest of a scheduler cycle, as a draft length should be priced in it (docs/architecture.md,
+    "Batching"): the forward serves ``requests`` requests in all, and the others are expected to
+    emit ``others_tokens`` tokens from it. A longer draft makes the forward dearer for all of them,
+    so a policy weighs its extra time against everyone's tokens, not only its own."""
+
+    requests: int = 1
+    others_tokens: float = 0.0
+
+
+ALONE = BatchShare()
+
+
 @dataclass
 class ProposeContext:
     """What a proposer may look at when drafting one step.
@@ -85,6 +99,7 @@ class ProposeContext:
     max_len: int
     sampling: SamplingParams | None = None
     generator: torch.Generator | None = None
+    batch: BatchShare = ALONE  # who else the step's forward serves
 
     @property
     def output_len(self) -> int:

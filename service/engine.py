@@ -33,6 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from codespec.config import SERVE_MAX_DRAFT, GenerationLimits, SamplingParams
@@ -52,9 +53,19 @@ log = logging.getLogger(__name__)
 request_log = logging.getLogger(REQUEST_LOG)
 PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arriving meanwhile waits <= one chunk)
 COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is a loop: stop it there
+LARGE_DOCUMENT_CHARS = 64_000  # an opened document this large is tokenized off the engine thread
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
 RECENT_HISTORY = 20  # history entries the stats show
 PROMPT_CHUNK = 512  # a request's prompt is prefilled at most this many tokens per cycle, alone or not
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """A request's prompt as the engine runs it, made on the preparing thread."""
+
+    rendered: RenderedPrompt | None  # None for a background prefill
+    prompt_ids: list[int]
+    reference_tokens: int  # a rewrite's reference, in tokens (its budget grows by that much)
 
 
 class EngineService:
@@ -95,17 +106,25 @@ class EngineService:
         from proposers.assembly import ProposerAssembly
 
         self._proposers = ProposerAssembly(target, proposer_config)  # a proposers.setup.ProposerConfig
+        self._preparing: list[Job] = []  # submitted, their prompts being tokenized
+        self._tokenizing: dict[str, list] = {}  # documents being tokenized: their idle calls, held back
+        self._doc_adapter: tuple[Any, Any] | None = None  # (index, the preparing thread's tokenizer adapter)
+        # one thread, so jobs reach the engine in the order they were submitted
+        self._preparer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="codespec-prepare")
         self._thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
         self._thread.start()
 
     # ---- API (any thread) -------------------------------------------------------------------
     def submit(self, request: GenerationRequest, on_delta: DeltaCallback | None = None) -> Job:
+        """Queue ``request``; its prompt is rendered and tokenized on the preparing thread (a huge
+        prompt takes a second there, never from the cycles of the requests decoding meanwhile),
+        then it waits for the engine thread, in submission order."""
         job = Job(request, on_delta)
         with self._cond:
             if self._closed:
                 raise CodespecError("the engine service is closed")
-            self._pending.append(job)
-            self._cond.notify()
+            self._preparing.append(job)  # the engine counts it as waiting from now on
+        self._preparer.submit(self._prepare, job)
         return job
 
     def call(self, fn: Callable[[], Any], idle: bool = False, document: str | None = None) -> concurrent.futures.Future:
@@ -124,12 +143,59 @@ class EngineService:
             if self._closed:
                 future.set_exception(CodespecError("the engine service is closed"))
                 return future
-            if idle:
+            if idle and document is not None and document in self._tokenizing:
+                self._tokenizing[document].append((fn, future))  # after the document's install, in order
+            elif idle:
                 self._idle_calls.append((fn, future, time.monotonic(), document))
             else:
                 self._calls.append((fn, future))
             self._cond.notify()
         return future
+
+    def index_document(self, uri: str, text: str, version: int) -> concurrent.futures.Future:
+        """Index an opened document. A large one is tokenized on the preparing thread first (with
+        its own copy of the tokenizer: a megabyte takes about a second, which would stop every
+        decode cycle on the engine thread), then installed by a short idle call; the document's
+        later index calls wait for that install, so they apply in order."""
+        index = self.index
+        if index is None:
+            raise CodespecError("no index is attached")
+        if len(text) < LARGE_DOCUMENT_CHARS:
+            return self.call(lambda: index.add_document(uri, text, version), idle=True, document=uri)
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            if self._closed:
+                done.set_exception(CodespecError("the engine service is closed"))
+                return done
+            self._tokenizing.setdefault(uri, [])
+
+        def tokenize() -> None:
+            try:
+                tokens = self._document_adapter(index).encode_array(text)
+            except Exception as error:  # installed without them: the index tokenizes it itself
+                log.warning("tokenizing %s off the engine thread failed: %s", uri, error)
+                tokens = None
+            calls = [(lambda: index.add_document(uri, text, version, tokens=tokens), done)]
+            with self._cond:  # the install, then what arrived for this document meanwhile, in order
+                calls += self._tokenizing.pop(uri, [])
+                if not self._closed:
+                    now = time.monotonic()
+                    self._idle_calls.extend((fn, future, now, uri) for fn, future in calls)
+                    self._cond.notify()
+                    return
+            for _, future in calls:
+                future.set_exception(CodespecError("the engine service is closed"))
+
+        self._preparer.submit(tokenize)
+        return done
+
+    def _document_adapter(self, index):
+        """The preparing thread's own tokenizer adapter for ``index`` (made once, on first use)."""
+        if self._doc_adapter is None or self._doc_adapter[0] is not index:
+            from index.ingest import thread_adapter
+
+            self._doc_adapter = (index, thread_adapter(index.adapter))
+        return self._doc_adapter[1]
 
     async def acall(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.wrap_future(self.call(fn))
@@ -184,6 +250,30 @@ class EngineService:
 
         return self.call(clear)
 
+    def _prepare(self, job: Job) -> None:
+        """On the preparing thread: the job's prompt ids (or the error they raised), then the queue."""
+        try:
+            job.prepared = None if job.cancelled else self._prepare_prompt(job.request)
+        except Exception as error:  # handed to the job when it starts
+            job.prepared = error
+        with self._cond:
+            self._preparing.remove(job)
+            if not self._closed:
+                self._pending.append(job)
+                self._cond.notify()
+                return
+        job.future.set_exception(CodespecError("the engine service is closed"))
+
+    def _prepare_prompt(self, request: GenerationRequest) -> PreparedPrompt:
+        if not request.kind.decodes:  # a background prefill: the rendered prompt, cut to the context
+            ids = self.target.encode(self.prompts.render(request.prompt).text)[: self.target.max_context - 1]
+            return PreparedPrompt(None, ids, 0)
+        rendered, prompt_ids = self._fit_prompt(request)
+        reference_tokens = 0
+        if request.kind.budget_adds_reference and request.reference:  # a rewrite is about as long as its reference
+            reference_tokens = len(self.target.encode(request.reference))
+        return PreparedPrompt(rendered, prompt_ids, reference_tokens)
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -191,6 +281,7 @@ class EngineService:
                 job.cancel()
             self._cond.notify()
         self._thread.join(timeout=30)
+        self._preparer.shutdown(wait=False)
 
     # ---- engine thread ----------------------------------------------------------------------
     def _run(self) -> None:
@@ -222,14 +313,16 @@ class EngineService:
                     return
                 pending, self._pending = self._pending, []
                 calls, self._calls = self._calls, []
-                busy = bool(pending or self._waiting) or any(job.request.kind.decodes for job in self._active)
+                busy = bool(pending or self._waiting or self._preparing)
+                busy = busy or any(job.request.kind.decodes for job in self._active)
                 if self._idle_calls and (not busy or self._closed):
                     # Nothing to yield to: all of them, before the calls (a stats call then sees them done).
                     calls = [c[:2] for c in self._idle_calls] + calls
                     self._idle_calls = []
                 elif self._idle_calls and time.monotonic() - self._idle_calls[0][2] > IDLE_CALL_MAX_WAIT_S:
                     calls.insert(0, self._idle_calls.pop(0)[:2])  # beside a long request: one per cycle
-                wanted = {job.request.uri for job in pending + self._waiting if job.request.uri is not None}
+                asking = pending + self._waiting + self._preparing
+                wanted = {job.request.uri for job in asking if job.request.uri is not None}
                 if wanted and self._idle_calls:  # the documents these requests are about: indexed first
                     calls = [c[:2] for c in self._idle_calls if c[3] in wanted] + calls
                     self._idle_calls = [c for c in self._idle_calls if c[3] not in wanted]
@@ -253,13 +346,15 @@ class EngineService:
             return
         self._take_over_prefill(request.cache_key)
         try:
+            prepared = job.prepared if job.prepared is not None else self._prepare_prompt(request)
+            if isinstance(prepared, Exception):
+                raise prepared
             if not request.kind.decodes:
-                self._start_prefill(job)
+                self._start_prefill(job, prepared.prompt_ids)
                 return
-            rendered, prompt_ids = self._fit_prompt(request)
-            max_tokens = request.max_tokens
-            if request.kind.budget_adds_reference and request.reference:  # a rewrite is about as long as its reference
-                max_tokens += len(self.target.encode(request.reference))
+            rendered, prompt_ids = prepared.rendered, prepared.prompt_ids
+            assert rendered is not None
+            max_tokens = request.max_tokens + prepared.reference_tokens
             max_tokens = max(1, min(max_tokens, self.target.max_context - len(prompt_ids)))
             sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, seed=request.seed)
             stop = (*request.stop, *rendered.stop, *self.prompts.end_markers)
@@ -283,10 +378,9 @@ class EngineService:
             return
         self._active.append(job)
 
-    def _start_prefill(self, job: Job) -> None:
+    def _start_prefill(self, job: Job, prompt_ids: list[int]) -> None:
         from codespec.kv import common_prefix_len
 
-        prompt_ids = self.target.encode(self.prompts.render(job.request.prompt).text)[: self.target.max_context - 1]
         job.cache = self._caches.take(job.request.cache_key)
         job.cached_len = common_prefix_len(job.cache.token_ids, prompt_ids)
         job.cache.rollback(job.cached_len)
@@ -348,9 +442,12 @@ class EngineService:
         ``forward_many`` runs them all, each request verifies and streams its own (docs/architecture.md,
         "Batching"). A request that is over, cancelled or failed leaves before the forward."""
         from codespec.decode import StepPlan
-        from codespec.draft import EMPTY_DRAFT
+        from codespec.draft import EMPTY_DRAFT, BatchShare
 
         planned: list[tuple[Job, StepPlan]] = []
+        # what each request's draft is priced against: the others' tokens from the same forward
+        expected = {job: job.decoding.recent_tokens for job in self._active if job.decoding is not None}
+        everyone = sum(expected.values())
         for job in list(self._active):
             try:
                 if job.request.kind is RequestKind.PREFILL:
@@ -361,7 +458,8 @@ class EngineService:
                     chunk = job.prefill_ids[len(job.cache) : len(job.cache) + PREFILL_CHUNK]
                     planned.append((job, StepPlan(chunk, 1, EMPTY_DRAFT, prefill=True)))
                     continue
-                plan = job.decoding.propose()
+                share = BatchShare(len(self._active), everyone - expected.get(job, 0.0))
+                plan = job.decoding.propose(share)
             except Exception as error:  # a failed request must not take the service down
                 self._drop(job, error)
                 continue
