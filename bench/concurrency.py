@@ -27,26 +27,42 @@ TOKEN = "bench-concurrency"
 WORKLOADS = Path(__file__).resolve().parents[2] / "shared" / "workloads"
 
 
-def completion_bodies(path: Path, count: int, chars: int, max_tokens: int, proposer: str | None) -> list[dict]:
-    """``count`` fill-in-the-middle requests from a completions workload: ``chars`` characters around
-    the cursor (three quarters before it), spread over the file's records."""
+def completion_bodies(
+    path: Path, count: int, chars: int, max_tokens: int, proposer: str | None, fim: bool = True
+) -> list[dict]:
+    """``count`` requests from a completions workload, spread over its records: fill-in-the-middle
+    over ``chars`` characters around the cursor (three quarters before it), or (``fim`` False) the
+    ``chars`` characters before the cursor as a plain continuation prompt (OpenAI's completions
+    without ``suffix``: no line or repetition stops, so each runs to ``max_tokens``)."""
     from bench.sim_workload import read_jsonl
 
-    records = [r for r in read_jsonl(path) if len(r["prefix"]) >= chars * 3 // 4]
+    before = chars * 3 // 4 if fim else chars
+    records = [r for r in read_jsonl(path) if len(r["prefix"]) >= before]
     step = max(1, len(records) // count)
     bodies = []
     for record in records[::step][:count]:
-        body = {
-            "model": "codespec",
-            "prompt": record["prefix"][-(chars * 3 // 4) :],
-            "suffix": record["suffix"][: chars // 4],
-            "max_tokens": max_tokens,
-            "temperature": 0,
-        }
+        body = {"model": "codespec", "prompt": record["prefix"][-before:], "max_tokens": max_tokens, "temperature": 0}
+        if fim:
+            body["suffix"] = record["suffix"][: chars // 4]
         if proposer:
             body["proposer"] = proposer
         bodies.append(body)
     return bodies
+
+
+def chat_bodies(path: Path, count: int, chars: int, max_tokens: int) -> list[dict]:
+    """``count`` chat requests, each the ``chars`` characters before a completion workload's cursor
+    in a fenced block of the user's message, without a prediction (a model without a chat template
+    rewrites the block, drafting from it): no completion stop rules, each decodes up to ``max_tokens``."""
+    bodies = completion_bodies(path, count, chars, max_tokens, None, fim=False)
+    return [
+        {
+            "model": "codespec",
+            "messages": [{"role": "user", "content": f"```python\n{body['prompt']}\n```"}],
+            "max_tokens": max_tokens,
+        }
+        for body in bodies
+    ]
 
 
 def edit_bodies(path: Path, count: int, chars: int, max_tokens: int, proposer: str | None) -> list[dict]:
@@ -58,7 +74,7 @@ def edit_bodies(path: Path, count: int, chars: int, max_tokens: int, proposer: s
     return [chat_body(case, True, proposer, False, max_tokens, "") for case in cases]
 
 
-def run_level(client, bodies: list[dict], clients: int, level: str, kind: str) -> dict:
+def run_level(client, bodies: list[dict], clients: int, level: str) -> dict:
     """Send every body, ``clients`` at a time (each client closed-loop over its share); returns the
     level's texts, latencies, tokens and wall time."""
     from codespec.stats import percentile
@@ -68,7 +84,7 @@ def run_level(client, bodies: list[dict], clients: int, level: str, kind: str) -
         extra = {key: body.pop(key) for key in ("proposer", "path", "suffix", "prediction") if key in body}
         extra["path"] = f"bench/{level}/{index}"  # a prompt cache of its own: every level prefills every prompt
         start = time.perf_counter()
-        if kind == "completion":
+        if "prompt" in body:
             response = client.completions.create(**body, extra_body=extra)
             text = response.choices[0].text
         else:
@@ -109,12 +125,19 @@ def run(args) -> dict:
     options = ServerOptions(engine=EngineOptions(model=description))
     loop = LoopThread("bench-concurrency")
     server = loop.run(start_http_server(service, Listen(TOKEN), options))
-    workload = Path(args.workload) if args.workload else WORKLOADS / f"{args.kind}s-httpx.jsonl"
-    make = completion_bodies if args.kind == "completion" else edit_bodies
-    bodies = make(workload, args.requests, args.chars, args.max_tokens, None)
+    default = "edits-httpx.jsonl" if args.kind == "edit" else "completions-httpx.jsonl"
+    workload = Path(args.workload) if args.workload else WORKLOADS / default
+    if args.kind == "completion":
+        bodies = completion_bodies(
+            workload, args.requests, args.chars, args.max_tokens, None, fim=not args.plain_prompt
+        )
+    elif args.kind == "chat":
+        bodies = chat_bodies(workload, args.requests, args.chars, args.max_tokens)
+    else:
+        bodies = edit_bodies(workload, args.requests, args.chars, args.max_tokens, None)
     report: dict = {
         "model": description,
-        "kind": args.kind,
+        "kind": args.kind + (" (plain prompt)" if args.kind == "completion" and args.plain_prompt else ""),
         "workload": workload.name,
         "requests": len(bodies),
         "max_tokens": args.max_tokens,
@@ -128,8 +151,12 @@ def run(args) -> dict:
         for round_number in range(args.rounds):
             for clients in [1, *[level for level in levels if level != 1]]:
                 before = service.snapshot()["batching"]
-                level = run_level(client, bodies, clients, f"{round_number}-{clients}", args.kind)
-                after = service.snapshot()["batching"]
+                level = run_level(client, bodies, clients, f"{round_number}-{clients}")
+                snapshot = service.snapshot()
+                after = snapshot["batching"]
+                mine = snapshot["last_requests"][-len(bodies) :]
+                forwards = sum(entry["target_forwards"] for entry in mine)
+                level["tokens_per_forward"] = round(sum(e["tokens"] for e in mine) / forwards, 2) if forwards else 0.0
                 cycles = after["cycles"] - before["cycles"]
                 served = after["mean_batch"] * after["cycles"] - before["mean_batch"] * before["cycles"]
                 level["mean_batch"] = round(served / cycles, 2) if cycles else 0.0
@@ -142,7 +169,8 @@ def run(args) -> dict:
                 print(
                     f"bench: {args.kind} x{clients} (round {round_number + 1}): {level['tokens_per_s']} tokens/s "
                     f"({level['speedup']}x one at a time), p50 {level['latency_p50_s']} s, p95 "
-                    f"{level['latency_p95_s']} s, mean batch {level['mean_batch']}, identical="
+                    f"{level['latency_p95_s']} s, mean batch {level['mean_batch']}, tokens/forward "
+                    f"{level['tokens_per_forward']}, identical="
                     f"{level['identical_to_one_at_a_time']}",
                     file=sys.stderr,
                     flush=True,
@@ -164,23 +192,41 @@ def load_target(args):
     if args.model_shape:
         tokenizer, _ = bench_tokenizer()
         target = random_target(args.model_shape, tokenizer)
-        return target, shape_description(args.model_shape)
+        silence_markers(target)
+        return target, shape_description(args.model_shape) + ", end markers never chosen"
     from codespec.default_model import target_path
 
     path = args.model or str(target_path())
     return TargetModel.load(path, device="cpu"), path
 
 
+def silence_markers(target) -> None:
+    """Zero the LM-head rows of the special tokens and of the ids past the tokenizer: a random
+    model then never picks an end marker (its other logits are both signs, so a zero never wins),
+    and every request decodes its whole budget, as the measurement needs. With a tied head this
+    zeroes those tokens' embeddings too; prompts never hold them."""
+    import torch
+
+    tokenizer = target.tokenizer
+    rows = set(tokenizer.all_special_ids) | {int(i) for i in tokenizer.get_added_vocab().values()}
+    rows |= set(range(len(tokenizer), target.vocab_size))
+    head = target.model.get_output_embeddings().weight
+    with torch.no_grad():
+        head[sorted(rows)] = 0.0  # a packed head packs again on its next forward (codespec/linear.py)
+
+
 def table(report: dict) -> str:
     rows = [
-        "| clients | round | tokens/s | x one at a time | latency p50 / p95 (s) | p95 / one-at-a-time p95 | mean batch | identical |",
-        "|---|---|---|---|---|---|---|---|",
+        "| clients | round | tokens/s | x one at a time | latency p50 / p95 (s) | p95 / one-at-a-time p95 "
+        "| mean batch | tokens/forward | identical |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for level in report["levels"]:
         rows.append(
             f"| {level['clients']} | {level['round'] + 1} | {level['tokens_per_s']} | {level['speedup']}x | "
             f"{level['latency_p50_s']} / {level['latency_p95_s']} | {level['p95_vs_one_at_a_time']} | "
-            f"{level['mean_batch']} | {'yes' if level['identical_to_one_at_a_time'] else 'NO'} |"
+            f"{level['mean_batch']} | {level['tokens_per_forward']} | "
+            f"{'yes' if level['identical_to_one_at_a_time'] else 'NO'} |"
         )
     return "\n".join(rows)
 
@@ -229,9 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.concurrency", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="a model directory (default: the shipped model)")
     parser.add_argument("--model-shape", help="a random-weight model of this shape (bench/shapes.py)")
-    parser.add_argument("--kind", choices=("completion", "edit"), default="completion")
+    parser.add_argument("--kind", choices=("completion", "chat", "edit"), default="completion")
     parser.add_argument("--workload", help="a workload file (default: ../shared/workloads/<kind>s-httpx.jsonl)")
     parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument(
+        "--plain-prompt", action="store_true", help="completions as plain continuations of the code before the cursor"
+    )
     parser.add_argument("--chars", type=int, default=1500, help="characters of code per request")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])

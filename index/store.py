@@ -114,7 +114,10 @@ class WorkspaceIndex:
                 self._history_buffer(row.kind).append(tokens, HistoryEntry(row.uri, row.time, self._tick()))
 
     # -- documents ------------------------------------------------------------------------------
-    def add_document(self, uri: str, text: str, version: int = 0) -> None:
+    def add_document(self, uri: str, text: str, version: int = 0, tokens: np.ndarray | None = None) -> None:
+        """Index (or re-index) an open buffer. ``tokens``: ``text`` already tokenized, by another
+        thread with its own copy of the tokenizer (``ingest.thread_adapter``), so that a large
+        document's second of tokenizing holds neither this index's lock nor the engine."""
         with self._lock:
             current = self._docs.get(uri)
             if current is not None and current.text == text:
@@ -123,7 +126,8 @@ class WorkspaceIndex:
                 current.version, current.from_editor = version, True
                 self._touch(current)
                 return
-            doc = Doc(uri, text, self.adapter.encode_array(text), version, content_hash(text), self._tick())
+            ids = tokens if tokens is not None else self.adapter.encode_array(text)
+            doc = Doc(uri, text, ids, version, content_hash(text), self._tick())
             doc.from_editor = True
             self._install(doc)
             if self.db is not None:

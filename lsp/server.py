@@ -137,7 +137,9 @@ class CodespecServer(LanguageServer):
             if document.indexed_text is not None:  # it grew past the limit: the index forgets it
                 document.indexed_text = None
                 index = service.index
-                log_failure(service.call(lambda: index.remove_document(uri), idle=True), f"removing {clip(uri)}")
+                log_failure(
+                    service.call(lambda: index.remove_document(uri), idle=True, document=uri), f"removing {clip(uri)}"
+                )
             note_too_large(self, document)
             return
         if document.indexed_text is None:  # back under the limit
@@ -268,7 +270,10 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         ls.documents.close(uri)
         if ls.service is not None and ls.service.index is not None:
             index = ls.service.index
-            log_failure(ls.service.call(lambda: index.close_document(uri), idle=True), f"closing {uri} in the index")
+            log_failure(
+                ls.service.call(lambda: index.close_document(uri), idle=True, document=uri),
+                f"closing {uri} in the index",
+            )
         ls.suggestions.pop(uri, None)
         cancel_warm(ls, uri)
         job = ls.inflight.pop(uri, None)
@@ -489,13 +494,11 @@ def add_to_index(ls: CodespecServer, document) -> None:
     if document.too_large(ls.options.index.max_document_bytes):
         note_too_large(ls, document)
         index, uri = service.index, document.uri  # a smaller version opened before: not kept stale
-        log_failure(service.call(lambda: index.remove_document(uri), idle=True), f"removing {clip(uri)}")
+        log_failure(service.call(lambda: index.remove_document(uri), idle=True, document=uri), f"removing {clip(uri)}")
         return
     uri, text, version = document.uri, document.text, document.version
     document.indexed_text = text
-    log_failure(
-        service.call(lambda: service.index.add_document(uri, text, version), idle=True, document=uri), f"indexing {uri}"
-    )
+    log_failure(service.index_document(uri, text, version), f"indexing {uri}")
 
 
 def log_failure(future, what: str) -> None:
