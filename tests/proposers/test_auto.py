@@ -491,3 +491,34 @@ def test_a_repetition_after_a_long_idle_stretch_is_drafted_from_its_first_matchi
             first_drafted_at = produced
         produced += step.emitted
     assert first_drafted_at == 80  # the first step whose text matched
+
+
+# -- drafts in a batch -------------------------------------------------------------------------
+def test_a_batch_shrinks_drafts_whose_rows_no_longer_pay_for_the_others_wait():
+    from proposers.policy import Candidate, choose
+
+    # cost(k) = 100 ms + 5 ms per drafted row (a CPU at a few hundred rows); acceptance falls with depth
+    acceptance = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.05, 0.05]
+    candidate = Candidate("context", acceptance, len(acceptance))
+    alone, _ = choose([candidate], (0.1, 0.005))
+    busy, _ = choose([candidate], (0.1, 0.005), others=7.0)  # 7 other requests emit ~1 token each
+    crowded, _ = choose([candidate], (0.1, 0.005), others=40.0)
+    assert alone.name == "context" and busy.name == "context"
+    assert alone.draft_len > busy.draft_len >= 1
+    assert crowded.name is None  # 40 others' tokens: no draft of this one pays for their wait
+
+
+def test_auto_learns_a_cost_table_per_batch_size_class(tiny_target):
+    from codespec.draft import BatchShare, Outcome, ProposeContext
+
+    auto = AutoProposer(lookups=[ScriptedProposer("context", lambda ids, max_len: [1, 2, 3])])
+    sequence = tiny_target.encode("def add(a, b):\n    return a + b\n")
+    auto.begin(sequence)
+    for requests in (1, 1, 3, 3, 3):
+        draft = auto.propose(
+            ProposeContext(sequence, len(sequence), 4, batch=BatchShare(requests, 2.0 * (requests - 1)))
+        )
+        auto.observe(Outcome(draft, 0, (5,), len(sequence) + 1, 0.0, 0.05 * requests))
+    assert set(auto.state.batch_costs) == {4}
+    assert auto.state.batch_costs[4].plain_measured is not None or auto.state.batch_costs[4].fit() is not None
+    auto.end()
