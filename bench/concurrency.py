@@ -191,9 +191,17 @@ def load_target(args):
     _set_cpu_threads(args.threads)
     if args.model_shape:
         tokenizer, _ = bench_tokenizer()
-        target = random_target(args.model_shape, tokenizer)
+        if args.tokenizer_vocab:  # the body of the shape with the tokenizer's vocabulary (vLLM's comparison)
+            from bench.shapes import random_published
+
+            model = random_published(args.model_shape, 0, tokenizer.eos_token_id, vocab_size=len(tokenizer))
+            target = TargetModel(model, tokenizer, name=f"random-{args.model_shape}")
+            description = f"random-weight {args.model_shape} body, vocabulary {len(tokenizer):,} (the tokenizer's)"
+        else:
+            target = random_target(args.model_shape, tokenizer)
+            description = shape_description(args.model_shape)
         silence_markers(target)
-        return target, shape_description(args.model_shape) + ", end markers never chosen"
+        return target, description + ", end markers never chosen"
     from codespec.default_model import target_path
 
     path = args.model or str(target_path())
@@ -278,6 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=("completion", "chat", "edit"), default="completion")
     parser.add_argument("--workload", help="a workload file (default: ../shared/workloads/<kind>s-httpx.jsonl)")
     parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument(
+        "--tokenizer-vocab",
+        action="store_true",
+        help="with --model-shape: the tokenizer's vocabulary, not the published one",
+    )
     parser.add_argument(
         "--plain-prompt", action="store_true", help="completions as plain continuations of the code before the cursor"
     )

@@ -156,8 +156,11 @@ PUBLISHED: dict[str, PublishedShape] = {
 SHAPE_NAMES = (*SHAPES, *PUBLISHED)
 
 
-def config_of(shape: str, eos_token_id: int | None = None, max_context: int | None = None):
-    """The transformers config of a published shape (``max_context`` caps the position table only)."""
+def config_of(
+    shape: str, eos_token_id: int | None = None, max_context: int | None = None, vocab_size: int | None = None
+):
+    """The transformers config of a published shape (``max_context`` caps the position table only;
+    ``vocab_size`` replaces the published vocabulary, e.g. by a small tokenizer's)."""
     from transformers import LlamaConfig, Qwen2Config, Starcoder2Config
 
     spec = PUBLISHED[shape]
@@ -165,17 +168,25 @@ def config_of(shape: str, eos_token_id: int | None = None, max_context: int | No
     fields = dict(spec.config)
     if max_context is not None:
         fields["max_position_embeddings"] = min(max_context, fields["max_position_embeddings"])
+    if vocab_size is not None:
+        fields["vocab_size"] = vocab_size
     return classes[spec.model_type](**fields, bos_token_id=None, eos_token_id=eos_token_id, pad_token_id=None)
 
 
 def random_published(
-    shape: str, seed: int = 0, eos_token_id: int | None = None, device=None, dtype=None, max_context: int | None = None
+    shape: str,
+    seed: int = 0,
+    eos_token_id: int | None = None,
+    device=None,
+    dtype=None,
+    max_context: int | None = None,
+    vocab_size: int | None = None,
 ):
     """A model of a published shape with seeded random weights, built on ``device`` in ``dtype``."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    config = config_of(shape, eos_token_id, max_context)
+    config = config_of(shape, eos_token_id, max_context, vocab_size)
     torch.manual_seed(seed)
     previous = torch.get_default_dtype()
     if dtype is not None and dtype.is_floating_point:

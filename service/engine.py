@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 request_log = logging.getLogger(REQUEST_LOG)
 PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arriving meanwhile waits <= one chunk)
 COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is a loop: stop it there
+COMPLETION_HEADROOM = 2  # inline completions admitted beyond max_batch (a user is typing)
 LARGE_DOCUMENT_CHARS = 64_000  # an opened document this large is tokenized off the engine thread
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
 RECENT_HISTORY = 20  # history entries the stats show
@@ -305,7 +306,9 @@ class EngineService:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._pending or self._active or self._calls or self._idle_calls or self._closed):
+                while not (
+                    self._pending or self._active or self._waiting or self._calls or self._idle_calls or self._closed
+                ):
                     self._cond.wait()
                 if self._closed and not (
                     self._pending or self._active or self._waiting or self._calls or self._idle_calls
@@ -422,17 +425,18 @@ class EngineService:
     # ---- the cycle: every active request's forward in one target forward ------------------------
     def _admit(self) -> None:
         """Move waiting jobs into the batch while it has room (``max_batch`` requests, and
-        ``max_cached_tokens`` KV positions counted at their prompts' lengths); in order, so a
-        queued request is never overtaken. One job always fits, whatever its size."""
+        ``max_cached_tokens`` KV positions); in order, except that inline completions (what a user
+        is waiting on as they type) go first and have ``COMPLETION_HEADROOM`` places beyond the
+        cap, so background rewrites filling the batch delay them by one cycle at most. One job
+        always fits, whatever its size."""
+        self._waiting.sort(key=lambda job: job.request.kind is not RequestKind.COMPLETE)  # stable
         while self._waiting:
             decoding = [job for job in self._active if job.request.kind.decodes]
             held = sum(len(job.cache) for job in self._active if job.cache is not None)
             job = self._waiting[0]
-            if (
-                job.request.kind.decodes
-                and decoding
-                and (len(decoding) >= self.max_batch or held >= self.max_cached_tokens)
-            ):
+            room = self.max_batch + (COMPLETION_HEADROOM if job.request.kind is RequestKind.COMPLETE else 0)
+            tokens = self.max_cached_tokens * (2 if job.request.kind is RequestKind.COMPLETE else 1)
+            if job.request.kind.decodes and decoding and (len(decoding) >= room or held >= tokens):
                 return
             self._waiting.pop(0)
             self._start(job)
