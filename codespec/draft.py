@@ -74,11 +74,14 @@ EMPTY_DRAFT = Draft()
 class BatchShare:
     """The rest of a scheduler cycle, as a draft length should be priced in it (docs/architecture.md,
     "Batching"): the forward serves ``requests`` requests in all, and the others are expected to
-    emit ``others_tokens`` tokens from it. A longer draft makes the forward dearer for all of them,
+    emit ``others_tokens`` tokens from it, with ``others_rows`` rows; ``row_cost`` is the scheduler's
+    measured cost of a forward by its rows. A longer draft makes the forward dearer for all of them,
     so a policy weighs its extra time against everyone's tokens, not only its own."""
 
     requests: int = 1
     others_tokens: float = 0.0
+    others_rows: int = 0  # rows the other requests put in the forward (their last cycle's)
+    row_cost: tuple[float, float] | None = None  # the scheduler's fit: forward seconds ~ a + b * rows
 
 
 ALONE = BatchShare()

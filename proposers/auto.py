@@ -194,8 +194,13 @@ class AutoProposer:
         #    model-free replays); a model's cost is its fitted proposal time, a lookup's is sunk.
         verify_s: VerifyCost
         self._costs = self._batch_costs(context.batch.requests)
+        batch = context.batch
         if self.config.verify_cost is not None:
             verify_s, plain_s = self.config.verify_cost, self.config.verify_cost[0]
+        elif batch.row_cost is not None:  # a shared forward: the scheduler's cost by rows, at this batch's rows
+            base, per_row = batch.row_cost
+            plain_s = base + per_row * (batch.others_rows + 1)
+            verify_s = (plain_s, per_row)
         else:
             measured = self._costs.plain_measured is not None or self._costs.fit() is not None
             verify_s = (self._costs if measured else self.verify_cost).curve()  # unmeasured class: alone's

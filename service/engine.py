@@ -107,6 +107,9 @@ class EngineService:
         from proposers.assembly import ProposerAssembly
 
         self._proposers = ProposerAssembly(target, proposer_config)  # a proposers.setup.ProposerConfig
+        from proposers.costs import LinearCost
+
+        self._row_cost = LinearCost("flat", decay=0.95)  # batched forwards: seconds ~ a + b * rows
         self._preparing: list[Job] = []  # submitted, their prompts being tokenized
         self._tokenizing: dict[str, list] = {}  # documents being tokenized: their idle calls, held back
         self._doc_adapter: tuple[Any, Any] | None = None  # (index, the preparing thread's tokenizer adapter)
@@ -452,6 +455,8 @@ class EngineService:
         # what each request's draft is priced against: the others' tokens from the same forward
         expected = {job: job.decoding.recent_tokens for job in self._active if job.decoding is not None}
         everyone = sum(expected.values())
+        all_rows = sum(job.last_rows for job in self._active)
+        row_cost = self._row_cost.fit() if self._row_cost.fitted and len(self._active) > 1 else None
         for job in list(self._active):
             try:
                 if job.request.kind is RequestKind.PREFILL:
@@ -462,7 +467,9 @@ class EngineService:
                     chunk = job.prefill_ids[len(job.cache) : len(job.cache) + PREFILL_CHUNK]
                     planned.append((job, StepPlan(chunk, 1, EMPTY_DRAFT, prefill=True)))
                     continue
-                share = BatchShare(len(self._active), everyone - expected.get(job, 0.0))
+                share = BatchShare(
+                    len(self._active), everyone - expected.get(job, 0.0), all_rows - job.last_rows, row_cost
+                )
                 plan = job.decoding.propose(share)
             except Exception as error:  # a failed request must not take the service down
                 self._drop(job, error)
@@ -496,8 +503,14 @@ class EngineService:
         held = [len(cache) for cache in caches]
         inputs = [plan.input_ids for _, plan in planned]
         keep_last = [plan.keep_last for _, plan in planned]
+        for (job, _), ids in zip(planned, inputs, strict=True):
+            job.last_rows = len(ids)
         try:
-            return list(self.target.forward_many(inputs, caches, keep_last))
+            start = time.perf_counter()
+            logits: list = list(self.target.forward_many(inputs, caches, keep_last))
+            if len(planned) > 1:  # what a shared forward costs by its rows: batched drafts are priced with it
+                self._row_cost.add(sum(len(ids) for ids in inputs), time.perf_counter() - start)
+            return logits
         except Exception as error:
             if len(planned) == 1:
                 return [error]
