@@ -164,6 +164,7 @@ def run(args) -> dict:
                 if clients == 1:
                     alone = level
                 level["identical_to_one_at_a_time"] = level["texts"] == alone["texts"]
+                level["identical_requests"] = sum(a == b for a, b in zip(level["texts"], alone["texts"], strict=True))
                 level["speedup"] = round(level["tokens_per_s"] / alone["tokens_per_s"], 3)
                 level["p95_vs_one_at_a_time"] = round(level["latency_p95_s"] / alone["latency_p95_s"], 3)
                 print(
@@ -184,6 +185,8 @@ def run(args) -> dict:
 
 
 def load_target(args):
+    import torch
+
     from bench.models import bench_tokenizer, random_target, shape_description
     from codespec.model import TargetModel
     from service.runtime import _set_cpu_threads
@@ -194,14 +197,17 @@ def load_target(args):
         if args.tokenizer_vocab:  # the body of the shape with the tokenizer's vocabulary (vLLM's comparison)
             from bench.shapes import random_published
 
-            model = random_published(args.model_shape, 0, tokenizer.eos_token_id, vocab_size=len(tokenizer))
+            dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+            model = random_published(
+                args.model_shape, 0, tokenizer.eos_token_id, dtype=dtype, vocab_size=len(tokenizer)
+            )
             target = TargetModel(model, tokenizer, name=f"random-{args.model_shape}")
             description = f"random-weight {args.model_shape} body, vocabulary {len(tokenizer):,} (the tokenizer's)"
         else:
-            target = random_target(args.model_shape, tokenizer)
+            target = random_target(args.model_shape, tokenizer, dtype=args.dtype)
             description = shape_description(args.model_shape)
         silence_markers(target)
-        return target, description + ", end markers never chosen"
+        return target, f"{description}, end markers never chosen, {args.dtype}"
     from codespec.default_model import target_path
 
     path = args.model or str(target_path())
@@ -226,7 +232,7 @@ def silence_markers(target) -> None:
 def table(report: dict) -> str:
     rows = [
         "| clients | round | tokens/s | x one at a time | latency p50 / p95 (s) | p95 / one-at-a-time p95 "
-        "| mean batch | tokens/forward | identical |",
+        "| mean batch | tokens/forward | identical to one at a time |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for level in report["levels"]:
@@ -234,7 +240,7 @@ def table(report: dict) -> str:
             f"| {level['clients']} | {level['round'] + 1} | {level['tokens_per_s']} | {level['speedup']}x | "
             f"{level['latency_p50_s']} / {level['latency_p95_s']} | {level['p95_vs_one_at_a_time']} | "
             f"{level['mean_batch']} | {level['tokens_per_forward']} | "
-            f"{'yes' if level['identical_to_one_at_a_time'] else 'NO'} |"
+            f"{level['identical_requests']}/{report['requests']} |"
         )
     return "\n".join(rows)
 
@@ -302,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-draft", type=int, default=16)
     parser.add_argument("--max-batch", type=int, help="the service's max_batch (default: the largest level)")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="with --model-shape")
     parser.add_argument("--json", help="write the report here")
     parser.add_argument(
         "--plot", help="write an SVG plot of tokens/s against clients here (with --json of earlier runs: --merge)"

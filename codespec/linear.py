@@ -71,7 +71,8 @@ def _packed_forward(self, input: torch.Tensor) -> torch.Tensor:
     if state.dtype != torch.float32 and rows.shape[0] * state.numel < MIN_WORK:
         # too small: oneDNN's ~10 us per call would dominate (bf16 is not batch invariant anyway)
         return F.linear(input, state.dense(self.weight), self.bias)
-    output = _bounded_rows(rows, state.of(self.weight), self.bias)  # [N, out]
+    packed = state.of(self.weight)
+    output = _bounded_rows(rows, packed, self.bias, state.one_row_differs(packed, self.bias))  # [N, out]
     return output.reshape(*input.shape[:-1], output.shape[-1])
 
 
@@ -95,14 +96,18 @@ def row_blocks(count: int) -> list[tuple[int, int, int]]:
     return blocks
 
 
-def _bounded_rows(rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _bounded_rows(
+    rows: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, pad_one: bool = False
+) -> torch.Tensor:
     """rows [N, in] -> [N, out] through kernels of a bounded set of row counts (``row_blocks``).
 
-    One row runs as two (the second zero, dropped): oneDNN's one-row fp32 kernel sums in another
-    order than its kernels for 2+ rows, which give each row the same bits whatever the other rows
-    (measured over 2-256 rows and row offsets, docs/architecture.md "Batching"). So a sequence's
-    logits do not depend on what shares its batch, nor on whether it drafted."""
-    if rows.shape[0] == 1:
+    ``pad_one``: run one row as two (the second zero, dropped). For some weights (wide inputs:
+    the 0.5b's MLP down projection) oneDNN's one-row fp32 kernel sums in another order than its
+    kernels for 2+ rows, which give each row the same bits whatever the other rows (measured over
+    2-256 rows and row offsets, docs/architecture.md "Batching"); ``Packed`` finds out which weights
+    once, so the rest keep the one-row kernel (padding every product cost 8% of a one-token forward
+    at 0.5b). So a sequence's logits do not depend on what shares its batch, nor on whether it drafted."""
+    if pad_one and rows.shape[0] == 1:
         return _bounded_rows(F.pad(rows, (0, 0, 0, 1)), packed, bias)[:1]
     outputs = []
     for start, size, padded in row_blocks(rows.shape[0]):
@@ -130,12 +135,32 @@ class Packed:
     def __init__(self, weight: torch.Tensor | None = None) -> None:
         self.tensor: torch.Tensor | None = None
         self.version = -1
+        self._one_row_differs: bool | None = None
+        self._probed_version = -1
         self.released = False
         self.numel = 0
         self.dtype = torch.float32
         if weight is not None:
             self.numel, self.dtype = weight.numel(), weight.dtype
             self.of(weight)
+
+    def one_row_differs(self, packed: torch.Tensor, bias: torch.Tensor | None) -> bool:
+        """Whether oneDNN's one-row kernel gives a row other bits than a 2+-row product does for
+        this weight (then one row runs as two): probed once on random rows, re-probed after a repack."""
+        if self._one_row_differs is None or self._probed_version != self.version:
+            generator = torch.Generator().manual_seed(0)
+            width = packed.size(1) if packed.dim() == 2 else None
+            if width is None:
+                return True
+            rows = torch.randn(3, width, generator=generator, dtype=torch.float32).to(self.dtype)
+            with torch.no_grad():
+                together = torch.ops.mkldnn._linear_pointwise(rows, packed, bias, "none", [], "")
+                alone = [
+                    torch.ops.mkldnn._linear_pointwise(rows[i : i + 1], packed, bias, "none", [], "") for i in range(3)
+                ]
+            self._one_row_differs = not all(torch.equal(together[i : i + 1], alone[i]) for i in range(3))
+            self._probed_version = self.version
+        return self._one_row_differs
 
     def of(self, weight: torch.Tensor) -> torch.Tensor:
         if self.released:
@@ -188,7 +213,15 @@ class Packed:
                 "a module whose dense weight was released cannot be pickled; load it with "
                 f"{ENV}=stock to save or train it"
             )
-        return {"tensor": None, "version": -1, "released": False, "numel": self.numel, "dtype": self.dtype}
+        return {
+            "tensor": None,
+            "version": -1,
+            "released": False,
+            "numel": self.numel,
+            "dtype": self.dtype,
+            "_one_row_differs": None,
+            "_probed_version": -1,
+        }
 
 
 def pack_linears(model, release_dense: bool = False) -> int:

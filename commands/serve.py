@@ -123,8 +123,8 @@ def add_serve_parser(subparsers) -> None:
     parser.add_argument(
         "--http-max-requests",
         type=int,
-        default=16,
-        help="--http: generations running at once (default 16; one more: 429)",
+        default=64,
+        help="--http: generations in flight, decoding or waiting for the batch (default 64; one more: 429)",
     )
     parser.add_argument(
         "--http-any-model",

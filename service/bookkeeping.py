@@ -12,25 +12,38 @@ from codespec.target import Target
 
 
 class CachePool:
-    """KV caches by document key, least recently used evicted beyond ``capacity``."""
+    """KV caches by document key, least recently used evicted beyond ``capacity``. An evicted
+    cache keeps its storage and serves the next new key (emptied, not reallocated), up to
+    ``spare`` of them: under many requests the KV memory is reused rather than churned."""
 
-    def __init__(self, target: Target, capacity: int) -> None:
+    def __init__(self, target: Target, capacity: int, spare: int = 4) -> None:
         self.target = target
         self.capacity = capacity
         self.caches: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self.spare_limit = spare
+        self.spare: list[Any] = []
 
     def take(self, key: str | None):
         cache = self.caches.pop(key or "", None)
-        return cache if cache is not None else self.target.new_cache()
+        if cache is not None:
+            return cache
+        if self.spare:
+            cache = self.spare.pop()
+            cache.reset()  # the positions go, the buffers stay (codespec.cache_layer)
+            return cache
+        return self.target.new_cache()
 
     def give_back(self, key: str | None, cache) -> None:
         self.caches[key or ""] = cache
         self.caches.move_to_end(key or "")
         while len(self.caches) > self.capacity:
-            self.caches.popitem(last=False)
+            _, evicted = self.caches.popitem(last=False)
+            if len(self.spare) < self.spare_limit:
+                self.spare.append(evicted)
 
     def clear(self) -> None:
         self.caches.clear()
+        self.spare.clear()
 
 
 @dataclass

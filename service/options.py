@@ -239,6 +239,7 @@ class HttpLimits:
     """Limits of the HTTP endpoint."""
 
     max_body_bytes: int = 4 << 20  # a larger body is refused with 413
-    max_requests: int = 16  # generations running at once over HTTP; one more is refused with 429
+    # generations in flight over HTTP (decoding, or waiting for a place in the batch); one more: 429
+    max_requests: int = 64
     allowed_origins: tuple[str, ...] = ()  # browser origins allowed to call (none by default)
     any_model: bool = False  # serve every ``model`` name with the loaded target (clients that hard-code one)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 
 from codespec.errors import InvalidRequestError
 from service.engine import EngineService
@@ -147,3 +148,18 @@ def test_an_inline_completion_never_waits_behind_a_full_batch(server_target):
         assert queued.wait(WAIT_S).usage.completion_tokens > 0  # the queued request is still answered
     finally:
         service.close()
+
+
+def test_an_evicted_cache_is_reused_for_the_next_new_document(server_target):
+    from service.bookkeeping import CachePool
+
+    pool = CachePool(server_target, capacity=1, spare=1)
+    first = pool.take("a")
+    server_target.forward(server_target.encode("def add(a, b):\n    return a + b\n"), first)
+    pool.give_back("a", first)
+    pool.give_back("b", pool.take("b"))  # "a" is evicted: its cache becomes the spare
+    reused = pool.take("c")
+    assert reused is first and len(reused) == 0 and reused.token_ids == []
+    prompt = server_target.encode("import os\n")
+    fresh = server_target.new_cache()
+    assert torch.equal(server_target.forward(prompt, reused), server_target.forward(prompt, fresh))
