@@ -176,12 +176,75 @@ def run(args) -> dict:
                     file=sys.stderr,
                     flush=True,
                 )
+                level["rss_mb"] = resident_mb()
                 report["levels"].append({key: value for key, value in level.items() if key != "texts"})
+        if args.beside_rewrite:
+            report["beside_rewrite"] = beside_rewrite(client, bodies, workload)
     finally:
         loop.run(server.stop())
         loop.stop()
         service.close()
     return report
+
+
+def resident_mb() -> float:
+    """This process's resident memory now (Linux), in MiB."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return 0.0
+
+
+def beside_rewrite(client, bodies: list[dict], workload: Path) -> dict:
+    """The requests one at a time, idle and then while another client streams long rewrites
+    (edits-httpx's longest regions with their prediction, back to back): a user's completion
+    beside a teammate's rewrite."""
+    import threading
+
+    from codespec.stats import percentile
+
+    edits = edit_bodies(workload.with_name("edits-httpx.jsonl"), 3, 6000, 1024, None)
+    stop = threading.Event()
+    rewrites = [0]
+
+    def rewrite_loop() -> None:
+        number = 0
+        while not stop.is_set():
+            body = dict(edits[number % len(edits)])
+            body.pop("stream", None)
+            extra = {key: body.pop(key) for key in ("prediction", "path") if key in body}
+            extra["path"] = f"bench/beside/rewrite/{number}"
+            stream = client.chat.completions.create(**body, extra_body=extra, stream=True)
+            for _ in stream:
+                if stop.is_set():
+                    stream.close()  # the client goes: the server cancels the rewrite
+                    break
+            rewrites[0] += 1
+            number += 1
+
+    def latencies(level: str) -> list[float]:
+        return [run_level(client, [body], 1, f"{level}-{i}")["latency_p50_s"] for i, body in enumerate(bodies)]
+
+    idle = latencies("beside-idle")
+    worker = threading.Thread(target=rewrite_loop, daemon=True)
+    worker.start()
+    time.sleep(2.0)  # the rewrite is decoding
+    busy = latencies("beside-busy")
+    stop.set()
+    worker.join(600)
+    result = {
+        "idle_p50_s": round(percentile(idle, 50), 3),
+        "idle_p95_s": round(percentile(idle, 95), 3),
+        "beside_p50_s": round(percentile(busy, 50), 3),
+        "beside_p95_s": round(percentile(busy, 95), 3),
+        "rewrites": rewrites[0],
+    }
+    result["p95_ratio"] = round(result["beside_p95_s"] / result["idle_p95_s"], 3)
+    print(f"bench: beside a streaming rewrite: {result}", file=sys.stderr, flush=True)
+    return result
 
 
 def load_target(args):
@@ -304,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--rounds", type=int, default=1, help="repeat every level this many times")
+    parser.add_argument(
+        "--beside-rewrite", action="store_true", help="then each request alone, idle and beside a streaming rewrite"
+    )
     parser.add_argument("--proposer", default="auto")
     parser.add_argument("--max-draft", type=int, default=16)
     parser.add_argument("--max-batch", type=int, help="the service's max_batch (default: the largest level)")

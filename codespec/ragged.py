@@ -91,9 +91,11 @@ class RaggedBatch:
 
 def causal_mask(queries: int, cached: int, sliding_window: int | None, device: torch.device) -> torch.Tensor | None:
     """[1, 1, T, S] bool: query t (position cached + t) sees key j when j <= cached + t and, with a
-    window, cached + t - j < window (transformers' convention); None when one query sees all keys."""
+    window, cached + t - j < window (transformers' convention). None where the attention function
+    needs no mask: one query that sees every key, or a prompt with nothing cached inside the window
+    (then SDPA's causal kernel runs, faster than a masked one: a prefill's attention)."""
     keys = cached + queries
-    if queries == 1 and (sliding_window is None or keys <= sliding_window):
+    if (queries == 1 or cached == 0) and (sliding_window is None or keys <= sliding_window):
         return None
     query_pos = torch.arange(cached, keys, device=device)[:, None]  # [T, 1]
     key_pos = torch.arange(keys, device=device)[None, :]  # [1, S]

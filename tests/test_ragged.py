@@ -115,6 +115,8 @@ def test_the_causal_mask_follows_the_cache_and_the_window():
     from codespec.ragged import causal_mask
 
     assert causal_mask(1, 9, None, torch.device("cpu")) is None  # one query sees everything
+    assert causal_mask(7, 0, None, torch.device("cpu")) is None  # a fresh prompt: SDPA's causal kernel
+    assert causal_mask(7, 0, 4, torch.device("cpu")) is not None  # ... unless a window hides keys
     mask = causal_mask(3, 2, None, torch.device("cpu"))[0, 0]
     assert mask.tolist() == [[True, True, True, False, False], [True] * 4 + [False], [True] * 5]
     window = causal_mask(2, 3, 2, torch.device("cpu"))[0, 0]  # positions 3, 4 over keys 0-4, window 2
