@@ -204,7 +204,9 @@ class Decoding:
             now - self.start,
         )
         self.stats.steps.append(step)
-        self.recent_tokens = 0.7 * self.recent_tokens + 0.3 * len(kept) if self.stats.steps[1:] else float(len(kept))
+        self.recent_tokens = (
+            0.7 * self.recent_tokens + 0.3 * len(kept) if len(self.stats.steps) > 1 else float(len(kept))
+        )
         if self._first_token_s is None:
             self._first_token_s = now
         else:
