@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("commands.serve", "add_serve_parser"),
     "complete": ("commands.complete", "add_complete_parser"),
     "demo": ("commands.demo", "add_parser"),
+    "export-gguf": ("commands.export_gguf", "add_parser"),
     "simulate": ("bench.simulate", "add_parser"),
     "bench": ("bench.cli", "add_parser"),
     "train-default": ("training.cli", "add_parser"),
@@ -41,7 +42,7 @@ def add_generate(subparsers) -> None:
     parser.add_argument(
         "--model",
         default=default_model_path(),
-        help="local model directory or cached hub id (default: the shipped model)",
+        help="local model directory, cached hub id, FILE.gguf or ollama:NAME[:TAG] (default: the shipped model)",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text")
@@ -102,14 +103,17 @@ def add_generate(subparsers) -> None:
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), or a torch device")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 elsewhere), float32, bfloat16")
     parser.add_argument("--trust-remote-code", action="store_true")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="llama.cpp threads for a GGUF model (default: the cores, at most 8)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
     parser.set_defaults(run=run_generate)
 
 
 def run_generate(args) -> int:
+    from codespec.backends import load_target
     from codespec.config import GenerationLimits, SamplingParams
     from codespec.decode import Finished, TextDelta, generate
-    from codespec.model import TargetModel
     from proposers.assembly import ProposerAssembly
     from proposers.setup import ProposerSetup
 
@@ -117,8 +121,12 @@ def run_generate(args) -> int:
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
     draft_len = args.draft_len if args.draft_len is not None else (64 if args.proposer == "auto" else 8)
     limits = GenerationLimits(args.max_new_tokens, tuple(args.stop), max_draft_len=draft_len)
-    target = TargetModel.load(
-        args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code
+    target = load_target(
+        args.model,
+        device=args.device,
+        dtype=args.dtype,
+        threads=args.threads,
+        trust_remote_code=args.trust_remote_code,
     )
     options = {}
     if args.draft_model:

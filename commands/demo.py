@@ -46,7 +46,11 @@ def add_parser(subparsers) -> None:
         default=DEFAULT_WORKSPACE,
         help=f"folder to index and complete in (default: {DEFAULT_WORKSPACE})",
     )
-    parser.add_argument("--model", default=None, help="local model directory (default: the shipped model)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="local model directory, FILE.gguf or ollama:NAME[:TAG] (default: the shipped model)",
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each configuration; medians are reported")

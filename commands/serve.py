@@ -17,7 +17,9 @@ from service.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
 
 def model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--model", default=None, help="local model directory or cached hub id (default: the shipped model)"
+        "--model",
+        default=None,
+        help="local model directory, cached hub id, FILE.gguf or ollama:NAME[:TAG] (default: the shipped model)",
     )
     parser.add_argument("--draft", default=None, help="draft model sharing the target's tokenizer")
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), or a torch device")
@@ -39,7 +41,10 @@ def model_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"K: most draft tokens verified per forward (default {SERVE_MAX_DRAFT})",
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help="CPU threads for torch (default: half the cores, at most 8)"
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for torch, or llama.cpp for a GGUF model (default: half the cores for torch, every core for llama.cpp; at most 8)",
     )
     parser.add_argument(
         "--max-batch",

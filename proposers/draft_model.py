@@ -162,11 +162,11 @@ class DraftModelProposer(ModelDrafter):
     def __init__(self, draft, target_vocab_size: int, min_confidence: float = 0.0) -> None:
         super().__init__(target_vocab_size, draft.max_context, min_confidence)
         self.draft = draft  # codespec.model.TargetModel
-        self.input_vocab_size = int(draft.model.get_input_embeddings().num_embeddings)
+        self.input_vocab_size = embedded_tokens(draft)
 
     @classmethod
     def from_setup(cls, setup: ProposerSetup) -> DraftModelProposer:
-        from codespec.model import TargetModel
+        from codespec.backends import load_target
 
         target = setup.target
         if target is None:
@@ -178,8 +178,9 @@ class DraftModelProposer(ModelDrafter):
                 "no draft model: pass the option draft_model=PATH (a local causal LM directory that shares "
                 "the target's tokenizer); this build ships no default draft model"
             )
-        dtype = DTYPE_NAMES.get(target.dtype, "auto")
-        draft = TargetModel.load(str(path), device=str(target.device), dtype=dtype)
+        dtype = DTYPE_NAMES.get(getattr(target, "dtype", torch.float32), "auto")
+        threads = getattr(target, "threads", None)
+        draft = load_target(str(path), device=str(target.device), dtype=dtype, threads=threads)
         check_vocab_compatible(target, draft)
         return cls(draft, target.vocab_size, config.min_confidence)
 
@@ -188,6 +189,14 @@ class DraftModelProposer(ModelDrafter):
 
     def _forward(self, input_ids: Sequence[int], cache: Cache) -> torch.Tensor:
         return self.draft.forward(input_ids, cache, keep_last=1)[0]  # [V_draft]
+
+
+def embedded_tokens(model) -> int:
+    """Token ids a model reads: its input embedding's rows (transformers) or its vocabulary (GGUF)."""
+    inner = getattr(model, "model", None)
+    if inner is not None and hasattr(inner, "get_input_embeddings"):
+        return int(inner.get_input_embeddings().num_embeddings)
+    return int(model.vocab_size)
 
 
 def default_draft_path():
@@ -202,7 +211,7 @@ def check_vocab_compatible(target, draft) -> None:
     target_vocab = target.tokenizer.get_vocab()
     draft_vocab = draft.tokenizer.get_vocab()
     if target_vocab == draft_vocab:
-        embedded = int(draft.model.get_input_embeddings().num_embeddings)
+        embedded = embedded_tokens(draft)
         if embedded < len(target.tokenizer):
             raise CodespecError(
                 f"draft model {draft.name!r} embeds only {embedded} token ids but the tokenizer has "

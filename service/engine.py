@@ -102,7 +102,8 @@ class EngineService:
         self._active: list[Job] = []  # in the batch: one forward serves them all each cycle
         self._waiting: list[Job] = []  # submitted, waiting for a place in the batch (``max_batch``)
         self.max_batch = max_batch
-        self.max_cached_tokens = max_cached_tokens
+        # a backend with a fixed KV buffer (llama.cpp) bounds what the batch may hold together
+        self.max_cached_tokens = min(max_cached_tokens, getattr(target, "kv_capacity", None) or max_cached_tokens)
         self._closed = False
         from proposers.assembly import ProposerAssembly
 

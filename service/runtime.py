@@ -99,8 +99,16 @@ def load_service(options: ServerOptions) -> EngineService:
 
     model = options.engine.model or str(target_path())
     _set_cpu_threads(options.engine.threads)
+    from service.options import DEFAULT_MAX_CACHED_TOKENS
+
+    asked_tokens = options.engine.max_cached_tokens
     target = load_target(
-        model, device=options.engine.device, dtype=options.engine.dtype, prompt_format=options.engine.prompt_format
+        model,
+        device=options.engine.device,
+        dtype=options.engine.dtype,
+        prompt_format=options.engine.prompt_format,
+        threads=options.engine.threads,  # llama.cpp's (a GGUF model); torch's are set above
+        kv_tokens=asked_tokens if asked_tokens != DEFAULT_MAX_CACHED_TOKENS else None,
     )
     how = "detected from its tokenizer" if options.engine.prompt_format == "auto" else "as configured"
     print(f"codespec: model {model}, prompt format {target.prompt_format.name} ({how})", file=sys.stderr, flush=True)

@@ -1,0 +1,255 @@
+"""GGUF on llama.cpp, side by side in one run (docs/gguf.md, "Measured"): codespec's drafting on
+llama.cpp against llama-cpp-python's own greedy decoding and its ``LlamaPromptLookupDecoding``,
+and against codespec on PyTorch fp32, on the same checkpoint and the same prompt ids.
+
+    python -P bench/gguf.py prepare --dir /tmp/gguf-bench            # checkpoint + f16/q8_0/q4_k_m
+    python -P bench/gguf.py run --dir /tmp/gguf-bench --workload edits --out docs/bench/gguf-edits.json
+
+Replay mode (bench/replay.py): every forward runs for real and the recorded output (the commit's
+edited text, the completion's real continuation) is forced by a logit bias, so a random-weight
+model of a published shape costs what the real one costs and every configuration emits the same
+tokens (the report checks that they do). The bias reaches llama-cpp-python as a logits processor,
+applied at every position it samples, drafted or not. Configurations run interleaved, request by
+request; rates are tokens after the first over the time from the first to the last (decode), and
+whole-request tokens over wall time (end to end, prefill included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "workloads"
+WORKLOADS = {"edits": "edits-httpx.jsonl", "completions": "completions-httpx.jsonl"}
+TYPES = ("q8_0", "q4_k_m")
+PLD_TOKENS = 10  # LlamaPromptLookupDecoding's default num_pred_tokens
+
+
+def prepare(directory: Path, shape: str, seed: int = 0) -> None:
+    from bench.shapes import save_shape
+    from codespec.gguf_export import export_gguf, quantize
+
+    directory.mkdir(parents=True, exist_ok=True)
+    checkpoint = directory / "checkpoint"
+    if not (checkpoint / "config.json").is_file():
+        save_shape(shape, checkpoint, dtype="float32", seed=seed)
+    f16 = directory / "model-f16.gguf"
+    if not f16.is_file():
+        export_gguf(checkpoint, f16, "f16")
+    for kind in TYPES:
+        if not (directory / f"model-{kind}.gguf").is_file():
+            quantize(f16, directory / f"model-{kind}.gguf", kind)
+    print(f"prepared {directory}: {sorted(p.name for p in directory.iterdir())}")
+
+
+class ReplayBias:
+    """llama-cpp-python logits processor: the recorded token at each output position gets the bias."""
+
+    def __init__(self, prompt_len: int, output_ids: list[int], end_id: int, strength: float) -> None:
+        self.prompt_len, self.output_ids, self.end_id, self.strength = prompt_len, output_ids, end_id, strength
+
+    def __call__(self, input_ids, scores):
+        index = len(input_ids) - self.prompt_len
+        token = self.output_ids[index] if 0 <= index < len(self.output_ids) else None
+        if index == len(self.output_ids):
+            token = self.end_id
+        if token is not None:
+            scores[token] += self.strength
+        return scores
+
+
+def llama_cpp_run(model, prompt_ids: list[int], recording, end_id: int, max_new: int) -> tuple[list[int], list[float]]:
+    """llama-cpp-python's generate (temperature 0) with the replay bias; token times."""
+    from llama_cpp import LogitsProcessorList
+
+    from bench.replay import REPLAY_BIAS
+
+    bias = ReplayBias(len(prompt_ids), list(recording.output_ids), end_id, REPLAY_BIAS)
+    output, times = [], []
+    for token in model.generate(prompt_ids, temp=0.0, reset=True, logits_processor=LogitsProcessorList([bias])):
+        output.append(int(token))
+        times.append(time.perf_counter())
+        if len(output) >= max_new or token == end_id:
+            break
+    return output, times
+
+
+def codespec_run(target, prompt_ids, proposer, max_new: int) -> tuple[list[int], list[float], dict]:
+    from codespec.config import GenerationLimits, SamplingParams
+    from codespec.decode import Finished, StepEvent, generate
+
+    output, times, stats = [], [], {}
+    limits = GenerationLimits(max_new, (), max_draft_len=64 if proposer is not None else 0)
+    for event in generate(target, prompt_ids, proposer, SamplingParams(), limits):
+        if isinstance(event, StepEvent):
+            now = time.perf_counter()
+            for token in event.token_ids:
+                output.append(int(token))
+                times.append(now)
+        elif isinstance(event, Finished):
+            stats = event.stats.summary()
+    return output, times, stats
+
+
+def run(args) -> dict:
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    from bench.replay import Recording, ReplayTarget
+    from bench.workload import load_cases
+    from codespec.llama_cpp_target import LlamaCppTarget
+    from codespec.prompts import PromptRenderer
+    from proposers.registry import ProposerSetup, create_proposer
+
+    directory = Path(args.dir)
+    threads = args.threads
+    targets = {kind: LlamaCppTarget(directory / f"model-{kind}.gguf", threads=threads) for kind in args.types}
+    first = next(iter(targets.values()))
+    renderer = PromptRenderer(first.tokenizer, first.prompt_format)
+    cases = load_cases(SHARED / WORKLOADS[args.workload], args.requests, args.max_chars, args.stride, renderer=renderer)
+    end_id = min(first.eos_token_ids)
+    workspace = None
+    if args.workload == "completions":
+        from bench.sim_workload import load_workspace
+        from index import WorkspaceIndex
+
+        workspace = WorkspaceIndex(first.tokenizer, None)
+        for uri, text in load_workspace(SHARED / "workspace-httpx.jsonl"):
+            workspace.add_document(uri, text)
+    peers = {}
+    for kind in args.types:
+        path = str(directory / f"model-{kind}.gguf")
+        common = dict(n_ctx=8192, n_threads=threads, n_threads_batch=threads, verbose=False, flash_attn=False)
+        peers[f"llama-greedy/{kind}"] = Llama(path, **common)
+        peers[f"llama-pld/{kind}"] = Llama(
+            path, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=PLD_TOKENS), logits_all=True, **common
+        )
+    torch_target = None
+    if args.torch:
+        from codespec.model import TargetModel
+
+        torch_target = ReplayTarget(
+            TargetModel.load(str(directory / "checkpoint")), vocab_limit=first.tokenizer.vocab_size
+        )
+    replayed = {kind: ReplayTarget(target, vocab_limit=None) for kind, target in targets.items()}
+    configs = [*peers, *(f"codespec-{p}/{k}" for k in args.types for p in ("none", "auto"))]
+    if torch_target is not None:
+        configs.append("codespec-auto/torch-fp32")
+    results: dict[str, list[dict]] = {name: [] for name in configs}
+    for number, case in enumerate(cases):
+        prompt_ids = first.encode(case.prompt)[: first.max_context - args.max_new - 1]
+        output_ids = first.encode(case.output)[: args.max_new]
+        recording = Recording(tuple(prompt_ids), tuple(output_ids), end_id)
+        options = {"reference": case.reference}
+        if workspace is not None:
+            options["index"] = workspace
+        shift = number % len(configs)
+        for name in [*configs[shift:], *configs[:shift]]:
+            start = time.perf_counter()
+            stats: dict = {}
+            if name in peers:
+                output, times = llama_cpp_run(peers[name], prompt_ids, recording, end_id, args.max_new)
+            else:
+                proposer_name, _, kind = name.removeprefix("codespec-").partition("/")
+                target = torch_target if kind == "torch-fp32" else replayed[kind]
+                for each in (torch_target, *replayed.values()):
+                    if each is not None:
+                        each.recordings = type(each.recordings)()
+                target.recordings.add(recording)
+                proposer = None
+                if proposer_name != "none":
+                    proposer = create_proposer(proposer_name, ProposerSetup.from_options(target, options))
+                output, times, stats = codespec_run(target, prompt_ids, proposer, args.max_new)
+            end = time.perf_counter()
+            decode_s = times[-1] - times[0] if len(times) > 1 else 0.0
+            results[name].append(
+                {
+                    "tokens": len(output),
+                    "output": output,
+                    "ttft_ms": (times[0] - start) * 1e3 if times else None,
+                    "decode_tokens_per_s": (len(output) - 1) / decode_s if decode_s > 0 else None,
+                    "e2e_tokens_per_s": len(output) / (end - start),
+                    "tokens_per_forward": stats.get("tokens_per_forward"),
+                }
+            )
+        print(f"request {number + 1}/{len(cases)}: {len(prompt_ids)} prompt tokens", file=sys.stderr, flush=True)
+    return report(args, cases, results)
+
+
+def report(args, cases, results: dict[str, list[dict]]) -> dict:
+    def median(values):
+        values = [v for v in values if v is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    table = {}
+    for name, rows in results.items():
+        kind = name.partition("/")[2]
+        baseline = results.get(f"llama-greedy/{kind}") or results[next(iter(results))]
+        ratios = [
+            r["decode_tokens_per_s"] / b["decode_tokens_per_s"]
+            for r, b in zip(rows, baseline)
+            if r["decode_tokens_per_s"] and b["decode_tokens_per_s"]
+        ]
+        e2e = [r["e2e_tokens_per_s"] / b["e2e_tokens_per_s"] for r, b in zip(rows, baseline)]
+        table[name] = {
+            "decode_tokens_per_s_p50": median([r["decode_tokens_per_s"] for r in rows]),
+            "decode_vs_llama_greedy_p50": median(ratios),
+            "e2e_vs_llama_greedy_p50": median(e2e),
+            "ttft_ms_p50": median([r["ttft_ms"] for r in rows]),
+            "tokens_per_forward_p50": median([r["tokens_per_forward"] for r in rows]),
+            "identical_to_llama_greedy": sum(r["output"] == b["output"] for r, b in zip(rows, baseline)),
+            "requests": len(rows),
+        }
+    return {
+        "workload": args.workload,
+        "requests": len(cases),
+        "max_new_tokens": args.max_new,
+        "max_chars": args.max_chars,
+        "threads": args.threads,
+        "machine": f"{platform.processor() or platform.machine()}, {args.cores} cores",
+        "mode": "replay",
+        "configs": table,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    import os
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    prep = sub.add_parser("prepare")
+    prep.add_argument("--dir", required=True, type=Path)
+    prep.add_argument("--shape", default="qwen2.5-coder-0.5b")
+    go = sub.add_parser("run")
+    go.add_argument("--dir", required=True)
+    go.add_argument("--workload", choices=tuple(WORKLOADS), default="edits")
+    go.add_argument("--types", nargs="+", default=list(TYPES), choices=TYPES)
+    go.add_argument("--requests", type=int, default=8)
+    go.add_argument("--stride", type=int, default=7)
+    go.add_argument("--max-new", type=int, default=128)
+    go.add_argument("--max-chars", type=int, default=1500)
+    go.add_argument("--threads", type=int, default=2)
+    go.add_argument("--torch", action="store_true", help="also codespec auto on PyTorch fp32 (the same checkpoint)")
+    go.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.command == "prepare":
+        prepare(args.dir, args.shape)
+        return 0
+    args.cores = len(os.sched_getaffinity(0))
+    result = run(args)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.exit(main())
