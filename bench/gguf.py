@@ -48,14 +48,19 @@ def prepare(directory: Path, shape: str, seed: int = 0) -> None:
 
 
 class ReplayBias:
-    """llama-cpp-python logits processor: the recorded token at each output position gets the bias."""
+    """llama-cpp-python logits processor: the recorded token at each output position gets the bias.
 
-    def __init__(self, prompt_len: int, output_ids: list[int], end_id: int, strength: float) -> None:
-        self.prompt_len, self.output_ids, self.end_id, self.strength = prompt_len, output_ids, end_id, strength
+    llama-cpp-python hands a processor every token evaluated so far (drafted ones included), not
+    the sampled position's prefix; it samples the output positions in order, one call each, so a
+    counter is the output position."""
 
-    def __call__(self, input_ids, scores):
-        index = len(input_ids) - self.prompt_len
-        token = self.output_ids[index] if 0 <= index < len(self.output_ids) else None
+    def __init__(self, output_ids: list[int], end_id: int, strength: float) -> None:
+        self.output_ids, self.end_id, self.strength = output_ids, end_id, strength
+        self.calls = 0
+
+    def __call__(self, _input_ids, scores):
+        index, self.calls = self.calls, self.calls + 1
+        token = self.output_ids[index] if index < len(self.output_ids) else None
         if index == len(self.output_ids):
             token = self.end_id
         if token is not None:
@@ -69,7 +74,7 @@ def llama_cpp_run(model, prompt_ids: list[int], recording, end_id: int, max_new:
 
     from bench.replay import REPLAY_BIAS
 
-    bias = ReplayBias(len(prompt_ids), list(recording.output_ids), end_id, REPLAY_BIAS)
+    bias = ReplayBias(list(recording.output_ids), end_id, REPLAY_BIAS)
     output, times = [], []
     for token in model.generate(prompt_ids, temp=0.0, reset=True, logits_processor=LogitsProcessorList([bias])):
         output.append(int(token))
@@ -104,14 +109,17 @@ def run(args) -> dict:
     from bench.workload import load_cases
     from codespec.llama_cpp_target import LlamaCppTarget
     from codespec.prompts import PromptRenderer
-    from proposers.registry import ProposerSetup, create_proposer
+    from proposers.assembly import ProposerAssembly
+    from proposers.setup import RequestContext
 
     directory = Path(args.dir)
     threads = args.threads
     targets = {kind: LlamaCppTarget(directory / f"model-{kind}.gguf", threads=threads) for kind in args.types}
     first = next(iter(targets.values()))
     renderer = PromptRenderer(first.tokenizer, first.prompt_format)
-    cases = load_cases(SHARED / WORKLOADS[args.workload], args.requests, args.max_chars, args.stride, renderer=renderer)
+    cases = load_cases(
+        SHARED / WORKLOADS[args.workload], args.requests + args.warm_up, args.max_chars, args.stride, renderer=renderer
+    )
     end_id = min(first.eos_token_ids)
     workspace = None
     if args.workload == "completions":
@@ -124,7 +132,7 @@ def run(args) -> dict:
     peers = {}
     for kind in args.types:
         path = str(directory / f"model-{kind}.gguf")
-        common = dict(n_ctx=8192, n_threads=threads, n_threads_batch=threads, verbose=False, flash_attn=False)
+        common = dict(n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False, flash_attn=False)
         peers[f"llama-greedy/{kind}"] = Llama(path, **common)
         peers[f"llama-pld/{kind}"] = Llama(
             path, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=PLD_TOKENS), logits_all=True, **common
@@ -140,14 +148,27 @@ def run(args) -> dict:
     configs = [*peers, *(f"codespec-{p}/{k}" for k in args.types for p in ("none", "auto"))]
     if torch_target is not None:
         configs.append("codespec-auto/torch-fp32")
+    # one assembly per configuration, as a server has one: auto's cost fits and acceptance
+    # statistics carry over from request to request (proposers/assembly.py)
+    assemblies = {
+        name: ProposerAssembly(
+            torch_target if name.endswith("torch-fp32") else replayed[name.partition("/")[2]], shipped_draft=False
+        )
+        for name in configs
+        if name.startswith("codespec-auto")
+    }
     results: dict[str, list[dict]] = {name: [] for name in configs}
     for number, case in enumerate(cases):
         prompt_ids = first.encode(case.prompt)[: first.max_context - args.max_new - 1]
         output_ids = first.encode(case.output)[: args.max_new]
         recording = Recording(tuple(prompt_ids), tuple(output_ids), end_id)
-        options = {"reference": case.reference}
-        if workspace is not None:
-            options["index"] = workspace
+        request = RequestContext(
+            reference=case.reference,
+            reference_start=case.reference_start,
+            index=workspace,
+            uri=case.uri if workspace is not None else None,
+            cursor=case.cursor if workspace is not None else None,
+        )
         shift = number % len(configs)
         for name in [*configs[shift:], *configs[:shift]]:
             start = time.perf_counter()
@@ -161,11 +182,11 @@ def run(args) -> dict:
                     if each is not None:
                         each.recordings = type(each.recordings)()
                 target.recordings.add(recording)
-                proposer = None
-                if proposer_name != "none":
-                    proposer = create_proposer(proposer_name, ProposerSetup.from_options(target, options))
+                proposer = assemblies[name].create("auto", request) if proposer_name == "auto" else None
                 output, times, stats = codespec_run(target, prompt_ids, proposer, args.max_new)
             end = time.perf_counter()
+            if number < args.warm_up:
+                continue  # a warm-up request: the policy learns the costs, nothing is recorded
             decode_s = times[-1] - times[0] if len(times) > 1 else 0.0
             results[name].append(
                 {
@@ -207,7 +228,8 @@ def report(args, cases, results: dict[str, list[dict]]) -> dict:
         }
     return {
         "workload": args.workload,
-        "requests": len(cases),
+        "requests": len(cases) - args.warm_up,
+        "warm_up_requests": args.warm_up,
         "max_new_tokens": args.max_new,
         "max_chars": args.max_chars,
         "threads": args.threads,
@@ -234,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--max-new", type=int, default=128)
     go.add_argument("--max-chars", type=int, default=1500)
     go.add_argument("--threads", type=int, default=2)
+    go.add_argument("--warm-up", type=int, default=1, help="requests run first and not recorded")
     go.add_argument("--torch", action="store_true", help="also codespec auto on PyTorch fp32 (the same checkpoint)")
     go.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)

@@ -125,7 +125,9 @@ class ReplayTarget:
         return forward_each(self, inputs, caches, keep_last)  # each through ``forward``: replayed
 
     def _full_depth(self) -> bool:
-        model = self.inner.model
+        model = getattr(self.inner, "model", None)
+        if model is None:  # a backend with no partial forwards (llama.cpp): every forward is the target's
+            return True
         layers = getattr(getattr(model, "model", None), "layers", None)
         wanted = getattr(model.config, "num_hidden_layers", None)
         return layers is None or wanted is None or len(layers) >= wanted

@@ -330,4 +330,12 @@ def _release(lib: Any, model: Any, context: Any, batch: Any) -> None:
 
 
 def _why(errors: list[str]) -> str:
-    return "; ".join(errors[-2:]) if errors else "llama.cpp gave no reason"
+    """The root cause llama.cpp logged first, without its function-name prefixes."""
+    if not errors:
+        return "llama.cpp gave no reason"
+    cause = errors[0]
+    while ": " in cause and cause.split(": ", 1)[0].replace("_", "").isalnum():
+        cause = cause.split(": ", 1)[1]
+    if "gguf" in errors[0] and "failed to read" in cause:
+        cause += " (a truncated or damaged file?)"
+    return cause

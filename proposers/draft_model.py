@@ -178,7 +178,7 @@ class DraftModelProposer(ModelDrafter):
                 "no draft model: pass the option draft_model=PATH (a local causal LM directory that shares "
                 "the target's tokenizer); this build ships no default draft model"
             )
-        dtype = DTYPE_NAMES.get(getattr(target, "dtype", torch.float32), "auto")
+        dtype = DTYPE_NAMES.get(target.dtype, "auto") if hasattr(target, "dtype") else "auto"
         threads = getattr(target, "threads", None)
         draft = load_target(str(path), device=str(target.device), dtype=dtype, threads=threads)
         check_vocab_compatible(target, draft)
