@@ -202,6 +202,56 @@ def run(args) -> dict:
     return report(args, cases, results)
 
 
+def equivalence(args) -> dict:
+    """Real mode (no bias): codespec's greedy with drafts against llama-cpp-python's own greedy, per
+    request; at a first difference, the logit gap between the two tokens from a fresh prefill
+    (how near a tie the batched and one-token kernels disagreed)."""
+    from llama_cpp import Llama
+
+    from bench.workload import load_cases
+    from codespec.config import GenerationLimits, SamplingParams
+    from codespec.decode import generate_all
+    from codespec.llama_cpp_target import LlamaCppTarget
+    from codespec.prompts import PromptRenderer
+    from proposers.assembly import ProposerAssembly
+    from proposers.setup import RequestContext
+
+    rows = []
+    for kind in args.types:
+        path = Path(args.dir) / f"model-{kind}.gguf"
+        target = LlamaCppTarget(path, threads=args.threads)
+        peer = Llama(str(path), n_ctx=4096, n_threads=args.threads, verbose=False, flash_attn=False)
+        renderer = PromptRenderer(target.tokenizer, target.prompt_format)
+        cases = load_cases(
+            SHARED / WORKLOADS[args.workload], args.requests, args.max_chars, args.stride, renderer=renderer
+        )
+        assembly = ProposerAssembly(target, shipped_draft=False)
+        for case in cases:
+            prompt_ids = target.encode(case.prompt)
+            own: list[int] = []
+            for token in peer.generate(prompt_ids, temp=0.0, reset=True):
+                own.append(int(token))
+                if len(own) >= args.max_new or token in target.eos_token_ids:
+                    break
+            proposer = assembly.create("auto", RequestContext(reference=case.reference))
+            limits = GenerationLimits(args.max_new, (), max_draft_len=64)
+            got = list(generate_all(target, prompt_ids, proposer, SamplingParams(), limits).token_ids)
+            differ = next((i for i, (a, b) in enumerate(zip(got, own)) if a != b), None)
+            gap = None
+            if differ is not None:
+                logits = target.forward([*prompt_ids, *own[:differ]], target.new_cache())[0]
+                gap = abs(float(logits[got[differ]] - logits[own[differ]]))
+            rows.append({"type": kind, "id": case.id, "tokens": len(own), "first_difference": differ, "logit_gap": gap})
+            print(f"{kind} {case.id}: difference at {differ} (gap {gap})", file=sys.stderr, flush=True)
+    return {
+        "workload": args.workload,
+        "mode": "real",
+        "requests": rows,
+        "identical": sum(row["first_difference"] is None for row in rows),
+        "of": len(rows),
+    }
+
+
 def report(args, cases, results: dict[str, list[dict]]) -> dict:
     def median(values):
         values = [v for v in values if v is not None]
@@ -259,12 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--warm-up", type=int, default=1, help="requests run first and not recorded")
     go.add_argument("--torch", action="store_true", help="also codespec auto on PyTorch fp32 (the same checkpoint)")
     go.add_argument("--out", type=Path, default=None)
+    go.add_argument("--equivalence", action="store_true", help="real mode: codespec vs llama.cpp greedy tokens")
     args = parser.parse_args(argv)
     if args.command == "prepare":
         prepare(args.dir, args.shape)
         return 0
     args.cores = len(os.sched_getaffinity(0))
-    result = run(args)
+    result = equivalence(args) if args.equivalence else run(args)
     text = json.dumps(result, indent=2)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("llama_cpp", reason="the llama.cpp backend needs: pip install 'codespec[gguf]'")
 pytest.importorskip("gguf", reason="export needs gguf-py: pip install 'codespec[gguf]'")
 
-from test_sampling_exact import ALPHA, chi_square_p_value  # noqa: E402
+from test_sampling_exact import ALPHA, always_accept, chi_square_p_value  # noqa: E402
 
 from codespec.config import GenerationLimits, SamplingParams  # noqa: E402
 from codespec.decode import generate_all  # noqa: E402
@@ -133,11 +133,6 @@ def test_speculative_sampling_on_llama_cpp_matches_the_target(target, prompt, ki
 def test_the_check_has_power_here_too(target, prompt, monkeypatch):
     """The same samples under "always accept the draft" fail the test: it can tell."""
     import codespec.verify as verify_module
-
-    def always_accept(draft_ids, target_probs, generator):
-        return verify_module.Verdict(
-            len(draft_ids), verify_module.sample(target_probs[len(draft_ids)], generator), len(draft_ids)
-        )
 
     monkeypatch.setattr(verify_module, "verify_lookup_sampling", always_accept)
     first = target.forward(prompt, target.new_cache())[0]

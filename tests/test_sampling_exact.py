@@ -198,12 +198,14 @@ def test_plain_model_with_kv_cache_matches_too(small_vocab_target, joint):
     assert chi_square_p_value(counts, joint, samples) > ALPHA
 
 
-def test_the_check_rejects_a_wrong_acceptance_rule(memo_target, joint, monkeypatch):
-    def always_accept(draft_ids, target_probs, generator):
-        return verify_module.Verdict(
-            len(draft_ids), verify_module.sample(target_probs[len(draft_ids)], generator), len(draft_ids)
-        )
+def always_accept(draft_ids, target_probs, generator):
+    """A wrong acceptance rule (every draft token kept) the chi-square test must reject."""
+    return verify_module.Verdict(
+        len(draft_ids), verify_module.sample(target_probs[len(draft_ids)], generator), len(draft_ids)
+    )
 
+
+def test_the_check_rejects_a_wrong_acceptance_rule(memo_target, joint, monkeypatch):
     monkeypatch.setattr(verify_module, "verify_lookup_sampling", always_accept)
     counts = sample_outputs(memo_target, LookupDraft(), draft_len=2)
     assert chi_square_p_value(counts, joint, SAMPLES) < ALPHA

@@ -4,13 +4,11 @@ again from the cached prompt)."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 
 import openai
 import pytest
-from test_http_serve import SERVE, WAIT_S, read_until
+from test_http_serve import WAIT_S, read_until, start_serve
 
 pytest.importorskip("llama_cpp", reason="the llama.cpp backend needs: pip install 'codespec[gguf]'")
 pytest.importorskip("gguf", reason="export needs gguf-py: pip install 'codespec[gguf]'")
@@ -26,25 +24,8 @@ def test_the_openai_client_against_a_gguf_model(tmp_path):
 
     model = export_gguf(target_path(), tmp_path / "default-q8_0.gguf", "q8_0")
     token_file = tmp_path / "token"
-    env = {key: value for key, value in os.environ.items() if key != "CODESPEC_TOKEN"}
-    process = subprocess.Popen(
-        [
-            *SERVE,
-            "--http",
-            "--http-port",
-            "0",
-            "--model",
-            str(model),
-            "--threads",
-            "1",
-            "--token-file",
-            str(token_file),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    process = start_serve(
+        "--http", "--http-port", "0", "--model", str(model), "--threads", "1", "--token-file", str(token_file)
     )
     try:
         deadline = time.monotonic() + WAIT_S

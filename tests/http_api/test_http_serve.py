@@ -45,33 +45,27 @@ def read_until(process: subprocess.Popen, pattern: str, deadline: float) -> re.M
     raise AssertionError(f"no line matched {pattern!r}: {''.join(seen)}")
 
 
-def test_http_and_ws_in_one_process_with_a_generated_token(server_model_dir, tmp_path):
-    from websockets.sync.client import connect
-
-    token_file = tmp_path / "token"
+def start_serve(*arguments: str) -> subprocess.Popen:
+    """`codespec serve ARGUMENTS` with no token in the environment (so one is generated); stderr piped."""
     env = {key: value for key, value in os.environ.items() if key != "CODESPEC_TOKEN"}
-    process = subprocess.Popen(
-        [
-            *SERVE,
-            "--http",
-            "--ws",
-            "--http-port",
-            "0",
-            "--ws-port",
-            "0",
-            "--model",
-            str(server_model_dir),
-            "--device",
-            "cpu",
-            "--token-file",
-            str(token_file),
-        ],
+    return subprocess.Popen(
+        [*SERVE, *arguments],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
     )
+
+
+def test_http_and_ws_in_one_process_with_a_generated_token(server_model_dir, tmp_path):
+    from websockets.sync.client import connect
+
+    token_file = tmp_path / "token"
+    process = start_serve(
+        "--http", "--ws", "--http-port", "0", "--ws-port", "0", "--model", str(server_model_dir),
+        "--device", "cpu", "--token-file", str(token_file),
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + WAIT_S
         ws = read_until(process, r"websocket on (ws://127\.0\.0\.1:\d+/)  token written to (\S+)", deadline)
