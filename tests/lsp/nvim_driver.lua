@@ -2,7 +2,7 @@
 -- `codespec serve` (tests/lsp/test_nvim_client.py). Every wait ends on an event; the timeouts
 -- only guard against hangs. Writes what it saw as JSON to the output path.
 --   nvim --headless --clean -l nvim_driver.lua REPO FILE OUT PYTHON
-local repo, file, out_path, python = arg[1], arg[2], arg[3], arg[4]
+local repo, file, out_path, python, model = arg[1], arg[2], arg[3], arg[4], arg[5]
 package.path = repo .. '/editors/nvim/?.lua;' .. package.path
 local seen = { nvim = tostring(vim.version()), has_inline_completion = vim.lsp.inline_completion ~= nil }
 local WAIT_MS = 120000
@@ -20,7 +20,7 @@ end
 local ok, failure = pcall(function()
   require('codespec').setup({
     cmd = { python, '-m', 'codespec.cli', 'serve' },
-    init_options = { mode = 'auto', limits = { lineTokens = 16, editTokens = 200 } },
+    init_options = { mode = 'auto', model = model, limits = { lineTokens = 16, editTokens = 200 } },
   })
   vim.cmd.edit(file)
   local bufnr = vim.api.nvim_get_current_buf()

@@ -40,7 +40,20 @@ pytestmark = [
 ]  # slow: `python -m pytest --full` runs it
 
 
-def test_neovim_client_completes_accepts_and_rewrites(tmp_path):
+def gguf_model(tmp_path_factory) -> str:
+    """The shipped model as a Q8_0 GGUF (the llama.cpp backend), or a skip without it."""
+    pytest.importorskip("llama_cpp", reason="the llama.cpp backend needs: pip install 'codespec[gguf]'")
+    pytest.importorskip("gguf", reason="export needs gguf-py: pip install 'codespec[gguf]'")
+    from codespec.default_model import target_path
+    from codespec.gguf_export import export_gguf
+
+    return str(export_gguf(target_path(), tmp_path_factory.mktemp("gguf") / "default-q8_0.gguf", "q8_0"))
+
+
+@pytest.mark.parametrize("backend", ["pytorch", "llama.cpp"])
+def test_neovim_client_completes_accepts_and_rewrites(tmp_path, tmp_path_factory, backend):
+    """The shipped model as it ships, and as a GGUF file on llama.cpp (``init_options.model``)."""
+    model = gguf_model(tmp_path_factory) if backend == "llama.cpp" else None
     workspace = tmp_path / "ws"
     (workspace / ".git").mkdir(parents=True)
     source = workspace / "shapes.py"
@@ -57,6 +70,7 @@ def test_neovim_client_completes_accepts_and_rewrites(tmp_path):
             str(source),
             str(out),
             sys.executable,
+            *([model] if model else []),
         ],
         cwd=workspace,
         capture_output=True,
