@@ -8,6 +8,7 @@ backend is added here and nowhere else (codespec/target.py has the contract ever
 
 from __future__ import annotations
 
+from codespec.errors import InvalidRequestError
 from codespec.gguf_files import is_gguf_name
 from codespec.target import Target
 
@@ -26,15 +27,10 @@ def load_target(
     process-wide by the caller, its KV grows per request."""
     if is_gguf_name(name_or_path):
         from codespec.llama_cpp_target import LlamaCppTarget
-        from codespec.model import resolve_device
 
-        if resolve_device(device).type != "cpu" and device != "auto":
-            from codespec.errors import InvalidRequestError
-
+        if device not in ("auto", "cpu"):
             raise InvalidRequestError(f"GGUF models run on the CPU here; device {device!r} is not supported for them")
         if dtype not in ("auto", None):
-            from codespec.errors import InvalidRequestError
-
             raise InvalidRequestError(f"a GGUF file fixes its own types; --dtype {dtype!r} does not apply to it")
         return LlamaCppTarget(name_or_path, threads=threads, kv_tokens=kv_tokens, prompt_format=prompt_format)
     from codespec.model import TargetModel

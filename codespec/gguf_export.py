@@ -13,8 +13,8 @@ Supported architectures: llama (and mistral, which llama.cpp reads as llama), qw
 
 from __future__ import annotations
 
+import ctypes
 import json
-import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -24,8 +24,6 @@ from typing import Any
 import numpy as np
 
 from codespec.errors import CodespecError, ModelNotFoundError
-
-log = logging.getLogger(__name__)
 
 # The output types: what a tensor of two or more dimensions is stored as (norms stay f32).
 FLOAT_TYPES = ("f32", "f16", "bf16")
@@ -77,16 +75,10 @@ def quantize(source: str | os.PathLike, out: str | os.PathLike, out_type: str, t
     params = lib.llama_model_quantize_default_params()
     params.ftype = QUANTIZED_TYPES[out_type]
     params.nthread = threads
-    status = lib.llama_model_quantize(str(source).encode(), str(out).encode(), _ref(params))
+    status = lib.llama_model_quantize(str(source).encode(), str(out).encode(), ctypes.byref(params))
     if status != 0:
         raise ExportError(f"llama.cpp's quantizer failed on {source} (status {status})")
     return Path(out)
-
-
-def _ref(value: Any) -> Any:
-    import ctypes
-
-    return ctypes.byref(value)
 
 
 def _write(source: Path, out: Path, out_type: str) -> None:
@@ -114,7 +106,7 @@ def _write(source: Path, out: Path, out_type: str) -> None:
             if "rotary_emb" in hf_name:
                 continue
             raise ExportError(f"{source}: no GGUF name for tensor {hf_name!r} ({arch})")
-        data = tensor.astype(np.float32)
+        data = tensor  # float32 (``_tensors``)
         if permute and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
             data = _permute(data, heads, heads)
         elif permute and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
@@ -138,7 +130,7 @@ def _add_tensor(writer: Any, name: str, data: np.ndarray, out_type: str) -> None
     import gguf
 
     if data.ndim < 2 or out_type == "f32":
-        writer.add_tensor(name, data.astype(np.float32))
+        writer.add_tensor(name, data)
     elif out_type == "f16":
         writer.add_tensor(name, data.astype(np.float16))
     else:  # bf16: gguf-py packs it as raw uint16 rows

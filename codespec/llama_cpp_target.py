@@ -14,6 +14,7 @@ contract's invariant, "the state is a fresh prefill of ``token_ids``", holds thr
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -104,7 +105,6 @@ class LlamaCppTarget:
         self._context = self._new_context(self.kv_tokens)
         self._memory = lib.llama_get_memory(self._context)
         self.max_context = min(self.context_train, self.kv_tokens) if self.context_train > 0 else self.kv_tokens
-        self.kv_capacity = self.kv_tokens
         self._batch = lib.llama_batch_init(BATCH_TOKENS, 0, 1)
         self._lock = threading.Lock()
         self._free_seqs = list(range(MAX_SEQUENCES - 1, -1, -1))
@@ -122,7 +122,12 @@ class LlamaCppTarget:
                 self.path.name,
             )
         self.eos_token_ids = self._end_ids()
-        weakref.finalize(self, _release, lib, self._model, self._context, self._batch)
+        self._finalizer = weakref.finalize(self, _release, lib, self._model, self._context, self._batch)
+
+    @property
+    def kv_capacity(self) -> int:
+        """KV cells all sequences share: what the scheduler's batch may hold together."""
+        return self.kv_tokens
 
     # -- loading ---------------------------------------------------------------------------------
     def _default_kv_tokens(self) -> int:
@@ -222,10 +227,14 @@ class LlamaCppTarget:
         try:
             for start in range(0, len(rows), BATCH_TOKENS):
                 chunk = rows[start : start + BATCH_TOKENS]
-                logits = self._decode(chunk, caches)
+                logits = self._decode(chunk, caches)  # a view of llama.cpp's buffer [flagged, V]
                 wanted = [index for index, _, _, want in chunk if want]
-                for row, index in enumerate(wanted):
-                    outputs[index].append(logits[row])
+                # a sequence's flagged rows are its last ones, so they are adjacent: one copy each
+                row = 0
+                for index, group in itertools.groupby(wanted):
+                    count = len(list(group))
+                    outputs[index].append(logits[row : row + count].copy())
+                    row += count
         except BaseException:
             for cache in caches:  # cells a failed decode kept: drop them, the caches stay usable
                 self._remove(cache.seq_id, len(cache.token_ids))
@@ -233,11 +242,14 @@ class LlamaCppTarget:
         for ids, cache in zip(inputs, caches):
             cache.token_ids.extend(int(t) for t in ids)
             self._touch(cache.seq_id)
-        return [torch.from_numpy(np.stack(rows_of)) for rows_of in outputs]  # [keep_last, V] each
+        return [  # [keep_last, V] each
+            torch.from_numpy(blocks[0] if len(blocks) == 1 else np.concatenate(blocks)) for blocks in outputs
+        ]
 
     # -- llama.cpp calls -------------------------------------------------------------------------
     def _decode(self, chunk: list[tuple[int, int, int, bool]], caches: Sequence[LlamaCache]) -> np.ndarray:
-        """One ``llama_decode`` of ``chunk``; the logits of its flagged rows, in order [N, V]."""
+        """One ``llama_decode`` of ``chunk``; the logits of its flagged rows, in order [N, V], as a
+        view of llama.cpp's buffer (valid until the next decode)."""
         lib, batch = self._lib, self._batch
         for slot, (index, offset, token, want) in enumerate(chunk):
             batch.token[slot] = token
@@ -259,7 +271,7 @@ class LlamaCppTarget:
         if not flagged:
             return np.empty((0, self.vocab_size), dtype=np.float32)
         pointer = lib.llama_get_logits(self._context)
-        return np.ctypeslib.as_array(pointer, shape=(flagged, self.vocab_size)).copy()
+        return np.ctypeslib.as_array(pointer, shape=(flagged, self.vocab_size))
 
     def _remove(self, seq_id: int, start: int) -> None:
         if self._closed:
@@ -304,26 +316,19 @@ class LlamaCppTarget:
             cache.reset()
             log.debug("llama.cpp KV memory full: emptied sequence %d", seq)
         if needed > 0:
+            held = sum(len(cache) for cache in caches)
             raise InvalidRequestError(
                 f"{incoming} new positions do not fit llama.cpp's KV memory ({self.kv_tokens} cells, "
-                f"{used} held by requests in this batch); serve with a larger --max-cached-tokens"
+                f"{held} held by requests in this batch); serve with a larger --max-cached-tokens"
             )
 
     def close(self) -> None:
-        """Free the context and the model now (also done when the target is collected)."""
-        if not self._closed:
-            self._closed = True
-            _release(self._lib, self._model, self._context, self._batch)
-
-
-_released: set[int] = set()
+        """Free the context and the model now (also done, once, when the target is collected)."""
+        self._closed = True
+        self._finalizer()
 
 
 def _release(lib: Any, model: Any, context: Any, batch: Any) -> None:
-    key = id(context)
-    if key in _released:
-        return
-    _released.add(key)
     lib.llama_batch_free(batch)
     lib.llama_free(context)
     lib.llama_model_free(model)

@@ -161,7 +161,7 @@ class DraftModelProposer(ModelDrafter):
 
     def __init__(self, draft, target_vocab_size: int, min_confidence: float = 0.0) -> None:
         super().__init__(target_vocab_size, draft.max_context, min_confidence)
-        self.draft = draft  # codespec.model.TargetModel
+        self.draft = draft  # a Target: TargetModel or LlamaCppTarget (codespec.backends)
         self.input_vocab_size = embedded_tokens(draft)
 
     @classmethod

@@ -6,7 +6,6 @@ exit where the target has a Llama-style layer stack (docs/design.md). Built once
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Sequence
 
 from codespec.draft import Proposer
@@ -35,16 +34,12 @@ def model_proposers(
     if "early-exit" in wanted:
         if supports_early_exit(setup.target):
             models.append(create_proposer("early-exit", setup))
-        elif setup.target not in _TOLD:
-            _TOLD.add(setup.target)
+        else:  # said once per assembly: the model proposers are built once per assembly
             log.info(
                 "auto: no early exit for %s (its backend cannot run the first layers alone)",
                 getattr(setup.target, "name", "this target"),
             )
     return models
-
-
-_TOLD: weakref.WeakSet = weakref.WeakSet()  # targets already told why early exit is left out
 
 
 def _is_model_target(target) -> bool:
