@@ -3,5 +3,7 @@
 from proposers.registry import LOOKUP, MODEL, proposer_names
 
 BASELINE = "hf-rule"
-LOOKUP_PROPOSERS = proposer_names(LOOKUP)
+# next-edit drafts from the user's recent edits, which only the next-edit workload records
+# (bench/next_edit.py); the shared workloads' cases have none.
+LOOKUP_PROPOSERS = tuple(name for name in proposer_names(LOOKUP) if name != "next-edit")
 MODEL_PROPOSERS = proposer_names(MODEL)

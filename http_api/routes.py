@@ -19,6 +19,7 @@ import threading
 import time
 
 from codespec.errors import CodespecError, InvalidRequestError
+from codespec.next_edit_prompts import zeta_edits, zeta_excerpt
 from http_api.schema import (
     ALIAS,
     COMPLETION_DEFAULT_MAX_TOKENS,
@@ -98,6 +99,21 @@ class HttpDoor:
         key = f"http:{call.path}" if call.path else None
         if body.suffix is None:
             budget = sampling.max_tokens or COMPLETION_DEFAULT_MAX_TOKENS
+            excerpt = zeta_excerpt(body.prompt) if body.prediction is None else None
+            if excerpt is not None:
+                # A next-edit prompt (Zed's Zeta layout): the answer rewrites the excerpt, so the
+                # excerpt is the draft and the diffs it shows are the edits to repeat (docs/next-edit.md)
+                return prompt_request(
+                    body.prompt,
+                    budget,
+                    chat=True,
+                    sampling=sampling,
+                    reference=excerpt,
+                    edits=zeta_edits(body.prompt),
+                    cache_key=key,
+                    uri=call.path,
+                    origin="http",
+                )
             return prompt_request(
                 body.prompt,
                 budget,

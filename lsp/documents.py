@@ -52,10 +52,13 @@ class Document:
         new_text: str,
         version: int | None,
         encoding: str = "utf-16",
-    ) -> None:
-        """Apply one content change; ``start``/``end`` None replaces the whole text."""
+    ) -> tuple[int, int, str]:
+        """Apply one content change; ``start``/``end`` None replaces the whole text. Returns the
+        change as code point offsets in the text before it and that text: (start, end, before)."""
+        before = self.text
         if start is None or end is None:
-            self.text = new_text
+            start_offset, end_offset, new_text = changed_span(before, new_text)
+            self.text = before[:start_offset] + new_text + before[end_offset:]
         else:
             index = self.line_index(encoding)
             start_offset = index.offset(*start, clamp=True)
@@ -65,6 +68,7 @@ class Document:
             self.text = self.text[:start_offset] + new_text + self.text[end_offset:]
         if version is not None:
             self.version = version
+        return start_offset, end_offset, before
 
     def pending_index_change(self) -> tuple[int, int, str] | None:
         """The one replacement that brings the index up to date, or None if it already is."""

@@ -7,6 +7,8 @@ RequestCancelled. Custom methods:
 
 - ``codespec/edit`` (request): rewrite a range; streams ``codespec/editDelta`` notifications.
 - ``codespec/stats`` (request): engine and server statistics.
+- ``textDocument/copilotInlineEdit`` (request, Copilot's shape): the next edit after the user's
+  recent edits (``service.next_edit``); ``textDocument/didShowInlineEdit`` is accepted and noted.
 - commands ``codespec.accepted`` (from inline items), ``codespec.reindex``, ``codespec.clearHistory``.
 
 Handlers run on the event loop; generation and index updates on the engine thread; workspace
@@ -39,10 +41,12 @@ from lsp.framing import BlockingSource, FrameReader
 from lsp.rpc import SERVER_NOT_INITIALIZED, CodespecProtocol, serve_frames
 from service import edit as edit_logic
 from service import indexing
+from service.edit_history import EditHistory
 from service.engine import EngineService
 from service.inline import Suggestion, trim_completion, typed_along, warm_prompt
 from service.jobs import AsyncJob, GenerationRequest
 from service.logsafe import clip
+from service.next_edit import next_edit_request, suggestion
 from service.options import ServerOptions, parse_options
 from service.positions import LineIndex, PositionError
 from service.requests import completion_request, edit_request
@@ -54,6 +58,8 @@ log = logging.getLogger(__name__)
 EDIT_METHOD = "codespec/edit"
 EDIT_DELTA = "codespec/editDelta"
 STATS_METHOD = "codespec/stats"
+NEXT_EDIT_METHOD = "textDocument/copilotInlineEdit"  # Copilot's name: its clients (copilot-lsp) ask it
+NEXT_EDIT_SHOWN = "textDocument/didShowInlineEdit"
 ACCEPTED_COMMAND = "codespec.accepted"
 REINDEX_COMMAND = "codespec.reindex"
 CLEAR_HISTORY_COMMAND = "codespec.clearHistory"
@@ -76,6 +82,8 @@ class CodespecServer(LanguageServer):
         self.documents = DocumentStore()
         self.suggestions: dict[str, Suggestion] = {}
         self.inflight: dict[str, AsyncJob] = {}  # newest inline request per document
+        self.next_edits: dict[str, AsyncJob] = {}  # newest next-edit request per document
+        self.edit_history = EditHistory()  # what the user just did, keystroke by keystroke
         self.warm_timers: dict[str, asyncio.TimerHandle] = {}  # documents waiting for their prefill
         self.roots: list[Path] = []
         self.encoding = "utf-16"
@@ -234,26 +242,30 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         if document is None:  # a client bug; nothing to apply the change to
             log.warning("didChange for %s, which is not open", clip(params.text_document.uri))
             return
+        version = params.text_document.version
         for change in params.content_changes:
             try:
                 if isinstance(change, types.TextDocumentContentChangePartial):
                     rng = change.range
-                    document.apply_change(
+                    start, end, before = document.apply_change(
                         (rng.start.line, rng.start.character),
                         (rng.end.line, rng.end.character),
                         change.text,
                         None,
                         ls.encoding,
                     )
+                    ls.edit_history.record(document.uri, before, start, end, change.text, version)
                 else:
-                    document.apply_change(None, None, change.text, None)
+                    start, end, before = document.apply_change(None, None, change.text, None)
+                    inserted = document.text[start : len(document.text) - (len(before) - end)]
+                    ls.edit_history.record(document.uri, before, start, end, inserted, version)
             except PositionError as error:  # out of sync with the client: say so, keep serving
                 ls.tell_user(
                     f"codespec: could not apply an edit to {clip(document.uri)} ({clip(str(error))}); "
                     f"completions there may be off until the file is reopened"
                 )
                 break
-        document.version = params.text_document.version
+        document.version = version
         if ls.debouncer is not None:
             ls.debouncer.touch(document.uri)
 
@@ -276,9 +288,10 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
             )
         ls.suggestions.pop(uri, None)
         cancel_warm(ls, uri)
-        job = ls.inflight.pop(uri, None)
-        if job is not None:
-            job.cancel()
+        for jobs in (ls.inflight, ls.next_edits):
+            job = jobs.pop(uri, None)
+            if job is not None:
+                job.cancel()
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     @client_errors
@@ -336,6 +349,17 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         result = await AsyncJob(ls.service, request, on_delta).result()
         return edit_logic.edit_response(edit_id, raw["range"], result)
 
+    @server.feature(NEXT_EDIT_METHOD)
+    @client_errors
+    async def next_edit(ls: CodespecServer, params: Any) -> dict:
+        raw = edit_logic.as_dict(params)
+        uri = edit_logic.text_document_uri(raw)
+        return {"edits": await next_edit_at(ls, uri, raw)}
+
+    @server.feature(NEXT_EDIT_SHOWN)
+    def next_edit_shown(ls: CodespecServer, params: Any) -> None:
+        log.debug("next edit shown: %s", clip(str(edit_logic.as_dict(params)), 200))
+
     @server.feature(STATS_METHOD)
     @client_errors
     async def stats(ls: CodespecServer, params: Any) -> dict:
@@ -385,6 +409,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
     @server.command(CLEAR_HISTORY_COMMAND)
     @client_errors
     async def clear_history(ls: CodespecServer, *args: Any) -> None:
+        ls.edit_history.clear()
         await asyncio.wrap_future(ls.service.clear_history())
 
     return server
@@ -431,6 +456,68 @@ async def complete_at(
     ls.suggestions[uri] = Suggestion(text[:offset], completion)
     # The item is anchored where it was asked for; the document may have moved on since.
     return completion, types.Position(position.line, position.character)
+
+
+async def next_edit_at(ls: CodespecServer, uri: str, raw: dict) -> list[dict]:
+    """Copilot's ``copilotInlineEdit`` answer: the next edit as ``[{text, range, textDocument,
+    command}]``, or none. A request for a version the server no longer has, or a document that
+    changed while the suggestion was made, gets none (the client checks the version too)."""
+    document = ls.documents.get(uri)
+    asked = raw.get("textDocument", {}).get("version")
+    if asked is not None and not isinstance(asked, int):
+        raise edit_logic.EditParamsError("textDocument.version must be an integer")
+    if asked is not None and asked != document.version:
+        return []  # stale: the client will ask again for the current version
+    position = raw.get("position")
+    if (
+        not isinstance(position, dict)
+        or not isinstance(position.get("line"), int)
+        or not isinstance(position.get("character"), int)
+    ):
+        raise edit_logic.EditParamsError("copilotInlineEdit needs a position {line, character}")
+    text, version = document.text, document.version
+    cursor = ls.offset_of(text, types.Position(position["line"], position["character"]))
+    options = ls.options.completion
+    prompt_format = options.next_edit_format
+    if prompt_format == "auto":
+        prompt_format = "zeta" if "zeta" in str(getattr(ls.service.target, "name", "")).lower() else "rewrite"
+    request, plan = next_edit_request(
+        text,
+        cursor,
+        ls.edit_history.recent(uri),
+        uri=uri,
+        version=version,
+        prompt_format=prompt_format,
+        budget=options.next_edit_tokens,
+        origin="lsp",
+    )
+    previous = ls.next_edits.pop(uri, None)
+    if previous is not None:
+        previous.cancel()  # a newer request for the same document supersedes the older one
+    job = AsyncJob(ls.service, request)
+    ls.next_edits[uri] = job
+    try:
+        result = await job.result()
+    finally:
+        if ls.next_edits.get(uri) is job:
+            del ls.next_edits[uri]
+    found = suggestion(plan, result.text)
+    if found is None or result.reason == "cancelled" or document.version != version or document.text is not text:
+        return []
+    lines = document.line_index(ls.encoding)
+    start, end = lines.position(found.start), lines.position(found.end)
+    rng = {
+        "start": {"line": start.line, "character": start.character},
+        "end": {"line": end.line, "character": end.character},
+    }
+    return [
+        {
+            "text": found.text,
+            "range": rng,
+            "textDocument": {"uri": uri, "version": version},
+            "command": {"title": "codespec: accepted", "command": ACCEPTED_COMMAND, "arguments": [uri, found.text]},
+        }
+    ]
 
 
 def schedule_warm(ls: CodespecServer, document) -> None:

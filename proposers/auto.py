@@ -458,12 +458,13 @@ def build_auto(
 ) -> AutoProposer:
     """``auto`` for one request (``proposers.assembly`` calls this for the server, bench and simulate).
 
-    Lookups: context always, reference / index when the request has them. ``models``: long-lived
+    Lookups: context always, reference / index / next-edit when the request has them. ``models``: long-lived
     model proposers the caller shares between requests (one request at a time uses them); None
     builds them here (``model_proposers``). ``states``: the caller's table of policy statistics by
     candidate set and policy, continued from when ``AutoConfig.shared_state``; else a fresh start. ``AutoConfig.candidates`` restricts every set.
     """
     from proposers.models import model_proposers
+    from proposers.next_edit import NextEditLookup
     from proposers.registry import create_proposer
 
     wanted = setup.config.auto.candidates
@@ -474,6 +475,8 @@ def build_auto(
     lookups: list[Proposer] = [create_proposer("context", setup)] if allowed("context") else []
     if allowed("reference") and setup.request.reference is not None:
         lookups.append(create_proposer("reference", setup))
+    if allowed("next-edit") and NextEditLookup.applies(setup.request.reference, setup.request.edits):
+        lookups.append(create_proposer("next-edit", setup))  # the window as the last edits change it
     if allowed("index") and setup.request.index is not None:
         # auto prices every draft by its match length, so it sees the short matches in other
         # documents too (docs/index.md "Which matches draft": human completions follow some)

@@ -31,6 +31,7 @@ PROPOSERS: dict[str, tuple[str, str, str]] = {
     "context": ("proposers.context", "ContextLookup", LOOKUP),
     "reference": ("proposers.reference", "ReferenceLookup", LOOKUP),
     "index": ("proposers.index_lookup", "IndexLookup", LOOKUP),
+    "next-edit": ("proposers.next_edit", "NextEditLookup", LOOKUP),
     "draft": ("proposers.draft_model", "DraftModelProposer", MODEL),
     "early-exit": ("proposers.early_exit", "EarlyExitProposer", MODEL),
     "auto": ("proposers.auto", "AutoProposer", POLICY),

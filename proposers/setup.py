@@ -30,6 +30,8 @@ class RequestContext:
     index: Any = None  # index.WorkspaceIndex (workspace and history lookup)
     uri: str | None = None  # the document, for the index's locality ranking
     cursor: int | None = None  # code point offset of the cursor in ``uri``
+    # the user's recent edits, oldest first: (the lines an edit touched before it, after it)
+    edits: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ OPTION_NAMES: dict[str, tuple[str, str]] = {
     "index": ("request", "index"),
     "uri": ("request", "uri"),
     "cursor": ("request", "cursor"),
+    "edits": ("request", "edits"),
     "max_ngram": ("context", "max_ngram"),
     "min_ngram": ("context", "min_ngram"),
     "draft_len": ("context", "draft_len"),
@@ -168,6 +171,8 @@ def _value(name: str, value: Any) -> Any:
         return value in ("shared", True)
     if name in ("max_ngram", "min_ngram", "max_candidates", "min_other_match", "reference_start"):
         return int(value)
+    if name == "edits":
+        return tuple((str(before), str(after)) for before, after in value)
     if name == "draft_model":
         return None if value is None else str(value)
     return value

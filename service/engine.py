@@ -642,8 +642,12 @@ class EngineService:
         from proposers.registry import RequestContext
 
         context = RequestContext(
-            reference=request.reference or None, index=self.index, uri=request.uri, cursor=request.cursor
-        )  # the cursor in characters
+            reference=request.reference or None,
+            index=self.index,
+            uri=request.uri,
+            cursor=request.cursor,  # in characters
+            edits=request.edits,
+        )
         wanted = request.proposer or self.default_proposer
         return self._proposers.create_with_fallback(
             [wanted, *(["reference"] if request.reference else []), "context"], context

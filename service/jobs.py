@@ -36,6 +36,7 @@ class GenerationRequest:
     cache_key: str | None = None  # document whose KV cache to reuse
     uri: str | None = None  # for the index proposer's locality ranking
     cursor: int | None = None  # code point offset of the cursor in ``uri``
+    edits: tuple[tuple[str, str], ...] = ()  # the user's recent edits (next-edit drafting), oldest first
     deadline_s: float | None = None
     proposer: str | None = None  # None: the service default
     origin: str = ""  # who asked: lsp, websocket, http (the request log names it)

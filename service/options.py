@@ -49,6 +49,8 @@ class CompletionOptions:
     suffix_chars: int | None = None  # after the cursor (FIM puts it after the prefix: every keystroke re-prefills it)
     mode: str = "auto"  # "auto" (by the cursor's line), "line" (single-line only), "block"
     completion_fallback: bool = True  # answer textDocument/completion with the same completion
+    next_edit_format: str = "auto"  # next-edit prompts: "zeta", "rewrite", or "auto" (zeta for a Zeta model)
+    next_edit_tokens: int = 256  # next-edit budget on top of the editable window's length
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,8 @@ _FIELDS: dict[tuple[str, ...], tuple[str, Callable[[Any], Any]]] = {
     ("maxBatch",): ("engine_max_batch", _bounded_int(1, 256)),
     ("maxCachedTokens",): ("engine_max_cached_tokens", _bounded_int(1, 1 << 24)),
     ("completionFallback",): ("completion_completion_fallback", _bool),
+    ("nextEditFormat",): ("completion_next_edit_format", _choice("auto", "zeta", "rewrite")),
+    ("limits", "nextEditTokens"): ("completion_next_edit_tokens", _bounded_int(1, 65536)),
     ("mode",): ("completion_mode", _choice("auto", "line", "block")),
     ("index", "enabled"): ("index_enabled", _bool),
     ("index", "path"): ("index_path", _optional_text),

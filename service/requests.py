@@ -101,12 +101,14 @@ def prompt_request(
     chat: bool = False,
     sampling: Sampling = Sampling(),
     reference: str | None = None,
+    edits: tuple[tuple[str, str], ...] = (),
     cache_key: str | None = None,
     uri: str | None = None,
     origin: str = "",
 ) -> GenerationRequest:
     """A prompt the client rendered itself (an OpenAI plain completion, a chat rendered by the
-    model's template), sent as it is; ``chat`` ends it without the completion's loop stop."""
+    model's template), sent as it is; ``chat`` ends it without the completion's loop stop;
+    ``edits``: the user's recent edits the prompt shows (a next-edit prompt)."""
     kind = RequestKind.CHAT if chat else RequestKind.COMPLETE
     return _request(
         prompt,
@@ -115,6 +117,7 @@ def prompt_request(
         sampling,
         sampling.stop or (),
         reference=reference,
+        edits=edits,
         cache_key=cache_key,
         uri=uri,
         origin=origin,
@@ -124,7 +127,7 @@ def prompt_request(
 def _request(
     prompt: Prompt, max_tokens: int, kind: RequestKind, sampling: Sampling, stop: tuple[str, ...], **where: Any
 ) -> GenerationRequest:
-    """``where``: reference, cache_key, uri, cursor, deadline_s, origin (``GenerationRequest``'s fields)."""
+    """``where``: reference, edits, cache_key, uri, cursor, deadline_s, origin (``GenerationRequest``'s fields)."""
     return GenerationRequest(
         prompt=prompt,
         max_tokens=max_tokens,

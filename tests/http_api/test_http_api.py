@@ -203,6 +203,30 @@ def test_plain_prompt_is_sent_as_it_is(shipped):
     assert completion.choices[0].text == plain.text
 
 
+def test_a_zeta_next_edit_prompt_drafts_from_its_excerpt_and_its_edits(shipped):
+    """Zed sends Zeta's next-edit prompt to /v1/completions with no prediction: the door drafts
+    from the excerpt and the diffs it shows, and the answer is plain decoding's."""
+    from service.edit_history import EditHistory
+    from service.next_edit import next_edit_request
+
+    history = EditHistory()
+    before = "def f(url):\n    x = fetch(url)\n    return fetch(x)\n"
+    at = before.index("fetch") + len("fetch")
+    history.record("file:///p/f.py", before, at, at, "_all")
+    text = before[:at] + "_all" + before[at:]
+    request, _ = next_edit_request(
+        text, at + 4, history.recent("file:///p/f.py"), uri="file:///p/f.py", version=2, prompt_format="zeta", budget=8
+    )
+    prompt = request.prompt
+    for proposer in ("reference", "next-edit"):
+        completion = shipped.client().completions.create(
+            model="codespec", prompt=prompt, max_tokens=24, extra_body={"proposer": proposer}
+        )
+        assert completion.codespec["proposer"] == proposer  # built from the excerpt (and the edits): no fallback
+        assert completion.codespec["speculation"]["drafted_tokens"] > 0
+        assert completion.choices[0].text == plain_output(shipped.service, prompt, 24).text
+
+
 def test_chat_with_prediction_copies_it_and_counts_it(shipped):
     client = shipped.client()
     messages = [{"role": "user", "content": f"```python\n{CODE}```"}]

@@ -18,7 +18,7 @@ from service.options import ServerOptions
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-LIMITS = {"lineTokens": 12, "blockTokens": 20, "editTokens": 48, "deadlineMs": 600_000}
+LIMITS = {"lineTokens": 12, "blockTokens": 20, "editTokens": 48, "nextEditTokens": 16, "deadlineMs": 600_000}
 WAIT_S = 120  # a hang guard only; every wait below ends on an event
 SOURCE = 'import os\n\n\ndef join_all(parts):\n    """Join 😀 parts."""\n    return os.path.join(*parts)\n\n\ndef main(argv):\n    result = join_all(argv)\n'
 
@@ -189,6 +189,70 @@ async def test_incremental_changes_reach_completions(client, server_target, work
     client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
     stats = await client.protocol.send_request_async("codespec/stats", {})
     assert [entry.indexed for entry in stats.documents if entry.uri == uri] == [True]
+
+
+def keystrokes(client, uri: str, text: str, line: int, character: int, typed: str, version: int) -> tuple[str, int]:
+    """Type ``typed`` at (line, character) one didChange per character, as an editor sends it."""
+    for char in typed:
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(types.Position(line, character), types.Position(line, character)), text=char
+                    )
+                ],
+            )
+        )
+        lines = text.split("\n")
+        lines[line] = lines[line][:character] + char + lines[line][character:]
+        text, character, version = "\n".join(lines), character + 1, version + 1
+    return text, version - 1
+
+
+async def test_next_edit_is_the_engines_rewrite_of_the_next_site_in_copilots_shape(client, server_target, workspace):
+    from service.edit_history import EditHistory
+    from service.engine import EngineService
+    from service.next_edit import next_edit_request, suggestion
+
+    uri = (workspace / "next.py").as_uri()
+    text = "def a(url):\n    x = fetch(url)\n    return x\n\n\ndef b(other):\n    return fetch(other)\n"
+    open_document(client, uri, text)
+    text, version = keystrokes(client, uri, text, 1, len("    x = fetch"), "_all", 2)
+    params = {"textDocument": {"uri": uri, "version": version}, "position": {"line": 1, "character": 17}}
+    result = await asyncio.wait_for(
+        client.protocol.send_request_async("textDocument/copilotInlineEdit", params), WAIT_S
+    )
+    # the same request, decoded plainly in this process (greedy is lossless)
+    history = EditHistory()
+    at = text.index("_all")
+    history.record(uri, text.replace("fetch_all(url)", "fetch(url)"), at, at, "_all")
+    request, plan = next_edit_request(
+        text, at + 4, history.recent(uri), uri=uri, version=version, prompt_format="rewrite", budget=16
+    )
+    assert "return fetch(other)" in plan.window
+    service = EngineService(server_target, proposer="none")
+    try:
+        expected = suggestion(plan, service.submit(request).future.result(WAIT_S).text)
+    finally:
+        service.close()
+    if expected is None:
+        assert result.edits == []
+    else:
+        [edit] = result.edits
+        assert edit.text == expected.text
+        assert edit.textDocument.uri == uri and edit.textDocument.version == version
+        assert edit.command.command == "codespec.accepted"
+        lines = text.split("\n")
+        start = sum(len(line) + 1 for line in lines[: edit.range.start.line]) + edit.range.start.character
+        assert start == expected.start
+    client.protocol.notify("textDocument/didShowInlineEdit", {"item": {"command": None}})
+    # a request for a version the server no longer has gets nothing (the client asks again)
+    stale = {**params, "textDocument": {"uri": uri, "version": version - 1}}
+    result = await asyncio.wait_for(client.protocol.send_request_async("textDocument/copilotInlineEdit", stale), WAIT_S)
+    assert result.edits == []
+    with pytest.raises(JsonRpcException, match="position"):
+        await client.protocol.send_request_async("textDocument/copilotInlineEdit", {"textDocument": {"uri": uri}})
 
 
 async def test_edit_streams_deltas_that_add_up_to_the_edit(client, workspace):

@@ -190,17 +190,26 @@ def edit_builders(target, edited):
             ),
         )
 
+    def next_edit(number):
+        # an edit renaming a word the edited copy holds: the predicted copy differs from it, so
+        # both of the next-edit proposer's pointers draft (and are verified)
+        text = edited[number][0]
+        word = max(text.split(), key=len, default="value")
+        options = {"reference": text, "edits": [(f"x = {word}\n", f"x = {word}_v2\n")]}
+        return create_proposer("next-edit", ProposerSetup.from_options(target, options))
+
     return {
         "reference": lambda number: create_proposer(
             "reference", ProposerSetup.from_options(target, {"reference": edited[number][0]})
         ),
+        "next-edit": next_edit,
         "reference-ids": with_ids,
         "index": lambda number: index,
         "auto": auto,
     }
 
 
-@pytest.mark.parametrize("kind", ["reference", "reference-ids", "index", "auto"])
+@pytest.mark.parametrize("kind", ["reference", "reference-ids", "next-edit", "index", "auto"])
 def test_greedy_output_equals_plain_decoding_with_an_edited_reference(tiny_target, cases, edited, decoded, kind):
     build = edit_builders(tiny_target, edited)[kind]
     for number, (prompt, reference) in enumerate(cases):
@@ -209,7 +218,7 @@ def test_greedy_output_equals_plain_decoding_with_an_edited_reference(tiny_targe
             assert_greedy_equivalent(tiny_target, prompt, proposer, reference, MAX_NEW, draft_len)
     assert len(decoded) == len(cases) * len(DRAFT_LENS)
     steps = [step for result in decoded for step in result.stats.steps]
-    lookups = {"reference", "index"}
+    lookups = {"reference", "index", "next-edit"}
     accepted = sum(step.accepted for step in steps if step.proposer in lookups)
     rejected = sum(step.draft_len - step.accepted for step in steps if step.proposer in lookups)
     # Drafts from the edited copy were verified both ways: some tokens accepted, some rejected,
@@ -217,4 +226,4 @@ def test_greedy_output_equals_plain_decoding_with_an_edited_reference(tiny_targe
     assert accepted >= 40 and rejected > 0
     assert sum(1 for step in steps if step.proposer in lookups and 0 < step.accepted < step.draft_len) >= 10
     if kind == "auto":
-        assert {step.proposer for step in steps if step.draft_len} >= lookups  # the policy chose each
+        assert {step.proposer for step in steps if step.draft_len} >= {"reference", "index"}  # the policy chose each

@@ -1,0 +1,233 @@
+"""Next-edit rewrites measured (docs/next-edit.md, "Measured"): the copy pointer alone against
+edit-aware drafting, on the next-edit workload built from real commits (bench/next_edit_workload.py).
+
+    python -P bench/next_edit.py replay --model shipped --out docs/bench/next-edit-replay-shipped.json
+    python -P bench/next_edit.py replay --shape qwen2.5-coder-0.5b --out docs/bench/next-edit-replay-0.5b.json
+    python -P bench/next_edit.py real --out docs/bench/next-edit-real-shipped.json
+
+``replay``: the target is forced to emit the true next edit (bench/replay.py: every forward runs
+for real), so each configuration emits the same tokens and only the drafting differs:
+``none`` (plain decoding), ``reference`` (the copy pointer over the window), ``next-edit`` (the
+pointer over the window as the user's edit predicts it, with the plain pointer beside it) and
+``auto`` (its choice among every lookup, next-edit included). Configurations run interleaved, case
+by case. ``real``: the shipped model chooses; how often its suggestion is the true edit, and
+greedy output checked identical for every proposer against plain decoding.
+
+Also reported: how often the editable window the service picks (``service.next_edit``)
+contains the true next site, and how often the rules alone predict the whole edit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "workloads"
+CONFIGS = ("none", "reference", "next-edit", "auto")
+
+
+def load_target(args):
+    from bench.shapes import save_shape
+    from codespec.default_model import target_path
+    from codespec.model import TargetModel
+
+    if args.shape:
+        directory = Path(args.cache) / args.shape
+        if not (directory / "config.json").is_file():
+            save_shape(args.shape, directory, dtype="float32", seed=0)
+        return TargetModel.load(str(directory), device="cpu")
+    return TargetModel.load(str(target_path() if args.model == "shipped" else args.model), device="cpu")
+
+
+def case_request(case, renderer):
+    """The prompt ids' text, the reference and the edits the service would send for this case."""
+    from codespec.next_edit_prompts import EditEvent, edits_instruction
+    from codespec.prompts import Rewrite
+
+    event = EditEvent(case.id.split("/")[0], case.edit_before, case.edit_after)
+    prompt = renderer.render(Rewrite(case.window, edits_instruction([event]))).text
+    return prompt
+
+
+def window_stats(cases) -> dict:
+    from proposers.edit_rules import predict
+    from service.next_edit import choose_window
+
+    found = predicted = 0
+    for case in cases:
+        start, end, _ = choose_window(case.document, case.cursor, case.edits)
+        found += start < case.window_end and end > case.window_start
+        predicted += predict(case.window, case.edits) == case.output
+    return {"cases": len(cases), "window_contains_site": found, "rules_predict_whole_edit": predicted}
+
+
+def replay(args) -> dict:
+    from bench.gguf import codespec_run
+    from bench.next_edit_workload import load
+    from bench.replay import Recording, ReplayTarget
+    from codespec.prompts import PromptRenderer
+    from proposers.assembly import ProposerAssembly
+    from proposers.setup import RequestContext
+
+    raw = load_target(args)
+    target = ReplayTarget(raw, vocab_limit=raw.tokenizer.vocab_size if args.shape else None)
+    renderer = PromptRenderer(raw.tokenizer, raw.prompt_format)
+    cases = load(SHARED / "edits-httpx.jsonl", args.cases)
+    end_id = min(raw.eos_token_ids)
+    assembly = ProposerAssembly(target, shipped_draft=False, models=())  # auto: lookups only
+    rows: dict[str, list[dict]] = {name: [] for name in CONFIGS}
+    for number, case in enumerate(cases):
+        prompt_ids = raw.encode(case_request(case, renderer))
+        output_ids = raw.encode(case.output)
+        target.recordings = type(target.recordings)()
+        target.recordings.add(Recording(tuple(prompt_ids), tuple(output_ids), end_id))
+        request = RequestContext(reference=case.window, edits=case.edits)
+        shift = number % len(CONFIGS)
+        for name in [*CONFIGS[shift:], *CONFIGS[:shift]]:
+            proposer = None if name == "none" else assembly.create(name, request)
+            start = time.perf_counter()
+            output, times, stats = codespec_run(target, prompt_ids, proposer, len(output_ids) + 1)
+            end = time.perf_counter()
+            if output[: len(output_ids)] != list(output_ids):
+                raise SystemExit(f"{case.id}: {name} did not emit the recorded edit (replay is broken)")
+            decode_s = times[-1] - times[0] if len(times) > 1 else 0.0
+            rows[name].append(
+                {
+                    "id": case.id,
+                    "kind": case.kind,
+                    "tokens": len(output),
+                    "prompt_tokens": len(prompt_ids),
+                    "tokens_per_forward": stats.get("tokens_per_forward"),
+                    "decode_s": decode_s,
+                    "e2e_s": end - start,
+                }
+            )
+        print(f"case {number + 1}/{len(cases)} {case.kind}: {len(output_ids)} tokens", file=sys.stderr, flush=True)
+    return {
+        "mode": "replay",
+        "setup": setup(args, raw),
+        **window_stats(cases),
+        "summary": summarize(rows),
+        "rows": rows,
+    }
+
+
+def summarize(rows: dict[str, list[dict]]) -> dict:
+    """Per kind and over all: mean tokens per forward and median speedups against plain decoding
+    (decode: the time after the first token; end to end: prefill included), same-run ratios."""
+    out: dict[str, dict] = {}
+    kinds = sorted({row["kind"] for row in rows["none"]})
+    for kind in ["all", *kinds]:
+        chosen = {name: [r for r in rows[name] if kind in ("all", r["kind"])] for name in rows}
+        plain = chosen["none"]
+        section: dict[str, dict] = {}
+        for name, items in chosen.items():
+            section[name] = {
+                "cases": len(items),
+                "tokens_per_forward": round(
+                    sum(r["tokens"] for r in items)
+                    / max(1, sum(r["tokens"] / (r["tokens_per_forward"] or 1) for r in items)),
+                    2,
+                ),
+                "decode_speedup_median": _median_ratio(plain, items, "decode_s"),
+                "e2e_speedup_median": _median_ratio(plain, items, "e2e_s"),
+            }
+        ref, edit = section["reference"]["tokens_per_forward"], section["next-edit"]["tokens_per_forward"]
+        section["next_edit_over_reference_tokens_per_forward"] = round(edit / ref, 3) if ref else None
+        out[kind] = section
+    return out
+
+
+def _median_ratio(plain: list[dict], items: list[dict], key: str) -> float | None:
+    ratios = [p[key] / r[key] for p, r in zip(plain, items) if r[key] > 0 and p[key] > 0]
+    return round(statistics.median(ratios), 2) if ratios else None
+
+
+def real(args) -> dict:
+    """The shipped model chooses: the suggestion against the true edit, every proposer against plain."""
+    from bench.next_edit_workload import load
+    from codespec.config import GenerationLimits, SamplingParams
+    from codespec.decode import generate_all
+    from codespec.draft import NoDraft
+    from codespec.prompts import PromptRenderer
+    from proposers.assembly import ProposerAssembly
+    from proposers.setup import RequestContext
+
+    raw = load_target(args)
+    renderer = PromptRenderer(raw.tokenizer, raw.prompt_format)
+    cases = load(SHARED / "edits-httpx.jsonl", args.cases)
+    assembly = ProposerAssembly(raw, shipped_draft=False, models=())
+    rows = []
+    for number, case in enumerate(cases):
+        prompt_ids = raw.encode(case_request(case, renderer))
+        budget = len(raw.encode(case.window)) + 64
+        limits = GenerationLimits(budget, (), max_draft_len=0)
+        plain = generate_all(raw, prompt_ids, NoDraft(), SamplingParams(), limits)
+        row = {
+            "id": case.id,
+            "kind": case.kind,
+            "equals_true_edit": plain.text == case.output,
+            "changed": plain.text != case.window,
+        }
+        request = RequestContext(reference=case.window, edits=case.edits)
+        for name in ("reference", "next-edit", "auto"):
+            proposer = assembly.create(name, request)
+            got = generate_all(
+                raw, prompt_ids, proposer, SamplingParams(), GenerationLimits(budget, (), max_draft_len=64)
+            )
+            row[f"{name}_identical"] = list(got.token_ids) == list(plain.token_ids)
+            assembly.release(proposer)
+        rows.append(row)
+        print(f"case {number + 1}/{len(cases)}: {'=' if row['equals_true_edit'] else 'x'}", file=sys.stderr, flush=True)
+    return {
+        "mode": "real",
+        "setup": setup(args, raw),
+        **window_stats(cases),
+        "suggestion_equals_true_edit": sum(r["equals_true_edit"] for r in rows),
+        "suggestion_changed_window": sum(r["changed"] for r in rows),
+        "greedy_identical": {
+            name: sum(r[f"{name}_identical"] for r in rows) for name in ("reference", "next-edit", "auto")
+        },
+        "rows": rows,
+    }
+
+
+def setup(args, raw) -> dict:
+    import torch
+
+    return {
+        "model": args.shape or args.model,
+        "backend": "pytorch fp32 (cpu)",
+        "threads": torch.get_num_threads(),
+        "batch": 1,
+        "max_draft": 64,
+        "machine": platform.processor() or platform.machine(),
+        "workload": "edits-httpx next-edit pairs (bench/next_edit_workload.py)",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=("replay", "real"))
+    parser.add_argument("--model", default="shipped", help="a model directory, or 'shipped'")
+    parser.add_argument("--shape", default=None, help="a random checkpoint of this shape (bench/shapes.py)")
+    parser.add_argument("--cache", default="/tmp/codespec-shapes", help="where --shape checkpoints are kept")
+    parser.add_argument("--cases", type=int, default=None, help="the first N cases (default: all)")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    report = replay(args) if args.mode == "replay" else real(args)
+    text = json.dumps(report, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    raise SystemExit(main())

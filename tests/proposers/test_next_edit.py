@@ -1,0 +1,134 @@
+"""The user's edit repeated at the next site: the rules (proposers.edit_rules), the next-edit
+proposer's drafting on real commits, and greedy identity with it on the shipped model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from proposers.edit_rules import Rule, apply_rules, predict, rules_from_edit
+from proposers.next_edit import NextEditLookup
+
+WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
+
+
+def test_a_rename_renames_every_use_but_not_other_objects_attributes():
+    rules = rules_from_edit("    x = fetch(url)\n", "    x = fetch_all(url)\n")
+    assert rules == [Rule("rename", ("fetch",), ("fetch_all",))]
+    assert predict("a = fetch(u)\nb = obj.fetch(v)\nfetcher = 1\n", [("x = fetch(url)\n", "x = fetch_all(url)\n")]) == (
+        "a = fetch_all(u)\nb = obj.fetch(v)\nfetcher = 1\n"
+    )
+
+
+def test_an_attribute_rename_keeps_its_qualifier():
+    edit = ("self._pool.open()\n", "self._transport.open()\n")
+    assert predict("self._pool.close()\nother._pool = 1\n", [edit]) == "self._transport.close()\nother._pool = 1\n"
+    # the qualifier renamed in the same edit: the longer rule goes first
+    edit = ("class T(httpcore.SyncHTTPTransport):\n", "class T(httpx.BaseTransport):\n")
+    assert predict("# see httpcore.SyncHTTPTransport\n", [edit]) == "# see httpx.BaseTransport\n"
+
+
+def test_a_keyword_rename_leaves_the_value_alone():
+    edit = ('    r = Request("POST", url, data=data)\n', '    r = Request("POST", url, content=data)\n')
+    assert predict("    Request(url, data=data, headers=h)\n", [edit]) == "    Request(url, content=data, headers=h)\n"
+
+
+def test_an_argument_added_at_one_call_is_added_at_the_others_once():
+    edit = ("    send(a, b)\n", "    send(a, b, timeout=t)\n")
+    assert rules_from_edit(*edit) == [Rule("call-end", ("send",), (",", " ", "timeout", "=", "t"))]
+    text = "send(x, y)\nsend(z, f(q))\nsend(k, timeout=t)\nresend(x)\n"
+    assert predict(text, [edit]) == "send(x, y, timeout=t)\nsend(z, f(q), timeout=t)\nsend(k, timeout=t)\nresend(x)\n"
+
+
+def test_other_changes_apply_where_their_context_repeats_and_numbers_are_no_names():
+    rules = rules_from_edit("x = 1 + 2\n", "x = 1 + 3\n")
+    assert [rule.kind for rule in rules] == ["context"]
+    assert apply_rules("y = 1 + 2\nz = 2\n", rules) == "y = 1 + 3\nz = 2\n"
+
+
+def test_no_rules_from_a_no_op_or_a_huge_edit():
+    assert rules_from_edit("same\n", "same\n") == []
+    assert rules_from_edit("a\n", "b" * 10_000) == []
+    assert predict("text", []) == "text"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from codespec.default_model import target_path
+    from codespec.model import TargetModel
+
+    return TargetModel.load(str(target_path()), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def next_edit_cases():
+    from bench.next_edit_workload import load
+
+    return load(WORKLOADS / "edits-httpx.jsonl")
+
+
+def test_the_workload_pairs_hunks_that_repeat_one_change(next_edit_cases):
+    assert len(next_edit_cases) >= 60
+    kinds = {case.kind for case in next_edit_cases}
+    assert {"rename", "signature"} <= kinds
+    for case in next_edit_cases:
+        before_window = case.window
+        assert case.output != before_window  # the second site really changes
+        # the first hunk is applied in the document: its new lines are there, where the cursor is
+        assert case.document[: case.cursor].endswith(case.edit_after)
+        assert case.window_start <= case.window_end <= len(case.document)
+
+
+def test_next_edit_drafting_beats_the_copy_pointer_on_renames(shipped, next_edit_cases):
+    """Model-free replay of the true next edit (proposers.lookup_sim): the pointer over the
+    predicted window needs fewer forwards than the pointer over the window itself."""
+    from proposers.lookup_sim import replay
+    from proposers.reference import ReferenceLookup
+
+    renames = [case for case in next_edit_cases if case.kind == "rename"][:30]
+    forwards = {"reference": 0, "next-edit": 0}
+    tokens = 0
+    for case in renames:
+        prompt = shipped.encode(case.window)
+        output = shipped.encode(case.output)
+        tokens += len(output)
+        for name, proposer in (
+            ("reference", ReferenceLookup(case.window, shipped.tokenizer)),
+            ("next-edit", NextEditLookup(case.window, case.edits, shipped.tokenizer)),
+        ):
+            forwards[name] += len(replay(proposer, prompt, output, max_draft=64).steps)
+    assert forwards["next-edit"] * 1.3 <= forwards["reference"], forwards
+    assert tokens / forwards["next-edit"] >= 6
+
+
+def test_greedy_is_plain_decoding_with_next_edit_drafting_on_the_shipped_model(shipped, next_edit_cases):
+    from codespec.config import GenerationLimits, SamplingParams
+    from codespec.decode import generate_all
+    from codespec.draft import NoDraft
+    from codespec.next_edit_prompts import EditEvent, edits_instruction
+    from codespec.prompts import PromptRenderer, Rewrite
+    from proposers.registry import ProposerSetup, create_proposer
+
+    renderer = PromptRenderer(shipped.tokenizer, shipped.prompt_format)
+    drafted = 0
+    for case in next_edit_cases[:6]:
+        assert NextEditLookup.applies(case.window, case.edits) or case.kind == "other"
+        prompt = renderer.render(
+            Rewrite(case.window, edits_instruction([EditEvent("f.py", case.edit_before, case.edit_after)]))
+        )
+        prompt_ids = shipped.encode(prompt.text)
+        limits = GenerationLimits(len(shipped.encode(case.window)) + 16, (), max_draft_len=0)
+        plain = generate_all(shipped, prompt_ids, NoDraft(), SamplingParams(), limits)
+        for name in ("next-edit", "auto"):
+            setup = ProposerSetup.from_options(shipped, {"reference": case.window, "edits": case.edits})
+            got = generate_all(
+                shipped,
+                prompt_ids,
+                create_proposer(name, setup),
+                SamplingParams(),
+                GenerationLimits(limits.max_new_tokens, (), max_draft_len=64),
+            )
+            assert got.token_ids == plain.token_ids, (case.id, name)
+            drafted += sum(step.accepted for step in got.stats.steps)
+    assert drafted > 0
