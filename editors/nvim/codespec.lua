@@ -13,6 +13,11 @@
 -- Accepting a suggestion (the accept key, <Tab> by default) inserts it (replacing the item's
 -- range) and runs the item's command, `codespec.accepted`, which Neovim sends to the server as
 -- workspace/executeCommand: accepted text becomes session history that later completions draft from.
+--
+-- Next edits (textDocument/copilotInlineEdit): after the user changes something, the server's
+-- suggestion for the next place the change applies, previewed as a diff (the replaced text
+-- highlighted, the new lines below it) and taken with <Tab> in normal mode (:CodespecNextEdit asks,
+-- :CodespecNextEditAccept / :CodespecNextEditReject; with `next_edit.auto`, asked after each pause).
 local M = {}
 
 local defaults = {
@@ -27,6 +32,11 @@ local defaults = {
   accept_key = '<Tab>', -- accepts the shown suggestion; falls through to a normal <Tab> otherwise (false: no mapping)
   next_key = '<M-]>', -- 0.12: next suggestion (false: no mapping)
   debounce_ms = 75, -- 0.10 / 0.11 ghost text: quiet time after a keystroke before asking
+  next_edit = {
+    auto = false, -- ask for the next edit after each pause in editing (TextChanged, InsertLeave)
+    debounce_ms = 300,
+    accept_key = '<Tab>', -- normal mode, while a preview is shown (false: no mapping)
+  },
 }
 
 local has_011 = vim.fn.has('nvim-0.11') == 1
@@ -471,6 +481,162 @@ local function attach_ghost(bufnr)
   })
 end
 
+---------------------------------------------------------------------------------------------------
+-- Next edits. Per buffer: the request in flight and the suggestion shown, with the buffer's LSP
+-- version and changedtick when it was asked; a reply for a buffer that has changed since is
+-- dropped, and accepting checks again, so a suggestion for a stale version is never applied.
+---------------------------------------------------------------------------------------------------
+local next_ns = vim.api.nvim_create_namespace('codespec_next_edit')
+local next_edits = {} -- bufnr -> { client, version, tick, request, edit, none, error }
+
+local function buffer_version(bufnr)
+  local versions = vim.lsp.util.buf_versions
+  return versions and versions[bufnr] or vim.b[bufnr].changedtick
+end
+
+local function clear_next_edit(bufnr)
+  local st = next_edits[bufnr]
+  next_edits[bufnr] = nil
+  if st and st.request and not call(st.client, 'is_stopped') then
+    call(st.client, 'cancel_request', st.request)
+  end
+  if vim.api.nvim_buf_is_valid(bufnr) then
+    vim.api.nvim_buf_clear_namespace(bufnr, next_ns, 0, -1)
+  end
+end
+
+-- The edit's range as 0-based (row, byte column) pairs, and the lines the range becomes.
+local function next_edit_lines(bufnr, client, edit)
+  local first, last = edit.range.start, edit.range['end']
+  local lines = vim.api.nvim_buf_get_lines(bufnr, first.line, last.line + 1, false)
+  local head, tail = lines[1] or '', lines[#lines] or ''
+  local start_col = byte_index(head, first.character, client.offset_encoding)
+  local end_col = byte_index(tail, last.character, client.offset_encoding)
+  local new_lines = vim.split(head:sub(1, start_col) .. edit.text .. tail:sub(end_col + 1), '\n', { plain = true })
+  return start_col, end_col, new_lines
+end
+
+local function show_next_edit(bufnr, client, edit)
+  local first, last = edit.range.start, edit.range['end']
+  local start_col, end_col, new_lines = next_edit_lines(bufnr, client, edit)
+  if first.line ~= last.line or start_col ~= end_col then
+    vim.api.nvim_buf_set_extmark(bufnr, next_ns, first.line, start_col,
+      { end_row = last.line, end_col = end_col, hl_group = 'CodespecNextEditRemoved' })
+  end
+  local virt_lines = {}
+  for _, line in ipairs(new_lines) do
+    virt_lines[#virt_lines + 1] = { { line, 'CodespecNextEditAdded' } }
+  end
+  vim.api.nvim_buf_set_extmark(bufnr, next_ns, last.line, 0, { virt_lines = virt_lines })
+end
+
+-- Ask for the next edit at the cursor (replacing any shown or pending one).
+function M.next_edit(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  clear_next_edit(bufnr)
+  local client = client_for(bufnr)
+  if not client then
+    return
+  end
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  local st = { client = client, version = buffer_version(bufnr), tick = vim.b[bufnr].changedtick }
+  params.textDocument.version = st.version
+  next_edits[bufnr] = st
+  local ok, id = call(client, 'request', 'textDocument/copilotInlineEdit', params, function(err, result)
+    if next_edits[bufnr] ~= st then
+      return -- superseded or dismissed
+    end
+    st.request = nil
+    if err then
+      st.error = err.message
+      return
+    end
+    local edit = result and result.edits and result.edits[1]
+    local stale = edit and ((edit.textDocument and edit.textDocument.version ~= buffer_version(bufnr))
+      or vim.b[bufnr].changedtick ~= st.tick)
+    if not edit or stale then
+      st.none = true
+      return
+    end
+    st.edit = edit
+    show_next_edit(bufnr, client, edit)
+    call(client, 'notify', 'textDocument/didShowInlineEdit', { item = { command = edit.command } })
+  end, bufnr)
+  st.request = ok and id or nil
+end
+
+-- What the next-edit machinery shows for the buffer (for statuslines and tests).
+function M.next_edit_status(bufnr)
+  local st = next_edits[(bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr]
+  if not st then
+    return {}
+  end
+  return { pending = st.request ~= nil, edit = st.edit, none = st.none, error = st.error }
+end
+
+-- Apply the shown next edit (false when there is none, or the buffer changed since it was asked).
+function M.accept_next_edit(bufnr)
+  bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+  local st = next_edits[bufnr]
+  if not (st and st.edit) then
+    return false
+  end
+  local edit, client = st.edit, st.client
+  local current = vim.b[bufnr].changedtick == st.tick and buffer_version(bufnr) == st.version
+  clear_next_edit(bufnr)
+  if not current then
+    return false
+  end
+  vim.lsp.util.apply_text_edits({ { range = edit.range, newText = edit.text } }, bufnr, client.offset_encoding)
+  if edit.command and not call(client, 'is_stopped') then
+    execute_command(client, edit.command, bufnr)
+  end
+  return true
+end
+
+function M.reject_next_edit(bufnr)
+  clear_next_edit((bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr)
+end
+
+local function attach_next_edit(bufnr, opts)
+  local group = vim.api.nvim_create_augroup(('codespec_next_edit_%d'):format(bufnr), { clear = true })
+  local timer = vim.uv.new_timer()
+  vim.api.nvim_create_autocmd({ 'TextChanged', 'TextChangedI', 'InsertLeave' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function(args)
+      if args.event ~= 'InsertLeave' then
+        clear_next_edit(bufnr) -- a shown suggestion is for the text before this change
+      end
+      if opts.auto and args.event ~= 'TextChangedI' then
+        timer:stop()
+        timer:start(opts.debounce_ms, 0, vim.schedule_wrap(function()
+          if vim.api.nvim_buf_is_valid(bufnr) and vim.api.nvim_get_current_buf() == bufnr then
+            M.next_edit(bufnr)
+          end
+        end))
+      end
+    end,
+  })
+  vim.api.nvim_create_autocmd({ 'LspDetach', 'BufWipeout' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function(args)
+      if args.event == 'LspDetach' then
+        local client = vim.lsp.get_client_by_id(args.data.client_id)
+        if not client or client.name ~= 'codespec' then
+          return
+        end
+      end
+      clear_next_edit(bufnr)
+      if not timer:is_closing() then
+        timer:close()
+      end
+      pcall(vim.api.nvim_del_augroup_by_id, group)
+    end,
+  })
+end
+
 -- Neovim 0.10 has no vim.lsp.config / vim.lsp.enable: start the client on FileType.
 local function start_on_filetype(opts, server)
   local function start(bufnr)
@@ -506,6 +672,8 @@ function M.setup(opts)
     capabilities = opts.capabilities,
   }
   vim.api.nvim_set_hl(0, 'CodespecSuggestion', { link = 'Comment', default = true })
+  vim.api.nvim_set_hl(0, 'CodespecNextEditRemoved', { link = 'DiffDelete', default = true })
+  vim.api.nvim_set_hl(0, 'CodespecNextEditAdded', { link = 'DiffAdd', default = true })
 
   vim.api.nvim_create_autocmd('LspAttach', {
     group = vim.api.nvim_create_augroup('codespec', { clear = true }),
@@ -519,6 +687,7 @@ function M.setup(opts)
       else
         attach_ghost(args.buf)
       end
+      attach_next_edit(args.buf, opts.next_edit)
     end,
   })
 
@@ -552,6 +721,23 @@ function M.setup(opts)
     end, { desc = 'codespec: next suggestion' })
   end
 
+  if opts.next_edit.accept_key then
+    vim.keymap.set('n', opts.next_edit.accept_key, function()
+      if M.next_edit_status(0).edit then
+        return '<Cmd>CodespecNextEditAccept<CR>'
+      end
+      return opts.next_edit.accept_key
+    end, { expr = true, replace_keycodes = true, desc = 'codespec: accept the next edit' })
+  end
+  vim.api.nvim_create_user_command('CodespecNextEdit', function()
+    M.next_edit(0)
+  end, { desc = 'codespec: suggest the next edit' })
+  vim.api.nvim_create_user_command('CodespecNextEditAccept', function()
+    M.accept_next_edit(0)
+  end, { desc = 'codespec: apply the shown next edit' })
+  vim.api.nvim_create_user_command('CodespecNextEditReject', function()
+    M.reject_next_edit(0)
+  end, { desc = 'codespec: dismiss the shown next edit' })
   vim.api.nvim_create_user_command('CodespecAccept', function()
     M.accept()
   end, { desc = 'codespec: accept the shown suggestion' })

@@ -2,6 +2,11 @@
 // Inline completions (LSP 3.18 textDocument/inlineCompletion) are handled by the client library
 // itself (on by default from vscode-languageclient 10.1); accepting one runs the server's
 // `codespec.accepted` command, which the client proxies to workspace/executeCommand.
+//
+// Next edits (textDocument/copilotInlineEdit): after an edit, the change the server suggests at
+// the next place it applies, shown as a diff decoration (the replaced text struck through, the
+// new text after it) and applied with Tab (Esc dismisses). A suggestion is only shown and applied
+// for the document version it was asked for.
 'use strict';
 
 const vscode = require('vscode');
@@ -80,6 +85,77 @@ async function rewriteSelection() {
   }
 }
 
+// ---- next edits ---------------------------------------------------------------------------------
+const removedStyle = vscode.window.createTextEditorDecorationType({
+  backgroundColor: new vscode.ThemeColor('diffEditor.removedTextBackground'),
+  textDecoration: 'line-through',
+});
+const addedStyle = vscode.window.createTextEditorDecorationType({
+  after: { backgroundColor: new vscode.ThemeColor('diffEditor.insertedTextBackground'), margin: '0 0 0 1ch' },
+});
+let nextEdit = null; // { editor, version, edit: {range, text, command}, status }
+let nextEditAsk = 0; // the newest request; an older reply is dropped
+let nextEditTimer = null;
+
+function clearNextEdit() {
+  if (nextEdit) {
+    nextEdit.editor.setDecorations(removedStyle, []);
+    nextEdit.editor.setDecorations(addedStyle, []);
+    nextEdit.status.dispose();
+  }
+  nextEdit = null;
+  vscode.commands.executeCommand('setContext', 'codespec.nextEditVisible', false);
+}
+
+async function suggestNextEdit() {
+  const editor = vscode.window.activeTextEditor;
+  if (!editor || !client) return;
+  clearNextEdit();
+  const ask = ++nextEditAsk;
+  const document = editor.document;
+  const version = document.version;
+  const result = await client.sendRequest('textDocument/copilotInlineEdit', {
+    textDocument: { uri: document.uri.toString(), version },
+    position: client.code2ProtocolConverter.asPosition(editor.selection.active),
+  });
+  if (ask !== nextEditAsk) return; // superseded by a newer request
+  const edit = result && result.edits && result.edits[0];
+  if (!edit || document.version !== version || (edit.textDocument && edit.textDocument.version !== version)) {
+    vscode.window.setStatusBarMessage('codespec: no next edit', 3000);
+    return;
+  }
+  const range = client.protocol2CodeConverter.asRange(edit.range);
+  const shown = edit.text.split('\n').join(' ⏎ ');
+  editor.setDecorations(removedStyle, range.isEmpty ? [] : [range]);
+  editor.setDecorations(addedStyle, [{ range: new vscode.Range(range.end, range.end), renderOptions: { after: { contentText: shown } } }]);
+  const status = vscode.window.setStatusBarMessage('codespec: next edit (Tab applies, Esc dismisses)');
+  nextEdit = { editor, version, edit, range, status };
+  await vscode.commands.executeCommand('setContext', 'codespec.nextEditVisible', true);
+  client.sendNotification('textDocument/didShowInlineEdit', { item: { command: edit.command } });
+}
+
+async function acceptNextEdit() {
+  const shown = nextEdit;
+  clearNextEdit();
+  if (!shown || shown.editor.document.version !== shown.version) return; // stale: never applied
+  const change = new vscode.WorkspaceEdit();
+  change.replace(shown.editor.document.uri, shown.range, shown.edit.text);
+  if (await vscode.workspace.applyEdit(change) && shown.edit.command) {
+    await vscode.commands.executeCommand(shown.edit.command.command, ...(shown.edit.command.arguments || []));
+  }
+}
+
+function onDocumentChange(event) {
+  if (nextEdit && event.document === nextEdit.editor.document && event.contentChanges.length) {
+    clearNextEdit(); // a shown suggestion is for the text before this change
+  }
+  const config = vscode.workspace.getConfiguration('codespec');
+  const editor = vscode.window.activeTextEditor;
+  if (!config.get('nextEdit.auto') || !editor || editor.document !== event.document || !event.contentChanges.length) return;
+  clearTimeout(nextEditTimer);
+  nextEditTimer = setTimeout(() => suggestNextEdit().catch(() => {}), config.get('nextEdit.debounceMs'));
+}
+
 async function showStats() {
   if (!client) return;
   const stats = await client.sendRequest('codespec/stats', {});
@@ -92,6 +168,13 @@ async function activate(context) {
   context.subscriptions.push(
     vscode.commands.registerCommand('codespec.rewriteSelection', rewriteSelection),
     vscode.commands.registerCommand('codespec.showStats', showStats),
+    vscode.commands.registerCommand('codespec.nextEdit', () => suggestNextEdit().catch((error) =>
+      vscode.window.showErrorMessage(`codespec: next edit failed: ${error.message || error}`))),
+    vscode.commands.registerCommand('codespec.acceptNextEdit', acceptNextEdit),
+    vscode.commands.registerCommand('codespec.rejectNextEdit', clearNextEdit),
+    vscode.workspace.onDidChangeTextDocument(onDocumentChange),
+    removedStyle,
+    addedStyle,
     vscode.commands.registerCommand('codespec.restart', async () => {
       if (client) await client.stop();
       client = createClient();

@@ -145,7 +145,10 @@ if ! stamp "vsce-$VSCE_VERSION"; then
   say "npm install @vscode/vsce@$VSCE_VERSION"
   mkdir -p "$VSCE_DIR"
   (cd "$VSCE_DIR" && [ -f package.json ] || echo '{"name":"codespec-vsce","private":true}' > package.json)
-  (cd "$VSCE_DIR" && npm install --no-save --ignore-scripts "@vscode/vsce@$VSCE_VERSION")
+  # versions at least a week old: a just-published dependency can be listed in the registry's full
+  # metadata before its install metadata has it (ETARGET for @azure/msal-common, two days old)
+  (cd "$VSCE_DIR" && npm install --no-save --ignore-scripts --before "$(date -u -d '-7 days' +%Y-%m-%d)" \
+    "@vscode/vsce@$VSCE_VERSION")
   done_ "vsce-$VSCE_VERSION"
 fi
 ln -sfn "$VSCE_DIR/node_modules/.bin/vsce" "$DIR/bin/vsce"

@@ -585,3 +585,38 @@ def slice_range(text: str, lsp_range: dict) -> str:
 def apply_edit(text: str, edit: dict) -> str:
     """One LSP TextEdit on ASCII text (UTF-16 columns are characters here)."""
     return text[: offset(text, edit["range"]["start"])] + edit["newText"] + text[offset(text, edit["range"]["end"]) :]
+
+
+def test_next_edit_is_asked_for_the_documents_version_and_applied_with_tab(vscode):
+    """After a rename, "codespec: Suggest Next Edit": the request names the document's version and
+    the cursor; the server's answer is shown and applied with Tab (or reported as none)."""
+    page = vscode.page
+    vscode.open_file("shapes.py")
+    vscode.go_to("2:12")  # "    return side * side": the first "side" after "return "
+    page.keyboard.press("Control+Shift+ArrowRight")
+    page.keyboard.type("length", delay=25)
+    before = vscode.save("shapes.py")
+    assert before.splitlines()[1] == "    return length * side"
+
+    mark = len(vscode.trace.messages())
+    vscode.palette("codespec: Suggest Next Edit", "codespec: Suggest Next Edit")
+    request = vscode.wait(
+        "textDocument/copilotInlineEdit request",
+        lambda: vscode.trace.requests("textDocument/copilotInlineEdit", after=mark),
+    )[0]
+    params = request["params"]
+    assert isinstance(params["textDocument"]["version"], int) and params["position"]["line"] == 1
+    response = vscode.wait("the next-edit reply", lambda: vscode.trace.response(request), timeout=GHOST_S)
+    assert "error" not in response, response
+    edits = response["result"]["edits"]
+    if not edits:  # the model saw nothing to repeat: the user is told so
+        vscode.wait("'no next edit'", lambda: page.locator(".statusbar", has_text="no next edit").count() > 0)
+        return
+    (edit,) = edits
+    assert edit["textDocument"]["version"] == params["textDocument"]["version"]
+    vscode.wait("the next edit's status", lambda: page.locator(".statusbar", has_text="Tab applies").count() > 0)
+    vscode.shot("next-edit")
+    page.keyboard.press("Tab")
+    vscode.wait("the applied edit", lambda: page.locator(".statusbar", has_text="Tab applies").count() == 0)
+    after = vscode.save("shapes.py")
+    assert after == apply_edit(before, {"range": edit["range"], "newText": edit["text"]}), (after, edit)

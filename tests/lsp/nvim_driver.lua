@@ -67,6 +67,24 @@ local ok, failure = pcall(function()
   assert(vim.wait(WAIT_MS, function() return vim.b[bufnr].codespec_rewrite ~= nil end, 10), 'rewrite: no result')
   seen.rewrite = vim.b[bufnr].codespec_rewrite
   seen.after = vim.api.nvim_buf_get_lines(bufnr, 0, -1, true)
+
+  -- A next edit after renaming "side" on the last line, through the real server.
+  local codespec = require('codespec')
+  local last_row = vim.api.nvim_buf_line_count(bufnr) - 1
+  local last_line = vim.api.nvim_buf_get_lines(bufnr, last_row, last_row + 1, true)[1]
+  vim.api.nvim_buf_set_text(bufnr, last_row, #last_line, last_row, #last_line, { 'width' })
+  vim.api.nvim_win_set_cursor(0, { last_row + 1, #last_line + 5 })
+  codespec.next_edit(bufnr)
+  assert(vim.wait(WAIT_MS, function()
+    local status = codespec.next_edit_status(bufnr)
+    return status.edit or status.none or status.error
+  end, 10), 'next edit: no reply')
+  seen.next_edit = codespec.next_edit_status(bufnr)
+  seen.next_edit_version = vim.lsp.util.buf_versions[bufnr]
+  if seen.next_edit.edit then
+    seen.next_edit_accepted = codespec.accept_next_edit(bufnr)
+    seen.after_next_edit = vim.api.nvim_buf_get_lines(bufnr, 0, -1, true)
+  end
 end)
 if not ok then
   seen.failure = tostring(failure)

@@ -98,6 +98,15 @@ def test_neovim_client_completes_accepts_and_rewrites(tmp_path, tmp_path_factory
     before = seen["before"]
     assert seen["after"] == edit["newText"].splitlines() + before[3:]
 
+    # the next edit, asked through the module: an answer for the buffer's version, or none
+    next_edit = seen["next_edit"]
+    assert "error" not in next_edit, next_edit
+    if "edit" in next_edit:
+        assert next_edit["edit"]["textDocument"]["version"] == seen["next_edit_version"]
+        assert seen["next_edit_accepted"] is True and seen["after_next_edit"] != seen["after"]
+    else:
+        assert next_edit["none"] is True
+
 
 GHOST_SOURCE = """class Square:
     def __init__(self, side):
@@ -113,8 +122,9 @@ GHOST_SOURCE = """class Square:
 GHOST_ROW = 9  # 1-based: the line with multibyte characters before the cursor (at its end)
 
 
-def run_driver(driver: str, config: dict, cwd: Path, tmp_path: Path) -> dict:
-    """Run a harness driver in a real headless Neovim; the JSON it wrote (asserting it finished)."""
+def run_driver(driver: str, config: dict, cwd: Path, tmp_path: Path, skip_on_012: bool = True) -> dict:
+    """Run a harness driver in a real headless Neovim; the JSON it wrote (asserting it finished).
+    ``skip_on_012``: a ghost-text driver, which Neovim 0.12's own inline completion replaces."""
     out = tmp_path / f"{driver}.json"
     env = dict(
         os.environ,
@@ -135,7 +145,7 @@ def run_driver(driver: str, config: dict, cwd: Path, tmp_path: Path) -> dict:
     # Errors in the module's autocommands and callbacks land on stderr and in v:errmsg.
     assert "Error" not in completed.stderr and "E5108" not in completed.stderr, completed.stderr[-2000:]
     assert seen["errmsg"] == "", seen["errmsg"]
-    if seen["has_inline_completion"]:
+    if skip_on_012 and seen["has_inline_completion"]:
         pytest.skip(f"Neovim {seen['nvim']} has vim.lsp.inline_completion: the module uses it instead")
     return seen
 
@@ -335,3 +345,48 @@ def test_neovim_ghost_text_ranges_multiline_and_stale_replies(tmp_path):
     assert replace["moved"]["position"] == {"line": 4, "character": replace["moved"]["first"]["character"] - 1}
     assert replace["after"] == {"line": "    return value + 1  # done", "cursor": [5, 20]}
     assert len(seen["commands"]) == 2
+
+
+NEXT_EDIT_SOURCE = """def load(url):
+    data = fetch(url)
+    return data
+
+def save(url, data):
+    old = fetch(url)
+    return old != data
+"""
+
+
+def test_neovim_next_edit_preview_accept_reject_and_stale_replies(tmp_path):
+    """Next edits in the module, against an in-process fake server whose copilotInlineEdit replies
+    the scenario writes: the preview as a diff, <Tab> applying it, dismissal, stale replies."""
+    source = tmp_path / "next.py"
+    source.write_text(NEXT_EDIT_SOURCE, encoding="utf-8")
+    seen = run_driver("nvim_next_edit_driver.lua", {"file": str(source)}, tmp_path, tmp_path, skip_on_012=False)
+    lines = NEXT_EDIT_SOURCE.splitlines()
+    renamed = [line.replace("fetch", "fetch_all") if index == 1 else line for index, line in enumerate(lines)]
+    assert seen["asked"]["position"]["line"] == 1 and seen["asked"]["version"] >= 2
+
+    # the replaced word highlighted, the line as it would become below it; the buffer untouched
+    added, removed = seen["preview"]["marks"]  # by position: the virtual lines' mark is at column 0
+    assert removed == {
+        "row": 5,
+        "col": 10,
+        "end_row": 5,
+        "end_col": 15,
+        "hl": "CodespecNextEditRemoved",
+        "virt_lines": [],
+    }
+    assert added["row"] == 5 and added["virt_lines"] == [["    old = fetch_all(url)", "CodespecNextEditAdded"]]
+    assert seen["preview"]["lines"] == renamed
+
+    # <Tab>: applied, the preview gone, the item's command run
+    assert seen["accepted"]["lines"][5] == "    old = fetch_all(url)" and seen["accepted"]["marks"] == []
+    assert seen["commands"] == [{"command": "codespec.accepted", "arguments": ["next", 1]}]
+
+    assert seen["rejected"]["marks"] == [] and seen["rejected"]["line"] == "    old = fetch(url)"
+    assert not seen["rejected"]["status"]  # an empty Lua table: nothing pending or shown
+    assert seen["stale_version"]["marks"] == [] and seen["stale_version"]["status"]["none"]
+    typed_over = seen["typed_over"]
+    assert typed_over["marks"] == [] and not typed_over["status"]
+    assert typed_over["line"] == typed_over["after_tab"] == "    old = fetch(url)"
