@@ -38,6 +38,7 @@ from pygls.lsp.server import LanguageServer
 from codespec.errors import CodespecError
 from lsp.documents import Debouncer, Document, DocumentNotOpen, DocumentStore
 from lsp.framing import BlockingSource, FrameReader
+from lsp.next_edits import NextEdits
 from lsp.rpc import SERVER_NOT_INITIALIZED, CodespecProtocol, serve_frames
 from service import edit as edit_logic
 from service import indexing
@@ -46,7 +47,6 @@ from service.engine import EngineService
 from service.inline import Suggestion, trim_completion, typed_along, warm_prompt
 from service.jobs import AsyncJob, GenerationRequest
 from service.logsafe import clip
-from service.next_edit import next_edit_request, suggestion
 from service.options import ServerOptions, parse_options
 from service.positions import LineIndex, PositionError
 from service.requests import completion_request, edit_request
@@ -82,8 +82,8 @@ class CodespecServer(LanguageServer):
         self.documents = DocumentStore()
         self.suggestions: dict[str, Suggestion] = {}
         self.inflight: dict[str, AsyncJob] = {}  # newest inline request per document
-        self.next_edits: dict[str, AsyncJob] = {}  # newest next-edit request per document
         self.edit_history = EditHistory()  # what the user just did, keystroke by keystroke
+        self.next_edits = NextEdits(self.edit_history)  # copilotInlineEdit: in flight, speculated
         self.warm_timers: dict[str, asyncio.TimerHandle] = {}  # documents waiting for their prefill
         self.roots: list[Path] = []
         self.encoding = "utf-16"
@@ -266,6 +266,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
                 )
                 break
         document.version = version
+        ls.next_edits.changed(document.uri, document.text)
         if ls.debouncer is not None:
             ls.debouncer.touch(document.uri)
 
@@ -288,10 +289,10 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
             )
         ls.suggestions.pop(uri, None)
         cancel_warm(ls, uri)
-        for jobs in (ls.inflight, ls.next_edits):
-            job = jobs.pop(uri, None)
-            if job is not None:
-                job.cancel()
+        job = ls.inflight.pop(uri, None)
+        if job is not None:
+            job.cancel()
+        ls.next_edits.close(uri)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     @client_errors
@@ -354,7 +355,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
     async def next_edit(ls: CodespecServer, params: Any) -> dict:
         raw = edit_logic.as_dict(params)
         uri = edit_logic.text_document_uri(raw)
-        return {"edits": await next_edit_at(ls, uri, raw)}
+        return {"edits": await ls.next_edits.answer(ls, uri, raw)}
 
     @server.feature(NEXT_EDIT_SHOWN)
     def next_edit_shown(ls: CodespecServer, params: Any) -> None:
@@ -410,6 +411,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
     @client_errors
     async def clear_history(ls: CodespecServer, *args: Any) -> None:
         ls.edit_history.clear()
+        ls.next_edits.clear()
         await asyncio.wrap_future(ls.service.clear_history())
 
     return server
@@ -456,68 +458,6 @@ async def complete_at(
     ls.suggestions[uri] = Suggestion(text[:offset], completion)
     # The item is anchored where it was asked for; the document may have moved on since.
     return completion, types.Position(position.line, position.character)
-
-
-async def next_edit_at(ls: CodespecServer, uri: str, raw: dict) -> list[dict]:
-    """Copilot's ``copilotInlineEdit`` answer: the next edit as ``[{text, range, textDocument,
-    command}]``, or none. A request for a version the server no longer has, or a document that
-    changed while the suggestion was made, gets none (the client checks the version too)."""
-    document = ls.documents.get(uri)
-    asked = raw.get("textDocument", {}).get("version")
-    if asked is not None and not isinstance(asked, int):
-        raise edit_logic.EditParamsError("textDocument.version must be an integer")
-    if asked is not None and asked != document.version:
-        return []  # stale: the client will ask again for the current version
-    position = raw.get("position")
-    if (
-        not isinstance(position, dict)
-        or not isinstance(position.get("line"), int)
-        or not isinstance(position.get("character"), int)
-    ):
-        raise edit_logic.EditParamsError("copilotInlineEdit needs a position {line, character}")
-    text, version = document.text, document.version
-    cursor = ls.offset_of(text, types.Position(position["line"], position["character"]))
-    options = ls.options.completion
-    prompt_format = options.next_edit_format
-    if prompt_format == "auto":
-        prompt_format = "zeta" if "zeta" in str(getattr(ls.service.target, "name", "")).lower() else "rewrite"
-    request, plan = next_edit_request(
-        text,
-        cursor,
-        ls.edit_history.recent(uri),
-        uri=uri,
-        version=version,
-        prompt_format=prompt_format,
-        budget=options.next_edit_tokens,
-        origin="lsp",
-    )
-    previous = ls.next_edits.pop(uri, None)
-    if previous is not None:
-        previous.cancel()  # a newer request for the same document supersedes the older one
-    job = AsyncJob(ls.service, request)
-    ls.next_edits[uri] = job
-    try:
-        result = await job.result()
-    finally:
-        if ls.next_edits.get(uri) is job:
-            del ls.next_edits[uri]
-    found = suggestion(plan, result.text)
-    if found is None or result.reason == "cancelled" or document.version != version or document.text is not text:
-        return []
-    lines = document.line_index(ls.encoding)
-    start, end = lines.position(found.start), lines.position(found.end)
-    rng = {
-        "start": {"line": start.line, "character": start.character},
-        "end": {"line": end.line, "character": end.character},
-    }
-    return [
-        {
-            "text": found.text,
-            "range": rng,
-            "textDocument": {"uri": uri, "version": version},
-            "command": {"title": "codespec: accepted", "command": ACCEPTED_COMMAND, "arguments": [uri, found.text]},
-        }
-    ]
 
 
 def schedule_warm(ls: CodespecServer, document) -> None:

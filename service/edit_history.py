@@ -134,12 +134,18 @@ class EditHistory:
         with self._lock:
             return sum(len(edits) for edits in self._edits.values())
 
+    def edit_for(
+        self, uri: str, text: str, start: int, end: int, new_text: str, version: int | None = None
+    ) -> RecordedEdit:
+        """The edit [start, end) of ``text`` -> ``new_text`` would be on its own, without recording it
+        (what accepting a suggestion will add: the next request can be speculated before it comes)."""
+        return self._fresh(uri, text, start, end, text[start:end], new_text, time.monotonic(), version)
+
     # -- building edits ----------------------------------------------------------------------------
     def _fresh(self, uri, text, start, end, removed, new_text, now, version) -> RecordedEdit:
-        line_start = text.rfind("\n", 0, start) + 1
-        line_end = text.find("\n", end)
-        line_end = len(text) if line_end < 0 else line_end
-        edit = RecordedEdit(uri, start, removed, new_text, text[line_start:start], text[end:line_end], now, version)
+        edit = RecordedEdit(
+            uri, start, removed, new_text, _line_prefix(text, start), _line_suffix(text, end), now, version
+        )
         return self._bounded(edit)
 
     def _merge(self, last, text, start, end, removed, new_text, now, version) -> RecordedEdit | None:

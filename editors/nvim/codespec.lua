@@ -587,7 +587,16 @@ function M.accept_next_edit(bufnr)
   if not current then
     return false
   end
+  local start_col = next_edit_lines(bufnr, client, edit)
   vim.lsp.util.apply_text_edits({ { range = edit.range, newText = edit.text } }, bufnr, client.offset_encoding)
+  -- the cursor goes to the end of the applied text, as Copilot's next edits do (the next
+  -- suggestion is asked from there, and was speculated from there)
+  local lines = vim.split(edit.text, '\n', { plain = true })
+  local row = edit.range.start.line + #lines - 1
+  local col = (#lines == 1 and start_col or 0) + #lines[#lines]
+  if vim.api.nvim_get_current_buf() == bufnr then
+    pcall(vim.api.nvim_win_set_cursor, 0, { row + 1, col })
+  end
   if edit.command and not call(client, 'is_stopped') then
     execute_command(client, edit.command, bufnr)
   end

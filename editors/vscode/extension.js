@@ -138,9 +138,16 @@ async function acceptNextEdit() {
   const shown = nextEdit;
   clearNextEdit();
   if (!shown || shown.editor.document.version !== shown.version) return; // stale: never applied
+  const document = shown.editor.document;
+  const start = document.offsetAt(shown.range.start);
   const change = new vscode.WorkspaceEdit();
-  change.replace(shown.editor.document.uri, shown.range, shown.edit.text);
-  if (await vscode.workspace.applyEdit(change) && shown.edit.command) {
+  change.replace(document.uri, shown.range, shown.edit.text);
+  if (!(await vscode.workspace.applyEdit(change))) return;
+  // the cursor goes to the end of the applied text, as Copilot's next edits do (the next
+  // suggestion is asked from there, and was speculated from there)
+  const end = document.positionAt(start + shown.edit.text.length);
+  shown.editor.selection = new vscode.Selection(end, end);
+  if (shown.edit.command) {
     await vscode.commands.executeCommand(shown.edit.command.command, ...(shown.edit.command.arguments || []));
   }
 }

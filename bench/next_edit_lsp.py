@@ -1,0 +1,180 @@
+"""Next-edit latency through a real LSP client (a benchmark, not a test; docs/next-edit.md).
+
+    python -P bench/next_edit_lsp.py [--model DIR] [--cases N] [--out FILE.json]
+
+Starts `codespec serve` over stdio (the shipped model unless ``--model``), and for each case of
+the next-edit workload (bench/next_edit_workload.py): opens the file as it was before the user's
+edit, sends the edit as one ``didChange`` (the state after the edit pause; the editor's debounce
+is the client's), and at once asks ``textDocument/copilotInlineEdit`` at the cursor. Reports the
+client-observed time from the ``didChange`` to the answer (p50/p95, ms), the engine's own time and
+first-token time, and how often an edit came back; then accepts the edit (one ``didChange``, the
+cursor at its end, as the editors do) and asks again: **after accept** is that second answer's
+time, which the server's speculation (lsp/next_edits.py) has prepared. The first ``--warm-up``
+cases are not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "workloads"
+
+
+async def bench(args) -> dict:
+    from lsprotocol import types
+    from pygls.lsp.client import LanguageClient
+
+    from bench.next_edit_workload import load
+    from codespec.stats import percentile
+    from service.positions import position_at
+
+    cases = load(SHARED / "edits-httpx.jsonl", args.cases + args.warm_up)
+    root = Path(tempfile.mkdtemp(prefix="codespec-next-edit-"))
+    client = LanguageClient("codespec-bench", "1")
+    await client.start_io(sys.executable, "-m", "codespec.cli", "serve")
+    options: dict = {"device": "cpu", "index": {"enabled": False}, "limits": {"deadlineMs": 60_000}}
+    if args.model:
+        options["model"] = args.model
+    await client.initialize_async(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(),
+            root_uri=root.as_uri(),
+            initialization_options=options,
+        )
+    )
+    client.initialized(types.InitializedParams())
+    rows = []
+    for number, case in enumerate(cases):
+        uri = (root / f"case{number}.py").as_uri()
+        edit_start = case.cursor - len(case.edit_after)
+        original = case.document[:edit_start] + case.edit_before + case.document[case.cursor :]
+        client.text_document_did_open(
+            types.DidOpenTextDocumentParams(
+                types.TextDocumentItem(uri=uri, language_id="python", version=1, text=original)
+            )
+        )
+        start, end = position_at(original, edit_start), position_at(original, edit_start + len(case.edit_before))
+        cursor = position_at(case.document, case.cursor)
+        sent = time.perf_counter()
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(version=2, uri=uri),
+                [
+                    types.TextDocumentContentChangePartial(
+                        range=types.Range(
+                            types.Position(start.line, start.character), types.Position(end.line, end.character)
+                        ),
+                        text=case.edit_after,
+                    )
+                ],
+            )
+        )
+        params = {
+            "textDocument": {"uri": uri, "version": 2},
+            "position": {"line": cursor.line, "character": cursor.character},
+        }
+        result = await client.protocol.send_request_async("textDocument/copilotInlineEdit", params)
+        answer_ms = (time.perf_counter() - sent) * 1e3
+        stats = await client.protocol.send_request_async("codespec/stats", {})
+        last = stats.last_requests[-1]
+        after_accept_ms = None
+        if result.edits:  # accept it as the editors do (one change; the cursor at its end), ask again
+            edit = result.edits[0]
+            client.text_document_did_change(
+                types.DidChangeTextDocumentParams(
+                    types.VersionedTextDocumentIdentifier(version=3, uri=uri),
+                    [types.TextDocumentContentChangePartial(range=_range(edit.range), text=edit.text)],
+                )
+            )
+            after = _apply(case.document, edit)
+            end = position_at(after, _offset(case.document, edit.range.start) + len(edit.text))
+            sent = time.perf_counter()
+            await client.protocol.send_request_async(
+                "textDocument/copilotInlineEdit",
+                {
+                    "textDocument": {"uri": uri, "version": 3},
+                    "position": {"line": end.line, "character": end.character},
+                },
+            )
+            after_accept_ms = (time.perf_counter() - sent) * 1e3
+        client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=uri)))
+        if number < args.warm_up:
+            continue
+        rows.append(
+            {
+                "id": case.id,
+                "answer_ms": answer_ms,
+                "engine_ms": last.elapsed_ms,
+                "ttft_ms": last.ttft_ms,
+                "prompt_tokens": last.prompt_tokens,
+                "tokens": last.tokens,
+                "tokens_per_forward": last.tokens / last.target_forwards if last.target_forwards else None,
+                "edits": len(result.edits),
+                "after_accept_ms": after_accept_ms,
+            }
+        )
+        print(f"case {number + 1}/{len(cases)}: {answer_ms:.0f} ms", file=sys.stderr, flush=True)
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+
+    def stat(key: str) -> dict:
+        values = [row[key] for row in rows if row[key] is not None]
+        return {"p50": round(percentile(values, 50), 1), "p95": round(percentile(values, 95), 1)}
+
+    return {
+        "model": args.model or "shipped",
+        "backend": "pytorch fp32 (cpu)" if not str(args.model or "").endswith(".gguf") else "llama.cpp",
+        "cases": len(rows),
+        "answer_ms": stat("answer_ms"),
+        "engine_ms": stat("engine_ms"),
+        "ttft_ms": stat("ttft_ms"),
+        "prompt_tokens": stat("prompt_tokens"),
+        "with_an_edit": sum(row["edits"] > 0 for row in rows),
+        "after_accept_ms": stat("after_accept_ms"),
+        "rows": rows,
+    }
+
+
+def _range(rng):
+    from lsprotocol import types
+
+    return types.Range(
+        types.Position(rng.start.line, rng.start.character), types.Position(rng.end.line, rng.end.character)
+    )
+
+
+def _offset(text: str, position) -> int:
+    """Code point offset of an LSP position (UTF-16 columns) in ``text``."""
+    from service.positions import LineIndex
+
+    return LineIndex(text, "utf-16").offset(position.line, position.character, clamp=True)
+
+
+def _apply(text: str, edit) -> str:
+    return text[: _offset(text, edit.range.start)] + edit.text + text[_offset(text, edit.range.end) :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--cases", type=int, default=40)
+    parser.add_argument("--warm-up", type=int, default=3)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    report = asyncio.run(bench(args))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""The LSP door's next edits: Copilot's ``textDocument/copilotInlineEdit`` answered from
+``service.next_edit`` (docs/next-edit.md).
+
+Per document: the request in flight (a newer one cancels it) and a *speculation*: when a
+suggestion is answered, the request the user's next step will make if they accept it (the
+document with the suggestion applied, that change added to the recent edits) is submitted at once.
+When the next request comes for exactly that text, the speculation's answer is its reference draft,
+so verifying it takes a forward or two; the output is still the target's own (lossless), and any
+other change to the document drops the speculation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from lsprotocol import types
+
+from service import edit as edit_logic
+from service.edit_history import EditHistory, RecordedEdit
+from service.jobs import AsyncJob
+from service.next_edit import NextEditPlan, next_edit_request, suggestion
+from service.options import ServerOptions
+
+log = logging.getLogger(__name__)
+
+ACCEPTED_COMMAND = "codespec.accepted"
+
+
+class Door(Protocol):
+    """What next edits read of the language server (``lsp.server.CodespecServer``)."""
+
+    documents: DocumentStore
+    options: ServerOptions
+    service: Any  # service.engine.EngineService
+    encoding: str
+
+    def offset_of(self, text: str, position: types.Position) -> int: ...
+
+
+@dataclass
+class Speculation:
+    text: str  # the document as it will read once the suggestion is accepted
+    window: str  # the window the speculated request rewrites
+    job: AsyncJob
+
+
+class NextEdits:
+    def __init__(self, history: EditHistory, speculate: bool = True) -> None:
+        self.history = history
+        self.speculate = speculate
+        self.inflight: dict[str, AsyncJob] = {}
+        self.speculations: dict[str, Speculation] = {}
+
+    async def answer(self, ls: Door, uri: str, raw: dict) -> list[dict]:
+        """``{edits: [...]}``'s list: the next edit, or none. A request for a version the server no
+        longer has, or a document that changed while the suggestion was made, gets none (the client
+        checks the version too)."""
+        document = ls.documents.get(uri)
+        asked = raw.get("textDocument", {}).get("version")
+        if asked is not None and (isinstance(asked, bool) or not isinstance(asked, int)):
+            raise edit_logic.EditParamsError("textDocument.version must be an integer")
+        position = raw.get("position")
+        if not isinstance(position, dict) or not all(
+            isinstance(position.get(key), int) and not isinstance(position.get(key), bool)
+            for key in ("line", "character")
+        ):
+            raise edit_logic.EditParamsError("copilotInlineEdit needs a position {line, character}")
+        if asked is not None and asked != document.version:
+            return []  # stale: the client will ask again for the current version
+        text, version = document.text, document.version
+        cursor = ls.offset_of(text, types.Position(position["line"], position["character"]))
+        edits = self.history.recent(uri)
+        request, plan = self._request(ls, uri, text, cursor, edits, version)
+        speculated = await self._speculated(uri, text, plan)
+        if speculated is not None:  # the answer for this state, asked ahead: the draft
+            request = dataclasses.replace(request, reference=speculated)
+        previous = self.inflight.pop(uri, None)
+        if previous is not None:
+            previous.cancel()  # a newer request for the same document supersedes the older one
+        job = AsyncJob(ls.service, request)
+        self.inflight[uri] = job
+        try:
+            result = await job.result()
+        finally:
+            if self.inflight.get(uri) is job:
+                del self.inflight[uri]
+        found = suggestion(plan, result.text)
+        if found is None or result.reason == "cancelled" or document.version != version or document.text is not text:
+            return []
+        if self.speculate:
+            self._speculate(ls, uri, text, found, edits, version)
+        lines = document.line_index(ls.encoding)
+        start, end = lines.position(found.start), lines.position(found.end)
+        return [
+            {
+                "text": found.text,
+                "range": {
+                    "start": {"line": start.line, "character": start.character},
+                    "end": {"line": end.line, "character": end.character},
+                },
+                "textDocument": {"uri": uri, "version": version},
+                "command": {"title": "codespec: accepted", "command": ACCEPTED_COMMAND, "arguments": [uri, found.text]},
+            }
+        ]
+
+    def changed(self, uri: str, text: str) -> None:
+        """The document changed: a speculation for any other text is void."""
+        speculation = self.speculations.get(uri)
+        if speculation is not None and speculation.text != text:
+            self._drop(uri)
+
+    def close(self, uri: str) -> None:
+        job = self.inflight.pop(uri, None)
+        if job is not None:
+            job.cancel()
+        self._drop(uri)
+
+    def clear(self) -> None:
+        for uri in list(self.speculations):
+            self._drop(uri)
+
+    # -- helpers ------------------------------------------------------------------------------------
+    @staticmethod
+    def _request(ls: Door, uri: str, text: str, cursor: int, edits: list[RecordedEdit], version):
+        options = ls.options.completion
+        prompt_format = options.next_edit_format
+        if prompt_format == "auto":
+            prompt_format = "zeta" if "zeta" in str(getattr(ls.service.target, "name", "")).lower() else "rewrite"
+        return next_edit_request(
+            text,
+            cursor,
+            edits,
+            uri=uri,
+            version=version,
+            prompt_format=prompt_format,
+            budget=options.next_edit_tokens,
+            origin="lsp",
+        )
+
+    async def _speculated(self, uri: str, text: str, plan: NextEditPlan) -> str | None:
+        """The speculated answer for exactly this text and window, waiting for it if it still runs."""
+        speculation = self.speculations.pop(uri, None)
+        if speculation is None or speculation.text != text or speculation.window != plan.window:
+            if speculation is not None:
+                speculation.job.cancel()
+            return None
+        result = await speculation.job.result()
+        return result.text if result.reason != "cancelled" and result.text else None
+
+    def _speculate(self, ls: Door, uri: str, text: str, found, edits: list[RecordedEdit], version) -> None:
+        """Ask now what the next request will ask if this suggestion is accepted."""
+        self._drop(uri)
+        after = text[: found.start] + found.text + text[found.end :]
+        accepted = self.history.edit_for(uri, text, found.start, found.end, found.text)
+        cursor = found.start + len(found.text)
+        request, plan = self._request(
+            ls, uri, after, cursor, [*edits, accepted], None if version is None else version + 1
+        )
+        try:
+            job = AsyncJob(ls.service, request)
+        except Exception as error:  # a speculation is only a hint: never fail the answer over it
+            log.info("next-edit speculation not submitted: %s", error)
+            return
+        self.speculations[uri] = Speculation(after, plan.window, job)
+
+    def _drop(self, uri: str) -> None:
+        speculation = self.speculations.pop(uri, None)
+        if speculation is not None:
+            speculation.job.cancel()
+
+
+__all__ = ["Door", "NextEdits", "Speculation"]
