@@ -14,9 +14,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from lsprotocol import types
 
+from lsp.documents import DocumentStore
 from service import edit as edit_logic
 from service.edit_history import EditHistory, RecordedEdit
 from service.jobs import AsyncJob
