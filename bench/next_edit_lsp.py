@@ -7,7 +7,7 @@ the next-edit workload (bench/next_edit_workload.py): opens the file as it was b
 edit, sends the edit as one ``didChange`` (the state after the edit pause; the editor's debounce
 is the client's), and at once asks ``textDocument/copilotInlineEdit`` at the cursor. Reports the
 client-observed time from the ``didChange`` to the answer (p50/p95, ms), the engine's own time and
-first-token time, and how often an edit came back; then accepts the edit (one ``didChange``, the
+first-token time, and how often an edit came back; then, after ``--think-ms``, accepts the edit (one ``didChange``, the
 cursor at its end, as the editors do) and asks again: **after accept** is that second answer's
 time, which the server's speculation (lsp/next_edits.py) has prepared. The first ``--warm-up``
 cases are not counted.
@@ -41,6 +41,8 @@ async def bench(args) -> dict:
     options: dict = {"device": "cpu", "index": {"enabled": False}, "limits": {"deadlineMs": 60_000}}
     if args.model:
         options["model"] = args.model
+    if args.no_speculate:
+        options["nextEditSpeculate"] = False
     await client.initialize_async(
         types.InitializeParams(
             capabilities=types.ClientCapabilities(),
@@ -86,6 +88,7 @@ async def bench(args) -> dict:
         after_accept_ms = None
         if result.edits:  # accept it as the editors do (one change; the cursor at its end), ask again
             edit = result.edits[0]
+            await asyncio.sleep(args.think_ms / 1000)  # the user reads the suggestion, then presses Tab
             client.text_document_did_change(
                 types.DidChangeTextDocumentParams(
                     types.VersionedTextDocumentIdentifier(version=3, uri=uri),
@@ -130,6 +133,8 @@ async def bench(args) -> dict:
 
     return {
         "model": args.model or "shipped",
+        "speculate": not args.no_speculate,
+        "think_ms": args.think_ms,
         "backend": "pytorch fp32 (cpu)" if not str(args.model or "").endswith(".gguf") else "llama.cpp",
         "cases": len(rows),
         "answer_ms": stat("answer_ms"),
@@ -166,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None)
     parser.add_argument("--cases", type=int, default=40)
     parser.add_argument("--warm-up", type=int, default=3)
+    parser.add_argument("--think-ms", type=int, default=300, help="pause before accepting a suggestion")
+    parser.add_argument("--no-speculate", action="store_true", help="the server does not speculate")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     report = asyncio.run(bench(args))

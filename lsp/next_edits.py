@@ -49,9 +49,8 @@ class Speculation:
 
 
 class NextEdits:
-    def __init__(self, history: EditHistory, speculate: bool = True) -> None:
+    def __init__(self, history: EditHistory) -> None:
         self.history = history
-        self.speculate = speculate
         self.inflight: dict[str, AsyncJob] = {}
         self.speculations: dict[str, Speculation] = {}
 
@@ -91,7 +90,7 @@ class NextEdits:
         found = suggestion(plan, result.text)
         if found is None or result.reason == "cancelled" or document.version != version or document.text is not text:
             return []
-        if self.speculate:
+        if ls.options.completion.next_edit_speculate:
             self._speculate(ls, uri, text, found, edits, version)
         lines = document.line_index(ls.encoding)
         start, end = lines.position(found.start), lines.position(found.end)

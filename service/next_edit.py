@@ -159,7 +159,7 @@ def next_edit_request(
     request = GenerationRequest(
         prompt=prompt,
         max_tokens=budget,
-        kind=RequestKind.EDIT,
+        kind=RequestKind.NEXT_EDIT,
         stop=stop,
         temperature=sampling.temperature,
         top_p=sampling.top_p,

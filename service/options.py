@@ -51,6 +51,7 @@ class CompletionOptions:
     completion_fallback: bool = True  # answer textDocument/completion with the same completion
     next_edit_format: str = "auto"  # next-edit prompts: "zeta", "rewrite", or "auto" (zeta for a Zeta model)
     next_edit_tokens: int = 256  # next-edit budget on top of the editable window's length
+    next_edit_speculate: bool = True  # after answering, ask what accepting the answer will ask next
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,7 @@ _FIELDS: dict[tuple[str, ...], tuple[str, Callable[[Any], Any]]] = {
     ("completionFallback",): ("completion_completion_fallback", _bool),
     ("nextEditFormat",): ("completion_next_edit_format", _choice("auto", "zeta", "rewrite")),
     ("limits", "nextEditTokens"): ("completion_next_edit_tokens", _bounded_int(1, 65536)),
+    ("nextEditSpeculate",): ("completion_next_edit_speculate", _bool),
     ("mode",): ("completion_mode", _choice("auto", "line", "block")),
     ("index", "enabled"): ("index_enabled", _bool),
     ("index", "path"): ("index_path", _optional_text),

@@ -23,6 +23,9 @@ class RequestKind(enum.StrEnum):
 
     COMPLETE = "complete"  # ghost text at a cursor: ends on a repeating loop as well as on stops
     EDIT = "edit"  # a rewrite of a region: its budget comes on top of the region's length
+    NEXT_EDIT = (
+        "next-edit"  # a window rewritten as the user's last edits imply: an edit's budget, a completion's loop stop
+    )
     CHAT = "chat"  # a prompt the client rendered (OpenAI chat or a rewrite with its whole budget)
     WARM = "warm"  # a short generation at start-up: never user history
     PREFILL = "prefill"  # fill a document's KV cache with its prompt, in chunks; no decoding
@@ -38,11 +41,12 @@ class RequestKind(enum.StrEnum):
 
     @property
     def budget_adds_reference(self) -> bool:
-        return self is RequestKind.EDIT
+        return self in (RequestKind.EDIT, RequestKind.NEXT_EDIT)
 
     @property
     def stops_on_repeats(self) -> bool:
-        return self is RequestKind.COMPLETE
+        """A small model's loop is noise as a suggestion nobody asked to be long."""
+        return self in (RequestKind.COMPLETE, RequestKind.NEXT_EDIT)
 
 
 @dataclass(frozen=True)
