@@ -21,7 +21,7 @@ from lsprotocol import types
 from lsp.documents import DocumentStore
 from service import edit as edit_logic
 from service.edit_history import EditHistory, RecordedEdit
-from service.jobs import AsyncJob
+from service.jobs import AsyncJob, NewestJobs
 from service.next_edit import NextEditPlan, next_edit_request, suggestion
 from service.options import ServerOptions
 
@@ -51,7 +51,7 @@ class Speculation:
 class NextEdits:
     def __init__(self, history: EditHistory) -> None:
         self.history = history
-        self.inflight: dict[str, AsyncJob] = {}
+        self.inflight = NewestJobs()
         self.speculations: dict[str, Speculation] = {}
 
     async def answer(self, ls: Door, uri: str, raw: dict) -> list[dict]:
@@ -77,16 +77,7 @@ class NextEdits:
         speculated = await self._speculated(uri, text, plan)
         if speculated is not None:  # the answer for this state, asked ahead: the draft
             request = dataclasses.replace(request, reference=speculated)
-        previous = self.inflight.pop(uri, None)
-        if previous is not None:
-            previous.cancel()  # a newer request for the same document supersedes the older one
-        job = AsyncJob(ls.service, request)
-        self.inflight[uri] = job
-        try:
-            result = await job.result()
-        finally:
-            if self.inflight.get(uri) is job:
-                del self.inflight[uri]
+        result = await self.inflight.run(ls.service, uri, request)  # a newer request supersedes this one
         found = suggestion(plan, result.text)
         if found is None or result.reason == "cancelled" or document.version != version or document.text is not text:
             return []
@@ -113,9 +104,7 @@ class NextEdits:
             self._drop(uri)
 
     def close(self, uri: str) -> None:
-        job = self.inflight.pop(uri, None)
-        if job is not None:
-            job.cancel()
+        self.inflight.cancel(uri)
         self._drop(uri)
 
     def clear(self) -> None:

@@ -45,7 +45,7 @@ from service import indexing
 from service.edit_history import EditHistory
 from service.engine import EngineService
 from service.inline import Suggestion, trim_completion, typed_along, warm_prompt
-from service.jobs import AsyncJob, GenerationRequest
+from service.jobs import AsyncJob, GenerationRequest, NewestJobs
 from service.logsafe import clip
 from service.options import ServerOptions, parse_options
 from service.positions import LineIndex, PositionError
@@ -81,7 +81,7 @@ class CodespecServer(LanguageServer):
         self.service: EngineService | None = None
         self.documents = DocumentStore()
         self.suggestions: dict[str, Suggestion] = {}
-        self.inflight: dict[str, AsyncJob] = {}  # newest inline request per document
+        self.inflight = NewestJobs()  # newest inline request per document
         self.edit_history = EditHistory()  # what the user just did, keystroke by keystroke
         self.next_edits = NextEdits(self.edit_history)  # copilotInlineEdit: in flight, speculated
         self.warm_timers: dict[str, asyncio.TimerHandle] = {}  # documents waiting for their prefill
@@ -289,9 +289,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
             )
         ls.suggestions.pop(uri, None)
         cancel_warm(ls, uri)
-        job = ls.inflight.pop(uri, None)
-        if job is not None:
-            job.cancel()
+        ls.inflight.cancel(uri)
         ls.next_edits.close(uri)
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
@@ -442,16 +440,7 @@ async def complete_at(
         origin="lsp",
     )
     cancel_warm(ls, uri)  # this request prefills what it needs itself
-    previous = ls.inflight.pop(uri, None)
-    if previous is not None:
-        previous.cancel()  # a newer request for the same document supersedes the older one
-    job = AsyncJob(ls.service, request)
-    ls.inflight[uri] = job
-    try:
-        result = await job.result()
-    finally:
-        if ls.inflight.get(uri) is job:
-            del ls.inflight[uri]
+    result = await ls.inflight.run(ls.service, uri, request)  # a newer request supersedes this one
     completion = trim_completion(result.text, context)
     if result.reason == "cancelled" or not completion:
         return None

@@ -135,3 +135,26 @@ class AsyncJob:
         except asyncio.CancelledError:
             self.job.cancel()
             raise
+
+
+class NewestJobs:
+    """The newest job per key (a document): a newer request cancels the one before it, as an
+    editor's newer completion supersedes the one the user typed over."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, AsyncJob] = {}
+
+    async def run(self, service: Submitter, key: str, request: GenerationRequest) -> JobResult:
+        self.cancel(key)
+        job = AsyncJob(service, request)
+        self._jobs[key] = job
+        try:
+            return await job.result()
+        finally:
+            if self._jobs.get(key) is job:
+                del self._jobs[key]
+
+    def cancel(self, key: str) -> None:
+        job = self._jobs.pop(key, None)
+        if job is not None:
+            job.cancel()

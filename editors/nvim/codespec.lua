@@ -434,6 +434,25 @@ function M.accept()
   return true
 end
 
+-- Run `cleanup` once codespec detaches from the buffer or the buffer is wiped (another server's
+-- detach is not ours), then drop the buffer's autocommand group.
+local function on_detach(bufnr, group, cleanup)
+  vim.api.nvim_create_autocmd({ 'LspDetach', 'BufWipeout' }, {
+    group = group,
+    buffer = bufnr,
+    callback = function(args)
+      if args.event == 'LspDetach' then
+        local client = vim.lsp.get_client_by_id(args.data.client_id)
+        if not client or client.name ~= 'codespec' then
+          return
+        end
+      end
+      cleanup()
+      pcall(vim.api.nvim_del_augroup_by_id, group)
+    end,
+  })
+end
+
 local function attach_ghost(bufnr)
   local group = vim.api.nvim_create_augroup(('codespec_ghost_%d'):format(bufnr), { clear = true })
   state(bufnr)
@@ -460,25 +479,14 @@ local function attach_ghost(bufnr)
       stop(bufnr)
     end,
   })
-  vim.api.nvim_create_autocmd({ 'LspDetach', 'BufWipeout' }, {
-    group = group,
-    buffer = bufnr,
-    callback = function(args)
-      if args.event == 'LspDetach' then
-        local client = vim.lsp.get_client_by_id(args.data.client_id)
-        if not client or client.name ~= 'codespec' then
-          return
-        end
-      end
-      stop(bufnr)
-      local st = ghosts[bufnr]
-      ghosts[bufnr] = nil
-      if st and not st.timer:is_closing() then
-        st.timer:close()
-      end
-      pcall(vim.api.nvim_del_augroup_by_id, group)
-    end,
-  })
+  on_detach(bufnr, group, function()
+    stop(bufnr)
+    local st = ghosts[bufnr]
+    ghosts[bufnr] = nil
+    if st and not st.timer:is_closing() then
+      st.timer:close()
+    end
+  end)
 end
 
 ---------------------------------------------------------------------------------------------------
@@ -627,23 +635,12 @@ local function attach_next_edit(bufnr, opts)
       end
     end,
   })
-  vim.api.nvim_create_autocmd({ 'LspDetach', 'BufWipeout' }, {
-    group = group,
-    buffer = bufnr,
-    callback = function(args)
-      if args.event == 'LspDetach' then
-        local client = vim.lsp.get_client_by_id(args.data.client_id)
-        if not client or client.name ~= 'codespec' then
-          return
-        end
-      end
-      clear_next_edit(bufnr)
-      if not timer:is_closing() then
-        timer:close()
-      end
-      pcall(vim.api.nvim_del_augroup_by_id, group)
-    end,
-  })
+  on_detach(bufnr, group, function()
+    clear_next_edit(bufnr)
+    if not timer:is_closing() then
+      timer:close()
+    end
+  end)
 end
 
 -- Neovim 0.10 has no vim.lsp.config / vim.lsp.enable: start the client on FileType.
