@@ -109,7 +109,7 @@ class HttpDoor:
                     chat=True,
                     sampling=sampling,
                     reference=excerpt,
-                    edits=zeta_edits(body.prompt),
+                    edits=call.edits or zeta_edits(body.prompt),
                     cache_key=key,
                     uri=call.path,
                     origin="http",
@@ -119,6 +119,7 @@ class HttpDoor:
                 budget,
                 sampling=sampling,
                 reference=body.prediction,
+                edits=call.edits,
                 cache_key=key,
                 uri=call.path,
                 origin="http",
@@ -153,13 +154,16 @@ class HttpDoor:
                 chat=True,
                 sampling=sampling,
                 reference=body.prediction,
+                edits=call.edits,
                 cache_key=key,
                 uri=call.path,
                 origin="http",
             )
         region, instruction = rewrite_parts(body.messages, body.prediction)
         plan = plan_text_edit(region, instruction, body.prediction, max_tokens)
-        return edit_request(plan, sampling=sampling, cache_key=key, uri=call.path, whole_budget=True, origin="http")
+        return edit_request(
+            plan, sampling=sampling, cache_key=key, uri=call.path, whole_budget=True, edits=call.edits, origin="http"
+        )
 
     async def _render_chat(self, messages) -> str:
         tokenizer = await self.tokenizer()

@@ -72,6 +72,7 @@ class CallOptions:
     include_usage: bool
     path: str | None
     model: str | None  # the name the client asked for (the door checks it is served)
+    edits: tuple[tuple[str, str], ...] = ()  # extension: the user's recent edits (next-edit drafting)
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,8 @@ def _call(data: dict, *max_tokens_keys: str) -> CallOptions:
     sampling = _checked(schema.sampling, data, *max_tokens_keys)
     # OpenAI's stop: absent means none (no cursor stop rule at this door)
     sampling = dataclasses.replace(sampling, stop=sampling.stop or ())
-    return CallOptions(sampling, stream, stream and include_usage, _text(data, "path"), model)
+    edits = _checked(schema.edits, data.get("edits"))
+    return CallOptions(sampling, stream, stream and include_usage, _text(data, "path"), model, edits)
 
 
 def _content_text(value: Any, param: str) -> str:

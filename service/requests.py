@@ -71,9 +71,11 @@ def edit_request(
     uri: str | None = None,
     cursor: int | None = None,
     whole_budget: bool = False,
+    edits: tuple[tuple[str, str], ...] = (),
     origin: str = "",
 ) -> GenerationRequest:
-    """A rewrite of ``plan``'s region: its text (or the client's prediction) is the reference draft.
+    """A rewrite of ``plan``'s region: its text (or the client's prediction) is the reference draft;
+    ``edits``: the user's recent edits (next-edit drafting repeats them in the region).
 
     ``plan.max_tokens`` is a budget on top of the reference's length (a rewrite is about as long as
     its region), or with ``whole_budget`` the whole budget (OpenAI's ``max_tokens``); it is the
@@ -87,6 +89,7 @@ def edit_request(
         sampling,
         sampling.stop or (),
         reference=plan.reference,
+        edits=edits,
         cache_key=cache_key,
         uri=uri,
         cursor=cursor,

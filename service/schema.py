@@ -157,6 +157,33 @@ def proposer(value: Any) -> str | None:
     return value
 
 
+MAX_EDITS = 8  # recent edits a request may carry (the next-edit proposer reads the newest 3)
+MAX_EDIT_CHARS = 4096  # per side of an edit: the lines it touched
+
+
+def edits(value: Any) -> tuple[tuple[str, str], ...]:
+    """The user's recent edits a request carries for next-edit drafting, oldest first: a list of
+    ``{"before": lines, "after": lines}`` (docs/next-edit.md)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise FieldError("edits", "edits must be a list of {before, after} objects", "invalid_type")
+    if len(value) > MAX_EDITS:
+        raise FieldError("edits", f"edits may hold at most {MAX_EDITS} edits, got {len(value)}")
+    pairs = []
+    for item in value:
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("before"), str)
+            or not isinstance(item.get("after"), str)
+        ):
+            raise FieldError("edits", "each edit must be an object {before: string, after: string}", "invalid_type")
+        if len(item["before"]) > MAX_EDIT_CHARS or len(item["after"]) > MAX_EDIT_CHARS:
+            raise FieldError("edits", f"each side of an edit may have at most {MAX_EDIT_CHARS} characters")
+        pairs.append((check_unicode("edits", item["before"]), check_unicode("edits", item["after"])))
+    return tuple(pairs)
+
+
 @dataclass(frozen=True)
 class Sampling:
     """What a client may set on any request, at any door, checked (:func:`sampling`)."""

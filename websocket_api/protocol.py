@@ -48,6 +48,7 @@ class EditMessage:
     prediction: str | None
     sampling: schema.Sampling
     path: str | None
+    edits: tuple[tuple[str, str], ...] = ()  # the user's recent edits (next-edit drafting)
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,7 @@ def _edit(data: dict) -> EditMessage:
         _text(data, "prediction"),
         _sampling(data),
         _text(data, "path"),
+        _checked(schema.edits, data.get("edits")),
     )
 
 

@@ -208,6 +208,7 @@ class Session:
                 sampling=message.sampling,
                 cache_key=f"edit:{key}" if key else None,
                 uri=message.path,
+                edits=message.edits,
                 origin="websocket",
             ), None
         return completion_request(

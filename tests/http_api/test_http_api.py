@@ -227,6 +227,23 @@ def test_a_zeta_next_edit_prompt_drafts_from_its_excerpt_and_its_edits(shipped):
         assert completion.choices[0].text == plain_output(shipped.service, prompt, 24).text
 
 
+def test_a_chat_with_a_prediction_and_the_users_edits_drafts_them(shipped):
+    edits = [{"before": "def scale(values, factor):\n", "after": "def scale(items, factor):\n"}]
+    messages = [{"role": "user", "content": f"Rename values to items:\n```\n{CODE}```"}]
+    chat = shipped.client().chat.completions.create(
+        model="codespec",
+        messages=messages,
+        prediction={"type": "content", "content": CODE},
+        max_tokens=32,
+        extra_body={"edits": edits, "proposer": "next-edit"},
+    )
+    assert chat.codespec["proposer"] == "next-edit"  # the prediction and the edits reached the proposer
+    plain = shipped.client().chat.completions.create(
+        model="codespec", messages=messages, max_tokens=32, extra_body={"proposer": "none"}
+    )
+    assert chat.choices[0].message.content == plain.choices[0].message.content
+
+
 def test_chat_with_prediction_copies_it_and_counts_it(shipped):
     client = shipped.client()
     messages = [{"role": "user", "content": f"```python\n{CODE}```"}]
@@ -418,6 +435,8 @@ def test_a_long_chat_does_not_hold_up_a_short_completion(tiny):
             "messages",
         ),
         ("/v1/chat/completions", {"messages": LONG_CHAT, "prediction": "text"}, "invalid_type", "prediction"),
+        ("/v1/completions", {"prompt": "x", "edits": [{"before": "a"}]}, "invalid_type", "edits"),
+        ("/v1/completions", {"prompt": "x", "edits": [{"before": "a", "after": "b"}] * 9}, "invalid_value", "edits"),
         ("/v1/chat/completions", {"messages": LONG_CHAT, "n": 3}, "unsupported_parameter", "n"),
         (
             "/v1/chat/completions",

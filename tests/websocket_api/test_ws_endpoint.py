@@ -112,6 +112,20 @@ async def test_edit_streams_and_reports_prediction_usage(endpoint):
     assert usage["accepted_prediction_tokens"] >= 0 and usage["rejected_prediction_tokens"] >= 0
 
 
+async def test_an_edit_with_the_users_recent_edits_drafts_them_and_refuses_bad_ones(endpoint):
+    original = "def area(width, height):\n    return width * height\n"
+    edits = [{"before": "    w = width\n", "after": "    w = size\n"}]
+    async with authorized(endpoint) as ws:
+        body = {"type": "edit", "id": 8, "text": original, "edits": edits, "proposer": "next-edit", "max_tokens": 8}
+        await ws.send(json.dumps(body))
+        _, done = await until_final(ws, 8)
+        assert done["type"] == "done", done
+        assert done["proposer"] == "next-edit"  # built from the edits: no fallback to the plain pointer
+        await ws.send(json.dumps({**body, "id": 9, "edits": [{"before": 1}]}))
+        _, error = await until_final(ws, 9)
+    assert error["type"] == "error" and error["code"] == "invalid_request" and "each edit" in error["message"]
+
+
 async def test_cancel_ends_a_running_request(endpoint):
     original = "".join(f"def function_{i}(value):\n    return value + {i}\n\n" for i in range(12))
     async with authorized(endpoint) as ws:
