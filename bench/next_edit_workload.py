@@ -79,7 +79,7 @@ def _kind(before: str, after: str) -> str:
     kinds = {rule.kind for rule in rules_from_edit(before, after)}
     if "rename" in kinds:
         return "rename"
-    if kinds & {"call-end", "call-start"}:
+    if kinds & {"call-end", "call-start", "call-empty"}:
         return "signature"
     return "other"
 

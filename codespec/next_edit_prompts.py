@@ -71,7 +71,8 @@ def zeta_prompt(
     if at_file_start:
         excerpt += f"{START_OF_FILE}\n"
     excerpt += context_before + f"{EDITABLE_START}\n" + editable[:cursor] + CURSOR + editable[cursor:]
-    excerpt += f"\n{EDITABLE_END}" + context_after + "\n```"
+    excerpt += f"\n{EDITABLE_END}\n" + context_after  # the lines after the region, each on its own
+    excerpt += "```" if excerpt.endswith("\n") else "\n```"
     return (
         f"### Instruction:\n{ZETA_INSTRUCTION}\n\n### User Edits:\n\n{format_events(events)}\n\n"
         f"{EXCERPT_HEADER}\n\n{excerpt}\n\n{RESPONSE_HEADER}\n\n"

@@ -11,6 +11,7 @@ other change to the document drops the speculation.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ class NextEdits:
     def __init__(self, history: EditHistory) -> None:
         self.history = history
         self.inflight = NewestJobs()
+        self.asked: dict[str, int] = {}  # requests per document so far: the newest one answers
+        self._tasks: set[asyncio.Task] = set()
         self.speculations: dict[str, Speculation] = {}
 
     async def answer(self, ls: Door, uri: str, raw: dict) -> list[dict]:
@@ -70,19 +73,31 @@ class NextEdits:
             raise edit_logic.EditParamsError("copilotInlineEdit needs a position {line, character}")
         if asked is not None and asked != document.version:
             return []  # stale: the client will ask again for the current version
+        if document.too_large(ls.options.index.max_document_bytes):
+            return []  # rewriting windows of a megabyte file is not a suggestion anyone waits for
         text, version = document.text, document.version
         cursor = ls.offset_of(text, types.Position(position["line"], position["character"]))
         edits = self.history.recent(uri)
-        request, plan = self._request(ls, uri, text, cursor, edits, version)
+        self.inflight.cancel(uri)  # a newer request supersedes the older one at once
+        ticket = self.asked[uri] = self.asked.get(uri, 0) + 1
+        # window search and rules are pure Python over the document: off the event loop
+        request, plan = await asyncio.to_thread(self._request, ls, uri, text, cursor, edits, version)
+        if not plan.window:
+            return []  # the cursor's line alone is longer than a window (minified code)
         speculated = await self._speculated(uri, text, plan)
+        if self.asked.get(uri) != ticket or ls.documents.documents.get(uri) is not document:
+            return []  # superseded (or the document closed) while the window was chosen or waited on
         if speculated is not None:  # the answer for this state, asked ahead: the draft
             request = dataclasses.replace(request, reference=speculated)
         result = await self.inflight.run(ls.service, uri, request)  # a newer request supersedes this one
-        found = suggestion(plan, result.text)
-        if found is None or result.reason == "cancelled" or document.version != version or document.text is not text:
-            return []
+        found = suggestion(plan, result.text, result.reason)
+        current = ls.documents.documents.get(uri) is document and document.text is text
+        if found is None or not current or document.version != version:
+            return []  # no finished answer, or the document moved on (or was closed and reopened)
         if ls.options.completion.next_edit_speculate:
-            self._speculate(ls, uri, text, found, edits, version)
+            task = asyncio.create_task(self._speculate(ls, uri, text, found, edits, version))
+            self._tasks.add(task)  # kept until done (the loop holds tasks weakly)
+            task.add_done_callback(self._tasks.discard)
         lines = document.line_index(ls.encoding)
         start, end = lines.position(found.start), lines.position(found.end)
         return [
@@ -105,7 +120,9 @@ class NextEdits:
 
     def close(self, uri: str) -> None:
         self.inflight.cancel(uri)
+        self.asked.pop(uri, None)
         self._drop(uri)
+        self.history.forget(uri)  # reopened, the file may read otherwise: its edits start over
 
     def clear(self) -> None:
         for uri in list(self.speculations):
@@ -139,18 +156,20 @@ class NextEdits:
         result = await speculation.job.result()
         return result.text if result.reason != "cancelled" and result.text else None
 
-    def _speculate(self, ls: Door, uri: str, text: str, found, edits: list[RecordedEdit], version) -> None:
+    async def _speculate(self, ls: Door, uri: str, text: str, found, edits: list[RecordedEdit], version) -> None:
         """Ask now what the next request will ask if this suggestion is accepted."""
         self._drop(uri)
+        ticket = self.asked.get(uri)
         after = text[: found.start] + found.text + text[found.end :]
         accepted = self.history.edit_for(uri, text, found.start, found.end, found.text)
         cursor = found.start + len(found.text)
-        request, plan = self._request(
-            ls, uri, after, cursor, [*edits, accepted], None if version is None else version + 1
-        )
+        next_version = None if version is None else version + 1
+        request, plan = await asyncio.to_thread(self._request, ls, uri, after, cursor, [*edits, accepted], next_version)
+        if self.asked.get(uri) != ticket or not plan.window:
+            return  # the user asked again meanwhile, or closed the file: this is no longer the next step
         try:
             job = AsyncJob(ls.service, request)
-        except Exception as error:  # a speculation is only a hint: never fail the answer over it
+        except Exception as error:  # a speculation is only a hint: never fail over it
             log.info("next-edit speculation not submitted: %s", error)
             return
         self.speculations[uri] = Speculation(after, plan.window, job)

@@ -13,13 +13,19 @@ Rules, from one word-level diff hunk of an edit:
   replaced at every whole-token occurrence (a rename);
 - text inserted right before the closing parenthesis of a call (``f(a, b)`` -> ``f(a, b, c)``) is
   inserted before the closing parenthesis of every other call of the same name, unless that call
-  already ends with it; the same right after the opening parenthesis;
-- any other change is applied where the same tokens around it occur again (two on each side).
+  already ends with it; the same right after the opening parenthesis; an empty call's new
+  arguments (``f()`` -> ``f(x)``) go only into the name's other empty calls;
+- any other change is applied where the same tokens around it occur again (two on each side, more
+  until each side holds one that is not blank; with none, no rule).
+
+A prediction is abandoned (the text is kept as it is) when it grows past twice its length: rules
+from several edits can match inside each other's replacements.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,8 +34,10 @@ _TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
 _WORD = re.compile(r"\w+")
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 CONTEXT_TOKENS = 2  # tokens on each side that must match for a contextual rule
-MAX_EDIT_CHARS = 4096  # longer edits (pastes, generated blocks) make no rules: they do not repeat
+MAX_EDIT_CHARS = 1200  # longer edits (pastes, generated blocks) make no rules: they do not repeat
 MAX_RULES = 16
+MAX_CONTEXT_TOKENS = 6  # a contextual rule's context grows to this many tokens to hold a non-blank one
+GROWTH_CHARS = 1024  # a prediction longer than twice its input plus this is abandoned (rules feeding rules)
 
 
 def code_tokens(text: str) -> list[str]:
@@ -39,7 +47,7 @@ def code_tokens(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Rule:
-    """One way to repeat an edit: ``kind`` is "rename", "call-end", "call-start" or "context"."""
+    """One way to repeat an edit: ``kind`` is "rename", "call-end", "call-start", "call-empty" or "context"."""
 
     kind: str
     pattern: tuple[str, ...]  # rename/context: the tokens to replace; call-*: the call's name
@@ -48,8 +56,13 @@ class Rule:
 
 def rules_from_edit(before: str, after: str) -> list[Rule]:
     """The rules one edit (``before`` -> ``after``: the lines it touched) implies."""
+    return list(_rules(before, after))
+
+
+@functools.lru_cache(maxsize=256)  # the same recent edits are read for every request and draft
+def _rules(before: str, after: str) -> tuple[Rule, ...]:
     if before == after or len(before) > MAX_EDIT_CHARS or len(after) > MAX_EDIT_CHARS:
-        return []
+        return ()
     old, new = code_tokens(before), code_tokens(after)
     rules: list[Rule] = []
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
@@ -66,14 +79,29 @@ def rules_from_edit(before: str, after: str) -> list[Rule]:
                 right = (old[i2],)  # the name stays elsewhere in the line (``data=data``): this use only
             rule = Rule("rename", qualifier + removed + right, renamed_qualifier + inserted + right)
         if rule is None:
-            left = tuple(old[max(0, i1 - CONTEXT_TOKENS) : i1])
-            right = tuple(old[i2 : i2 + CONTEXT_TOKENS])
-            if not left and not right:
-                continue
+            left, right = _context(old, i1, -1), _context(old, i2, 1)
+            if not _holds_code(left) or not _holds_code(right):
+                continue  # ``)`` -> ``x)`` at every ``)``: no context, no rule
             rule = Rule("context", left + removed + right, left + inserted + right)
         if rule not in rules:
             rules.append(rule)
-    return rules[:MAX_RULES]
+    return tuple(rules[:MAX_RULES])
+
+
+def _context(tokens: Sequence[str], at: int, direction: int) -> tuple[str, ...]:
+    """``CONTEXT_TOKENS`` tokens before (direction -1) or from (1) ``at``, more up to
+    ``MAX_CONTEXT_TOKENS`` until they hold a non-blank one."""
+    size = CONTEXT_TOKENS
+    while True:
+        run = tokens[max(0, at - size) : at] if direction < 0 else tokens[at : at + size]
+        if _holds_code(run) or size >= MAX_CONTEXT_TOKENS:
+            return tuple(run)
+        size += 1
+
+
+def _holds_code(tokens: Sequence[str]) -> bool:
+    """Something to anchor on: a non-blank token, or a line break (the edit was at a line's end)."""
+    return any(token.strip() or "\n" in token for token in tokens)
 
 
 def _contains(tokens: Sequence[str], run: tuple[str, ...]) -> bool:
@@ -102,7 +130,8 @@ def _call_rule(old: Sequence[str], at: int, stop: int, inserted: tuple[str, ...]
     if stop < len(old) and old[stop] == ")":
         opening = _matching_open(old, stop)
         if opening is not None and (name := _callee(old, opening)) is not None:
-            return Rule("call-end", name, inserted)
+            # ``f()`` -> ``f(x)``: ``x`` is the whole argument list, right only where there was none
+            return Rule("call-empty" if opening + 1 == stop else "call-end", name, inserted)
     if at > 0 and old[at - 1] == "(" and (name := _callee(old, at - 1)) is not None:
         return Rule("call-start", name, inserted)
     return None
@@ -146,11 +175,14 @@ def apply_rules(text: str, rules: Iterable[Rule]) -> str:
     """``text`` with every rule applied wherever it matches, the most specific (longest pattern)
     first, so ``httpcore.SyncHTTPTransport`` is renamed whole before ``httpcore`` alone is."""
     tokens = code_tokens(text)
+    limit = 2 * len(text) + GROWTH_CHARS
     for rule in sorted(rules, key=lambda rule: -len(rule.pattern) if rule.kind in ("rename", "context") else 0):
         if rule.kind in ("rename", "context"):
             tokens = _substitute(tokens, rule.pattern, rule.replacement)
         else:
             tokens = _extend_calls(tokens, rule)
+        if sum(map(len, tokens)) > limit:  # rules matching inside each other's replacements
+            return text
     return "".join(tokens)
 
 
@@ -187,7 +219,10 @@ def _extend_calls(tokens: list[str], rule: Rule) -> list[str]:
         if close is None:
             continue
         arguments = tokens[opening + 1 : close]
-        if rule.kind == "call-end":
+        if rule.kind == "call-empty":
+            if not "".join(arguments).strip():
+                inserts[close] = rule.replacement
+        elif rule.kind == "call-end":
             if tuple(arguments[-len(rule.replacement) :]) != rule.replacement:
                 inserts[close] = rule.replacement
         elif tuple(arguments[: len(rule.replacement)]) != rule.replacement:

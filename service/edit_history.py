@@ -164,17 +164,14 @@ class EditHistory:
         return self._bounded(RecordedEdit(last.uri, union_start, old, new, line_before, line_after, now, version))
 
     def _bounded(self, edit: RecordedEdit) -> RecordedEdit:
-        limit = self.max_chars
-        if len(edit.old) <= limit and len(edit.new) <= limit and len(edit.line_before) + len(edit.line_after) <= limit:
+        """Texts over ``max_chars`` are cut and the edit marked; the lines' rest around it (a
+        minified file's one line) is only clipped: a small edit there still repeats."""
+        limit, context = self.max_chars, self.max_chars // 4
+        if len(edit.line_before) > context or len(edit.line_after) > context:
+            edit = replace(edit, line_before=edit.line_before[-context:], line_after=edit.line_after[:context])
+        if len(edit.old) <= limit and len(edit.new) <= limit:
             return edit
-        return replace(
-            edit,
-            old=edit.old[:limit],
-            new=edit.new[:limit],
-            line_before=edit.line_before[-limit // 4 :],
-            line_after=edit.line_after[: limit // 4],
-            truncated=True,
-        )
+        return replace(edit, old=edit.old[:limit], new=edit.new[:limit], truncated=True)
 
 
 def _touches(last: RecordedEdit, start: int, end: int) -> bool:

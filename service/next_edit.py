@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from codespec.next_edit_prompts import (
     EDITABLE_END,
     EDITABLE_START,
+    START_OF_FILE,
     EditEvent,
     edits_instruction,
     zeta_prompt,
@@ -36,6 +37,8 @@ LINES_BEFORE = 2  # editable window: lines above the cursor's line
 LINES_AFTER = 6  # and below it
 CONTEXT_LINES = 3  # Zeta's excerpt: unchanged lines around the window
 SEARCH_LINES = 400  # how far from the cursor the window may move to find the next site
+SEARCH_CHARS = 100_000  # and at most this many characters of the document on either side
+MAX_WINDOW_CHARS = 4000  # a longer window shrinks to the cursor's line; a longer line: no window
 RECENT_EDITS = 3
 
 
@@ -72,14 +75,21 @@ def choose_window(text: str, cursor: int, edits: Sequence[tuple[str, str]]) -> t
     starts = line_starts(text)
     line = _line_of(starts, cursor)
 
-    def window(at: int) -> tuple[int, int]:  # whole lines, each with its newline
-        first, last = max(0, at - LINES_BEFORE), min(len(starts) - 1, at + LINES_AFTER)
+    def lines(first: int, last: int) -> tuple[int, int]:  # whole lines, each with its newline
         return starts[first], starts[last + 1] if last + 1 < len(starts) else len(text)
+
+    def window(at: int) -> tuple[int, int]:
+        start, end = lines(max(0, at - LINES_BEFORE), min(len(starts) - 1, at + LINES_AFTER))
+        if end - start > MAX_WINDOW_CHARS:
+            start, end = lines(at, at)
+        return (start, end) if end - start <= MAX_WINDOW_CHARS else (start, start)  # empty: none
 
     here = window(line)
     if not edits or predict(text[here[0] : here[1]], edits) != text[here[0] : here[1]]:
         return here[0], here[1], False
     first, last = max(0, line - SEARCH_LINES), min(len(starts) - 1, line + SEARCH_LINES)
+    first = max(first, _line_of(starts, max(0, cursor - SEARCH_CHARS)))
+    last = min(last, _line_of(starts, min(len(text), cursor + SEARCH_CHARS)))
     region_start = starts[first]
     region_end = starts[last + 1] - 1 if last + 1 < len(starts) else len(text)
     region = text[region_start:region_end]
@@ -145,14 +155,15 @@ def next_edit_request(
         starts = line_starts(text)
         first = _line_of(starts, start)
         context_start = starts[max(0, first - CONTEXT_LINES)]
-        last = _line_of(starts, end)
-        context_end = starts[last + CONTEXT_LINES + 1] - 1 if last + CONTEXT_LINES + 1 < len(starts) else len(text)
+        last = _line_of(starts, max(start, end - 1))  # the window's last line (it ends with its newline)
+        context_end = starts[last + CONTEXT_LINES + 1] if last + CONTEXT_LINES + 1 < len(starts) else len(text)
         before, after = text[context_start:start], text[end:context_end]
         editable = window.removesuffix("\n")  # Zeta's region ends at a line's end, the marker on the next line
         at_cursor = min(max(cursor - start, 0), len(editable))
         prompt = zeta_prompt(_display_path(uri, path), before, editable, at_cursor, after, events, context_start == 0)
         # the answer repeats the excerpt with the window rewritten, and is over at the region's end
-        reference = f"```{_display_path(uri, path)}\n{before}{EDITABLE_START}\n{editable}\n{EDITABLE_END}"
+        file_start = f"{START_OF_FILE}\n" if context_start == 0 else ""
+        reference = f"```{_display_path(uri, path)}\n{file_start}{before}{EDITABLE_START}\n{editable}\n{EDITABLE_END}"
         stop = (*stop, EDITABLE_END)
     else:
         prompt = Rewrite(window, edits_instruction(events))
@@ -175,8 +186,14 @@ def next_edit_request(
     return request, plan
 
 
-def suggestion(plan: NextEditPlan, output: str) -> NextEditSuggestion | None:
-    """The one replacement the answer makes in the window: common prefix and suffix trimmed."""
+FINISHED = ("eos", "stop")  # an answer cut by its budget, the context or a deadline is no rewrite
+
+
+def suggestion(plan: NextEditPlan, output: str, reason: str = "eos") -> NextEditSuggestion | None:
+    """The one replacement a finished answer (``reason``: why it ended) makes in the window:
+    common prefix and suffix trimmed. An unfinished answer would read as deleting the window's rest."""
+    if reason not in FINISHED:
+        return None
     rewritten = zeta_region(output) if plan.format == "zeta" else output
     if rewritten is not None and plan.format == "zeta" and plan.window.endswith("\n"):
         rewritten += "\n"  # the region was shown without the window's last newline

@@ -23,9 +23,7 @@ class RequestKind(enum.StrEnum):
 
     COMPLETE = "complete"  # ghost text at a cursor: ends on a repeating loop as well as on stops
     EDIT = "edit"  # a rewrite of a region: its budget comes on top of the region's length
-    NEXT_EDIT = (
-        "next-edit"  # a window rewritten as the user's last edits imply: an edit's budget, a completion's loop stop
-    )
+    NEXT_EDIT = "next-edit"  # a window rewritten as the user's last edits imply: an edit's budget
     CHAT = "chat"  # a prompt the client rendered (OpenAI chat or a rewrite with its whole budget)
     WARM = "warm"  # a short generation at start-up: never user history
     PREFILL = "prefill"  # fill a document's KV cache with its prompt, in chunks; no decoding
@@ -45,8 +43,8 @@ class RequestKind(enum.StrEnum):
 
     @property
     def stops_on_repeats(self) -> bool:
-        """A small model's loop is noise as a suggestion nobody asked to be long."""
-        return self in (RequestKind.COMPLETE, RequestKind.NEXT_EDIT)
+        """A small model's loop is noise as ghost text; a rewrite copies repetitive code whole."""
+        return self is RequestKind.COMPLETE
 
 
 @dataclass(frozen=True)

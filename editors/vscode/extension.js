@@ -98,6 +98,7 @@ let nextEditAsk = 0; // the newest request; an older reply is dropped
 let nextEditTimer = null;
 
 function clearNextEdit() {
+  nextEditAsk++; // a reply still on its way is for what was dismissed
   if (nextEdit) {
     nextEdit.editor.setDecorations(removedStyle, []);
     nextEdit.editor.setDecorations(addedStyle, []);
@@ -111,7 +112,7 @@ async function suggestNextEdit() {
   const editor = vscode.window.activeTextEditor;
   if (!editor || !client) return;
   clearNextEdit();
-  const ask = ++nextEditAsk;
+  const ask = nextEditAsk;
   const document = editor.document;
   const version = document.version;
   const result = await client.sendRequest('textDocument/copilotInlineEdit', {
@@ -140,9 +141,8 @@ async function acceptNextEdit() {
   if (!shown || shown.editor.document.version !== shown.version) return; // stale: never applied
   const document = shown.editor.document;
   const start = document.offsetAt(shown.range.start);
-  const change = new vscode.WorkspaceEdit();
-  change.replace(document.uri, shown.range, shown.edit.text);
-  if (!(await vscode.workspace.applyEdit(change))) return;
+  // the editor's own edit: refused when the document changed in between
+  if (!(await shown.editor.edit((builder) => builder.replace(shown.range, shown.edit.text)))) return;
   // the cursor goes to the end of the applied text, as Copilot's next edits do (the next
   // suggestion is asked from there, and was speculated from there)
   const end = document.positionAt(start + shown.edit.text.length);

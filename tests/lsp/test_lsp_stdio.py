@@ -233,7 +233,8 @@ async def test_next_edit_is_the_engines_rewrite_of_the_next_site_in_copilots_sha
     assert "return fetch(other)" in plan.window
     service = EngineService(server_target, proposer="none")
     try:
-        expected = suggestion(plan, service.submit(request).future.result(WAIT_S).text)
+        plain = service.submit(request).future.result(WAIT_S)
+        expected = suggestion(plan, plain.text, plain.reason)
     finally:
         service.close()
     if expected is None:

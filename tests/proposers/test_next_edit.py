@@ -47,6 +47,18 @@ def test_other_changes_apply_where_their_context_repeats_and_numbers_are_no_name
     assert apply_rules("y = 1 + 2\nz = 2\n", rules) == "y = 1 + 3\nz = 2\n"
 
 
+def test_an_empty_calls_new_arguments_go_only_into_empty_calls():
+    assert predict("f(1)\nf()\n", [("f()\n", "f(x)\n")]) == "f(1)\nf(x)\n"
+
+
+def test_no_rule_without_context_that_is_code_and_no_runaway_growth():
+    assert rules_from_edit(")", "x)") == []  # every ")" would change
+    # rules from several edits feeding on each other's replacements: the prediction is abandoned
+    growing = [("(", "((")] * 3
+    text = "f(" * 50
+    assert len(predict(text, growing)) <= 2 * len(text) + 1024
+
+
 def test_no_rules_from_a_no_op_or_a_huge_edit():
     assert rules_from_edit("same\n", "same\n") == []
     assert rules_from_edit("a\n", "b" * 10_000) == []

@@ -131,3 +131,15 @@ def test_a_request_carries_the_window_as_reference_and_the_edits_and_its_answer_
             )
             is None
         )
+        # an answer cut short (its budget, a deadline) is no suggestion: it would delete the rest
+        cut = answer[: len(answer) // 2]
+        assert suggestion(plan, cut, "length") is None and suggestion(plan, cut, "deadline") is None
+
+
+def test_a_huge_line_gets_no_window_and_a_long_window_shrinks_to_the_cursors_line():
+    minified = "x=" + "a;" * 1_000_000 + "\n"
+    assert choose_window(minified, 10, []) == (0, 0, False)
+    text = "".join(f"line{i} = " + "v" * 900 + "\n" for i in range(20))
+    cursor = text.index("line10")
+    start, end, _ = choose_window(text, cursor, [])
+    assert text[start:end].startswith("line10") and text[start:end].count("\n") == 1

@@ -93,7 +93,7 @@ def test_request_kinds_state_their_rules():
     assert [kind for kind in RequestKind if not kind.decodes] == [RequestKind.PREFILL]
     assert [kind for kind in RequestKind if not kind.is_history] == [RequestKind.WARM, RequestKind.PREFILL]
     assert [kind for kind in RequestKind if kind.budget_adds_reference] == [RequestKind.EDIT, RequestKind.NEXT_EDIT]
-    assert [kind for kind in RequestKind if kind.stops_on_repeats] == [RequestKind.COMPLETE, RequestKind.NEXT_EDIT]
+    assert [kind for kind in RequestKind if kind.stops_on_repeats] == [RequestKind.COMPLETE]
 
 
 def test_a_request_takes_a_kind_by_name_and_refuses_an_unknown_one():
