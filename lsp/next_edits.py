@@ -23,7 +23,7 @@ from lsp.documents import DocumentStore
 from service import edit as edit_logic
 from service.edit_history import EditHistory, RecordedEdit
 from service.jobs import AsyncJob, NewestJobs
-from service.next_edit import NextEditPlan, next_edit_request, suggestion
+from service.next_edit import FINISHED, NextEditPlan, next_edit_request, suggestion
 from service.options import ServerOptions
 
 log = logging.getLogger(__name__)
@@ -147,14 +147,17 @@ class NextEdits:
         )
 
     async def _speculated(self, uri: str, text: str, plan: NextEditPlan) -> str | None:
-        """The speculated answer for exactly this text and window, waiting for it if it still runs."""
+        """The speculated answer for exactly this text and window, if it is ready: one still running
+        is cancelled rather than waited for (it may be running to its budget; the request itself
+        costs no more than what is left of it)."""
         speculation = self.speculations.pop(uri, None)
-        if speculation is None or speculation.text != text or speculation.window != plan.window:
-            if speculation is not None:
-                speculation.job.cancel()
+        if speculation is None:
+            return None
+        if speculation.text != text or speculation.window != plan.window or not speculation.job.job.future.done():
+            speculation.job.cancel()
             return None
         result = await speculation.job.result()
-        return result.text if result.reason != "cancelled" and result.text else None
+        return result.text if result.reason in FINISHED and result.text else None
 
     async def _speculate(self, ls: Door, uri: str, text: str, found, edits: list[RecordedEdit], version) -> None:
         """Ask now what the next request will ask if this suggestion is accepted."""

@@ -50,7 +50,7 @@ class CompletionOptions:
     mode: str = "auto"  # "auto" (by the cursor's line), "line" (single-line only), "block"
     completion_fallback: bool = True  # answer textDocument/completion with the same completion
     next_edit_format: str = "auto"  # next-edit prompts: "zeta", "rewrite", or "auto" (zeta for a Zeta model)
-    next_edit_tokens: int = 256  # next-edit budget on top of the editable window's length
+    next_edit_tokens: int = 64  # next-edit budget on top of the editable window's length (a small change)
     next_edit_speculate: bool = True  # after answering, ask what accepting the answer will ask next
 
 
