@@ -55,3 +55,72 @@ async def test_newer_inline_request_supersedes_the_older_one(server_target):
         assert service.snapshot()["finish_reasons"]["cancelled"] == cancelled_before + 1  # the older job stopped
     finally:
         service.close()
+
+
+async def test_a_next_edit_after_an_accept_is_drafted_from_its_speculation_and_is_the_same_answer():
+    """The shipped model (it ends its rewrites): answer, accept, answer again. The second request
+    finds the speculated answer ready and drafts from it; the answer is what a request without the
+    speculation gets, and a speculation for other text is dropped."""
+    from pathlib import Path
+
+    from bench.next_edit_workload import load
+    from codespec.default_model import target_path
+    from codespec.model import TargetModel
+    from lsp.server import CodespecServer
+    from service.positions import position_at
+
+    server = CodespecServer()
+    service = EngineService(TargetModel.load(str(target_path()), device="cpu"), proposer="auto")
+    server.service = service
+    try:
+        cases = load(Path(__file__).resolve().parents[3] / "shared" / "workloads" / "edits-httpx.jsonl", 12)
+        for number, case in enumerate(cases):
+            uri = f"file:///speculate{number}.py"
+            start = case.cursor - len(case.edit_after)
+            before = case.document[:start] + case.edit_before + case.document[case.cursor :]
+            document = server.documents.open(uri, before, 1)
+            document.apply_change(None, None, case.document, 2)
+            server.edit_history.record(uri, before, start, start + len(case.edit_before), case.edit_after, 2)
+            cursor = position_at(case.document, case.cursor)
+            raw = {"textDocument": {"uri": uri, "version": 2}, "position": cursor.__dict__}
+            edits = await asyncio.wait_for(server.next_edits.answer(server, uri, raw), WAIT_S)
+            if edits:
+                break
+        assert edits, "the shipped model suggested nothing on 12 cases"
+        (edit,) = edits
+        await asyncio.sleep(0)  # the speculation is submitted by a task
+        for _ in range(200):
+            speculation = server.next_edits.speculations.get(uri)
+            if speculation is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert speculation is not None
+        await asyncio.wait_for(speculation.job.result(), WAIT_S)
+
+        # accept: one change, the cursor at the end of the applied text
+        lines = document.line_index()
+        first, last = lines.offset(**edit["range"]["start"]), lines.offset(**edit["range"]["end"])
+        text = document.text
+        document.apply_change(None, None, text[:first] + edit["text"] + text[last:], 3)
+        server.edit_history.record(uri, text, first, last, edit["text"], 3)
+        server.next_edits.changed(uri, document.text)
+        assert server.next_edits.speculations.get(uri) is speculation  # the text it was made for
+        end = position_at(document.text, first + len(edit["text"]))
+        raw = {"textDocument": {"uri": uri, "version": 3}, "position": end.__dict__}
+        drafted = await asyncio.wait_for(server.next_edits.answer(server, uri, raw), WAIT_S)
+        assert uri not in server.next_edits.speculations or server.next_edits.speculations[uri] is not speculation
+        used = service.snapshot()["last_requests"][-1]
+        server.next_edits.clear()  # the same request again, with nothing speculated
+        plain = await asyncio.wait_for(server.next_edits.answer(server, uri, raw), WAIT_S)
+        assert drafted == plain
+        assert used["accepted_prediction_tokens"] > 0  # drafted from the speculated answer
+
+        # any other change drops a speculation
+        server.next_edits.clear()
+        await asyncio.sleep(0.2)
+        if (pending := server.next_edits.speculations.get(uri)) is not None:
+            server.next_edits.changed(uri, document.text + "# typed\n")
+            assert uri not in server.next_edits.speculations and pending.job.job._cancel.is_set()
+    finally:
+        server.next_edits.clear()
+        service.close()
