@@ -6,66 +6,23 @@
 local H = dofile(vim.json.decode(vim.env.CODESPEC_NVIM_TEST).repo .. '/tests/lsp/nvim_harness.lua')
 local config = H.config
 
--- The fake server: answers initialize (utf-16 positions, inline completion, codespec.accepted),
--- records every message, and leaves each inline completion request pending until the scenario
--- answers it.
-local server = { pending = {}, inline = {}, cancels = {}, commands = {}, notifications = {}, delivered = {} }
-
-local function fake_cmd(dispatchers)
-  local closing, last_id = false, 0
-  local rpc = {}
-  function rpc.request(method, params, callback, notify_reply_callback)
-    last_id = last_id + 1
-    local id = last_id
-    local function answer(err, result)
-      vim.schedule(function()
-        callback(err, result)
-        server.delivered[id] = true
-        if notify_reply_callback then
-          notify_reply_callback(id)
-        end
-      end)
-    end
-    if method == 'initialize' then
-      answer(nil, {
-        capabilities = {
-          positionEncoding = 'utf-16',
-          textDocumentSync = { openClose = true, change = 1 },
-          inlineCompletionProvider = true,
-          executeCommandProvider = { commands = { 'codespec.accepted' } },
-        },
-      })
-    elseif method == 'textDocument/inlineCompletion' then
-      local request = { id = id, params = params, answer = answer }
-      server.inline[#server.inline + 1] = request
-      server.pending[id] = request
-    elseif method == 'workspace/executeCommand' then
-      server.commands[#server.commands + 1] = params
-      answer(nil, vim.NIL)
-    else
-      answer(nil, vim.NIL)
-    end
-    return true, id
+-- The fake server: utf-16 positions, inline completion; each inline completion request stays
+-- pending until the scenario answers it.
+local pending, inline = {}, {}
+local fake_cmd, server = H.fake_server({
+  positionEncoding = 'utf-16',
+  textDocumentSync = { openClose = true, change = 1 },
+  inlineCompletionProvider = true,
+}, function(method, params, id, answer)
+  if method ~= 'textDocument/inlineCompletion' then
+    return false
   end
-  function rpc.notify(method, params)
-    if method == '$/cancelRequest' then
-      server.cancels[#server.cancels + 1] = params.id
-    elseif method == 'exit' then
-      closing = true
-      vim.schedule(function() dispatchers.on_exit(0, 0) end)
-    else
-      server.notifications[#server.notifications + 1] = method
-    end
-    return true
-  end
-  function rpc.is_closing()
-    return closing
-  end
-  function rpc.terminate()
-    closing = true
-  end
-  return rpc
-end
+  local request = { id = id, params = params, answer = answer }
+  inline[#inline + 1] = request
+  pending[id] = request
+  return true
+end)
+server.pending, server.inline = pending, inline
 
 -- Wait for the next inline completion request (after `after` of them) and answer it.
 local function next_request(after)

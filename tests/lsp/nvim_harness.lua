@@ -177,4 +177,61 @@ function H.mode()
   return vim.api.nvim_get_mode().mode
 end
 
+-- An in-process fake language server for vim.lsp (a `cmd` function): answers initialize with
+-- `capabilities` (plus executeCommand for codespec.accepted) and every method `on_request`
+-- does not take; `on_request(method, params, id, answer)` returns true when it took the request
+-- (answering now or later with answer(err, result)). Records cancels, commands, notifications
+-- and which replies reached the client in the returned `server` table.
+function H.fake_server(capabilities, on_request)
+  local server = { cancels = {}, commands = {}, notifications = {}, delivered = {} }
+  local function cmd(dispatchers)
+    local closing, last_id = false, 0
+    local rpc = {}
+    function rpc.request(method, params, callback, notify_reply_callback)
+      last_id = last_id + 1
+      local id = last_id
+      local function answer(err, result)
+        vim.schedule(function()
+          callback(err, result)
+          server.delivered[id] = true
+          if notify_reply_callback then
+            notify_reply_callback(id)
+          end
+        end)
+      end
+      if method == 'initialize' then
+        answer(nil, { capabilities = vim.tbl_extend('force',
+          { executeCommandProvider = { commands = { 'codespec.accepted' } } }, capabilities) })
+      elseif on_request(method, params, id, answer) then
+        -- taken by the scenario
+      elseif method == 'workspace/executeCommand' then
+        server.commands[#server.commands + 1] = params
+        answer(nil, vim.NIL)
+      else
+        answer(nil, vim.NIL)
+      end
+      return true, id
+    end
+    function rpc.notify(method, params)
+      if method == '$/cancelRequest' then
+        server.cancels[#server.cancels + 1] = params.id
+      elseif method == 'exit' then
+        closing = true
+        vim.schedule(function() dispatchers.on_exit(0, 0) end)
+      else
+        server.notifications[#server.notifications + 1] = method
+      end
+      return true
+    end
+    function rpc.is_closing()
+      return closing
+    end
+    function rpc.terminate()
+      closing = true
+    end
+    return rpc
+  end
+  return cmd, server
+end
+
 return H

@@ -6,50 +6,18 @@
 local H = dofile(vim.json.decode(vim.env.CODESPEC_NVIM_TEST).repo .. '/tests/lsp/nvim_harness.lua')
 local config = H.config
 
-local server = { edits = {}, cancels = {}, commands = {}, notifications = {} }
-
-local function fake_cmd(dispatchers)
-  local closing, last_id = false, 0
-  local rpc = {}
-  function rpc.request(method, params, callback)
-    last_id = last_id + 1
-    local id = last_id
-    local function answer(err, result)
-      vim.schedule(function() callback(err, result) end)
-    end
-    if method == 'initialize' then
-      answer(nil, {
-        capabilities = {
-          positionEncoding = 'utf-16',
-          textDocumentSync = { openClose = true, change = 2 },
-          executeCommandProvider = { commands = { 'codespec.accepted' } },
-        },
-      })
-    elseif method == 'textDocument/copilotInlineEdit' then
-      server.edits[#server.edits + 1] = { id = id, params = params, answer = answer }
-    elseif method == 'workspace/executeCommand' then
-      server.commands[#server.commands + 1] = params
-      answer(nil, vim.NIL)
-    else
-      answer(nil, vim.NIL)
-    end
-    return true, id
+local edits = {}
+local fake_cmd, server = H.fake_server({
+  positionEncoding = 'utf-16',
+  textDocumentSync = { openClose = true, change = 2 },
+}, function(method, params, id, answer)
+  if method ~= 'textDocument/copilotInlineEdit' then
+    return false
   end
-  function rpc.notify(method, params)
-    if method == '$/cancelRequest' then
-      server.cancels[#server.cancels + 1] = params.id
-    elseif method == 'exit' then
-      closing = true
-      vim.schedule(function() dispatchers.on_exit(0, 0) end)
-    else
-      server.notifications[#server.notifications + 1] = method
-    end
-    return true
-  end
-  function rpc.is_closing() return closing end
-  function rpc.terminate() closing = true end
-  return rpc
-end
+  edits[#edits + 1] = { id = id, params = params, answer = answer }
+  return true
+end)
+server.edits = edits
 
 local function next_request(after)
   return H.wait_for('next-edit request #' .. (after + 1), function() return server.edits[after + 1] end, 10000)
