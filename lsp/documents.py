@@ -52,9 +52,10 @@ class Document:
         new_text: str,
         version: int | None,
         encoding: str = "utf-16",
-    ) -> tuple[int, int, str]:
-        """Apply one content change; ``start``/``end`` None replaces the whole text. Returns the
-        change as code point offsets in the text before it and that text: (start, end, before)."""
+    ) -> tuple[int, int, str, str]:
+        """Apply one content change; ``start``/``end`` None replaces the whole text. Returns it as
+        the smallest replacement: (start, end) in code points of the text before it, the text put
+        there, and the text before it (what the edit history records)."""
         before = self.text
         if start is None or end is None:
             start_offset, end_offset, new_text = changed_span(before, new_text)
@@ -68,7 +69,7 @@ class Document:
             self.text = self.text[:start_offset] + new_text + self.text[end_offset:]
         if version is not None:
             self.version = version
-        return start_offset, end_offset, before
+        return start_offset, end_offset, new_text, before
 
     def pending_index_change(self) -> tuple[int, int, str] | None:
         """The one replacement that brings the index up to date, or None if it already is."""

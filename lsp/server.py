@@ -248,18 +248,16 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
             try:
                 if isinstance(change, types.TextDocumentContentChangePartial):
                     rng = change.range
-                    start, end, before = document.apply_change(
+                    start, end, inserted, before = document.apply_change(
                         (rng.start.line, rng.start.character),
                         (rng.end.line, rng.end.character),
                         change.text,
                         None,
                         ls.encoding,
                     )
-                    ls.edit_history.record(document.uri, before, start, end, change.text, version)
                 else:
-                    start, end, before = document.apply_change(None, None, change.text, None)
-                    inserted = document.text[start : len(document.text) - (len(before) - end)]
-                    ls.edit_history.record(document.uri, before, start, end, inserted, version)
+                    start, end, inserted, before = document.apply_change(None, None, change.text, None)
+                ls.edit_history.record(document.uri, before, start, end, inserted, version)
             except PositionError as error:  # out of sync with the client: say so, keep serving
                 ls.tell_user(
                     f"codespec: could not apply an edit to {clip(document.uri)} ({clip(str(error))}); "

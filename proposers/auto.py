@@ -475,8 +475,10 @@ def build_auto(
     lookups: list[Proposer] = [create_proposer("context", setup)] if allowed("context") else []
     if allowed("reference") and setup.request.reference is not None:
         lookups.append(create_proposer("reference", setup))
-    if allowed("next-edit") and NextEditLookup.applies(setup.request.reference, setup.request.edits):
-        lookups.append(create_proposer("next-edit", setup))  # the window as the last edits change it
+    if allowed("next-edit") and setup.request.reference is not None and setup.request.edits:
+        next_edit = NextEditLookup.from_setup(setup)  # the window as the last edits change it
+        if next_edit.changes:
+            lookups.append(next_edit)
     if allowed("index") and setup.request.index is not None:
         # auto prices every draft by its match length, so it sees the short matches in other
         # documents too (docs/index.md "Which matches draft": human completions follow some)

@@ -46,10 +46,10 @@ class NextEditLookup:
             raise ValueError("the next-edit proposer needs the target (for its tokenizer)")
         return cls(request.reference, request.edits, setup.target.tokenizer, start=request.reference_start)
 
-    @staticmethod
-    def applies(reference: str | None, edits: Sequence[tuple[str, str]]) -> bool:
-        """Whether the edits change anything in ``reference`` (else this is the plain pointer)."""
-        return reference is not None and bool(edits) and predict(reference, edits) != reference
+    @property
+    def changes(self) -> bool:
+        """Whether the edits change anything in the window (else this is the plain pointer)."""
+        return self.predicted_text != self.plain.reference
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self.predicted.begin(prompt_ids)

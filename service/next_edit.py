@@ -30,7 +30,7 @@ from codespec.prompts import Prompt, Rewrite
 from proposers.edit_rules import predict
 from service.edit_history import RecordedEdit
 from service.jobs import GenerationRequest
-from service.positions import changed_span
+from service.positions import LineIndex, changed_span
 from service.schema import RequestKind, Sampling
 
 LINES_BEFORE = 2  # editable window: lines above the cursor's line
@@ -60,19 +60,10 @@ class NextEditSuggestion:
     text: str
 
 
-def line_starts(text: str) -> list[int]:
-    starts = [0]
-    position = text.find("\n")
-    while position >= 0:
-        starts.append(position + 1)
-        position = text.find("\n", position + 1)
-    return starts
-
-
 def choose_window(text: str, cursor: int, edits: Sequence[tuple[str, str]]) -> tuple[int, int, bool]:
     """(start, end, moved): whole lines around the cursor, or around the nearest line the edits'
     rules would change (after the cursor first, then before)."""
-    starts = line_starts(text)
+    starts = LineIndex(text).starts  # the LSP's lines (\n, \r\n, \r)
     line = _line_of(starts, cursor)
 
     def lines(first: int, last: int) -> tuple[int, int]:  # whole lines, each with its newline
@@ -152,7 +143,7 @@ def next_edit_request(
     reference = window
     prompt: Prompt
     if prompt_format == "zeta":
-        starts = line_starts(text)
+        starts = LineIndex(text).starts
         first = _line_of(starts, start)
         context_start = starts[max(0, first - CONTEXT_LINES)]
         last = _line_of(starts, max(start, end - 1))  # the window's last line (it ends with its newline)

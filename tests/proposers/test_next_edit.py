@@ -125,7 +125,7 @@ def test_greedy_is_plain_decoding_with_next_edit_drafting_on_the_shipped_model(s
     renderer = PromptRenderer(shipped.tokenizer, shipped.prompt_format)
     drafted = 0
     for case in next_edit_cases[:6]:
-        assert NextEditLookup.applies(case.window, case.edits) or case.kind == "other"
+        assert NextEditLookup(case.window, case.edits, shipped.tokenizer).changes or case.kind == "other"
         prompt = renderer.render(
             Rewrite(case.window, edits_instruction([EditEvent("f.py", case.edit_before, case.edit_after)]))
         )
