@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from bench.hf_rule import PromptLookupRule
 from bench.sim_names import BASELINE, LOOKUP_PROPOSERS
@@ -19,30 +18,11 @@ from bench.sim_workload import SimCase
 from codespec.errors import CodespecError
 from codespec.prompts import PromptRenderer, detect_format
 from codespec.stats import RequestStats, json_safe, percentile
+from codespec.target import TokenizerTarget
 from proposers.assembly import ProposerAssembly, recorded_request
 from proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
 from proposers.registry import ProposerSetup
 from proposers.token_bytes import TokenBytes
-
-
-@dataclass
-class TokenizerTarget:
-    """What a lookup proposer's ``from_setup`` reads from a target, without the model."""
-
-    tokenizer: object
-    name: str = "tokenizer-only"
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    def decode(self, token_ids) -> str:
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
-
-    @property
-    def eos_token_ids(self) -> frozenset[int]:
-        eos = getattr(self.tokenizer, "eos_token_id", None)
-        return frozenset() if eos is None else frozenset([eos])
-
 
 INDEX_USERS = ("index", "auto")
 

@@ -25,6 +25,7 @@ prompt adds (the closing fence of a chat rewrite).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,3 +231,25 @@ def cut_at_end_marker(text: str, markers: tuple[str, ...] = END_MARKERS) -> str:
         if index != -1:
             cut = min(cut, index)
     return text[:cut]
+
+
+def prompt_code(text: str, spec: PromptFormat) -> str | None:
+    """The code a prompt asks to be rewritten, read back from its text (what a proposer drafts
+    from when it sees only the prompt, as inside vLLM): the original of a rewrite in ``spec``'s
+    layout, else the last fenced code block (a chat rewrite, an OpenAI client's "fix this: ```...```").
+    None when the prompt carries no such code."""
+    if spec.file_sep is not None and text.endswith(f"{spec.file_sep}edited.py\n"):
+        start = text.rfind(f"{spec.file_sep}original.py\n")
+        if start >= 0:
+            start += len(f"{spec.file_sep}original.py\n")
+            return text[start : text.find(spec.file_sep, start)]
+    if text.endswith("# Rewritten:\n") and "# Original:\n" in text:
+        start = text.rfind("# Original:\n") + len("# Original:\n")
+        end = text.rfind("\n# Instruction: ", start)
+        return text[start : end if end >= 0 else len(text) - len("\n# Rewritten:\n")]
+    fences = [m.start() for m in re.finditer(rf"^{CHAT_FENCE}[^\n]*\n?", text, re.MULTILINE)]
+    if len(fences) < 2:
+        return None
+    pairs = len(fences) // 2  # fences open and close in turn; an opening one left over is the answer's
+    opening, closing = fences[2 * pairs - 2], fences[2 * pairs - 1]
+    return text[text.find("\n", opening) + 1 : closing]

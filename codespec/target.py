@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -89,3 +90,23 @@ def forward_each(
     if not len(inputs) == len(caches) == len(keep_last):
         raise ValueError(f"forward_many got {len(inputs)} inputs, {len(caches)} caches, {len(keep_last)} keep_last")
     return [target.forward(ids, cache, keep) for ids, cache, keep in zip(inputs, caches, keep_last, strict=True)]
+
+
+@dataclass
+class TokenizerTarget:
+    """What a lookup proposer's ``from_setup`` reads from a target, without the model (model-free
+    replay in bench; codespec's proposer inside vLLM, where vLLM runs the model)."""
+
+    tokenizer: Any
+    name: str = "tokenizer-only"
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, token_ids) -> str:
+        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return frozenset() if eos is None else frozenset([eos])

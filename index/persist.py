@@ -84,6 +84,13 @@ def _retry_busy(step, timeout: float):
         delay = min(delay * 2, 0.05)
 
 
+def default_index_path(roots: list[Path]) -> Path:
+    """<first root>/.codespec/index.db, or the user cache when there is no workspace."""
+    if roots:
+        return roots[0] / ".codespec" / "index.db"
+    return Path.home() / ".cache" / "codespec" / "index.db"
+
+
 def content_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from index.persist import default_index_path
+
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]
@@ -55,13 +57,6 @@ def uri_to_path(uri: str) -> Path | None:
     if parsed.scheme not in ("file", ""):
         return None
     return Path(unquote(parsed.path))
-
-
-def default_index_path(roots: list[Path]) -> Path:
-    """<first root>/.codespec/index.db, or the user cache when there is no workspace."""
-    if roots:
-        return roots[0] / ".codespec" / "index.db"
-    return Path.home() / ".cache" / "codespec" / "index.db"
 
 
 class Scan(concurrent.futures.Future):

@@ -36,8 +36,7 @@ def test_forward_many_refuses_mismatched_lengths(tiny_target):
 
 
 def test_early_exit_goes_through_the_layered_capability(tiny_target):
-    from bench.sim_run import TokenizerTarget
-    from codespec.target import LayeredTarget
+    from codespec.target import LayeredTarget, TokenizerTarget
     from proposers.models import supports_early_exit
 
     assert isinstance(tiny_target, LayeredTarget) and tiny_target.num_layers == 2
