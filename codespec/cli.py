@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "complete": ("commands.complete", "add_complete_parser"),
     "demo": ("commands.demo", "add_parser"),
     "export-gguf": ("commands.export_gguf", "add_parser"),
+    "vllm-config": ("commands.vllm_config", "add_parser"),
     "simulate": ("bench.simulate", "add_parser"),
     "bench": ("bench.cli", "add_parser"),
     "train-default": ("training.cli", "add_parser"),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOORS = ("lsp", "websocket_api", "http_api")
-PACKAGES = ("codespec", "index", "proposers", "service", *DOORS, "commands", "bench", "training")
+PACKAGES = ("codespec", "index", "proposers", "service", "vllm_proposer", *DOORS, "commands", "bench", "training")
 CORE = {"codespec", "index", "proposers", "service"}
 # package -> the packages its modules may import
 ALLOWED = {
@@ -19,8 +19,9 @@ ALLOWED = {
     "index": {"index"},
     "proposers": {"proposers", "codespec", "index"},
     "service": {"service", "proposers", "codespec", "index"},  # the engine service imports no door
+    "vllm_proposer": {"vllm_proposer", "proposers", "codespec", "index"},  # a plug-in loaded by vLLM
     **{door: {door} | CORE for door in DOORS},  # no door imports another
-    "commands": {"commands", *DOORS} | CORE,  # `serve` wires the doors to one service
+    "commands": {"commands", "vllm_proposer", *DOORS} | CORE,  # `serve` wires the doors to one service
     "bench": {"bench", *DOORS} | CORE,  # a door only through its package's public names (below)
     "training": {"training", "bench"} | CORE,
 }

@@ -1,0 +1,64 @@
+"""Row following: each vLLM row gets the state of the request it holds, however rows move."""
+
+import numpy as np
+
+from vllm_proposer.rows import Row, RowStates
+
+
+def make_states():
+    made = []
+    closed = []
+
+    def create(tokens, prompt_len):
+        state = {"prompt": tokens[:prompt_len].tolist(), "id": len(made)}
+        made.append(state)
+        return state
+
+    return RowStates(create, closed.append, keep_steps=3), made, closed
+
+
+def test_a_request_keeps_its_state_when_rows_are_reordered():
+    rows, made, _ = make_states()
+    a, b = [1, 2, 3, 4], [1, 2, 3, 9]  # the same start (a shared system prompt), different requests
+    first = rows.step([Row(np.array(a + [5]), 1), Row(np.array(b + [6]), 1)])
+    assert [s["prompt"] for s in first] == [a, b]
+    # next step: b moved to row 0, a accepted two drafts and one more (3 sampled)
+    second = rows.step([Row(np.array(b + [6, 7]), 1), Row(np.array(a + [5, 8, 8, 8]), 3)])
+    assert second[0] is first[1] and second[1] is first[0]
+    assert len(made) == 2
+
+
+def test_identical_requests_get_one_state_each():
+    rows, made, _ = make_states()
+    prompt = [7, 7, 7]
+    first = rows.step([Row(np.array(prompt + [1]), 1), Row(np.array(prompt + [1]), 1)])
+    assert first[0] is not first[1] and len(made) == 2
+    second = rows.step([Row(np.array(prompt + [1, 2]), 1), Row(np.array(prompt + [1, 2]), 1)])
+    assert {id(s) for s in second} == {id(s) for s in first}
+
+
+def test_rows_not_decoding_get_none_and_new_requests_a_fresh_state():
+    rows, made, _ = make_states()
+    first = rows.step([None, Row(np.array([1, 2, 3]), 1)])
+    assert first[0] is None and first[1]["prompt"] == [1, 2]
+    second = rows.step([Row(np.array([4, 5, 6]), 1), Row(np.array([1, 2, 3, 4]), 1)])
+    assert second[0]["prompt"] == [4, 5] and second[1] is first[1]
+
+
+def test_a_preempted_request_resumes_its_state_and_gone_ones_are_dropped():
+    rows, made, closed = make_states()
+    first = rows.step([Row(np.array([1, 2, 3]), 1), Row(np.array([8, 9, 10]), 1)])
+    rows.step([Row(np.array([1, 2, 3, 4]), 1)])  # the second is preempted
+    resumed = rows.step([Row(np.array([1, 2, 3, 4, 5]), 1), Row(np.array([8, 9, 10, 11, 12]), 1)])
+    assert resumed[1] is first[1]  # back with more tokens than one step adds: still its state
+    for step in range(5):  # the first request finished: no row continues it
+        rows.step([Row(np.array([8, 9, 10, 11, 12] + [0] * (step + 1)), 1)])
+    assert closed == [first[0]] and len(rows) == 1
+
+
+def test_memory_is_bounded_by_the_tracked_limit():
+    closed = []
+    rows = RowStates(lambda tokens, n: n, closed.append, keep_steps=1000, max_tracked=8)
+    for request in range(50):
+        rows.step([Row(np.array([request, request + 1, request + 2]), 1)])
+    assert len(rows) == 8 and len(closed) == 42

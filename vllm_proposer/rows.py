@@ -1,0 +1,162 @@
+"""Per-sequence state that follows vLLM's batch rows (docs/vllm.md, "Rows").
+
+vLLM calls a proposer with its batch as rows of a token table and no request ids: a row's
+request may move to another row between steps (the batch is condensed when requests leave),
+new requests take free rows, and a preempted request comes back later. So a row's state is found
+by what the row holds. A tracked sequence is the row's sequence at the last step; this step the
+same request's row holds that sequence plus the tokens just sampled for it (the accepted drafts
+and one more). Tracked sequences are keyed by a hash of their first tokens and checked against
+the row's tokens, so a request whose prompt starts like another's (a shared system prompt) is
+still told apart by its own tokens. A sequence that no row continues is kept for a while (a
+preempted request resumes) and then dropped, so memory is bounded by the batch, whatever the load.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import numpy as np
+
+S = TypeVar("S")
+KEY_TOKENS = 64  # tokens hashed into a sequence's key (the start of its prompt)
+KEEP_STEPS = 256  # steps a sequence no row continues is kept (a preempted request resumes within them)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One decoding row of a step: its whole sequence and how many of its last tokens are new."""
+
+    tokens: np.ndarray  # [n] int: prompt + output so far, the tokens sampled this step last
+    sampled: int  # tokens sampled for it this step (accepted drafts + one), >= 1
+
+
+@dataclass
+class Tracked(Generic[S]):
+    key: tuple[int, bytes]  # (tokens hashed: KEY_TOKENS, or the whole prompt when shorter; their hash)
+    prompt_len: int
+    prompt_hash: bytes
+    length: int  # the sequence's length when last seen
+    last_token: int
+    last_step: int
+    state: S
+
+
+def prefix_key(tokens: np.ndarray, count: int = KEY_TOKENS) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(tokens[:count], dtype=np.int64).tobytes(), digest_size=16).digest()
+
+
+class RowStates(Generic[S]):
+    """``step(rows)`` gives each row its state: the tracked one it continues, else a new one made
+    by ``create(tokens, prompt_len)``; ``close(state)`` is called for every state dropped."""
+
+    def __init__(
+        self,
+        create: Callable[[np.ndarray, int], S],
+        close: Callable[[S], None] = lambda state: None,
+        keep_steps: int = KEEP_STEPS,
+        max_tracked: int = 4096,
+    ) -> None:
+        self.create = create
+        self.close = close
+        self.keep_steps = keep_steps
+        self.max_tracked = max_tracked
+        self._by_key: dict[tuple[int, bytes], list[Tracked[S]]] = {}
+        self._key_lengths: collections.Counter[int] = collections.Counter()  # of the tracked keys
+        self._step = 0
+        self.created = 0  # states made (a reused row is not counted again)
+
+    def __len__(self) -> int:
+        return sum(len(group) for group in self._by_key.values())
+
+    def step(self, rows: Sequence[Row | None]) -> list[S | None]:
+        """The state of each row (None for a row that is not decoding this step)."""
+        self._step += 1
+        taken: set[int] = set()
+        found: list[Tracked[S] | None] = []
+        for row in rows:
+            tracked = None if row is None else self._match(row, taken)
+            if tracked is not None:
+                taken.add(id(tracked))
+            found.append(tracked)
+        states: list[S | None] = []
+        for row, tracked in zip(rows, found):
+            if row is None:
+                states.append(None)
+                continue
+            if tracked is None:
+                tracked = self._track(row)
+            tracked.length = len(row.tokens)
+            tracked.last_token = int(row.tokens[-1])
+            tracked.last_step = self._step
+            states.append(tracked.state)
+        self._expire()
+        return states
+
+    def _match(self, row: Row, taken: set[int]) -> Tracked[S] | None:
+        """The tracked sequence this row continues: exactly (its length grew by the tokens sampled),
+        else the longest one it extends (a request back from preemption)."""
+        tokens, length = row.tokens, len(row.tokens)
+        loose: Tracked[S] | None = None
+        candidates = [
+            tracked
+            for count in self._key_lengths
+            if count <= length
+            for tracked in self._by_key.get((count, prefix_key(tokens, count)), ())
+        ]
+        for tracked in candidates:
+            if id(tracked) in taken or tracked.length > length or tracked.prompt_len > length:
+                continue
+            if int(tokens[tracked.length - 1]) != tracked.last_token:
+                continue
+            if prefix_key(tokens, tracked.prompt_len) != tracked.prompt_hash:
+                continue
+            if tracked.length + row.sampled == length:
+                return tracked
+            if loose is None or tracked.length > loose.length:
+                loose = tracked
+        return loose
+
+    def _track(self, row: Row) -> Tracked[S]:
+        prompt_len = max(1, len(row.tokens) - row.sampled)  # first seen right after its prefill
+        tokens = row.tokens
+        count = min(KEY_TOKENS, prompt_len)
+        tracked = Tracked(
+            (count, prefix_key(tokens, count)),
+            prompt_len,
+            prefix_key(tokens, prompt_len),
+            len(tokens),
+            int(tokens[-1]),
+            self._step,
+            self.create(tokens, prompt_len),
+        )
+        self._by_key.setdefault(tracked.key, []).append(tracked)
+        self._key_lengths[count] += 1
+        self.created += 1
+        return tracked
+
+    def _expire(self) -> None:
+        everyone = [tracked for group in self._by_key.values() for tracked in group]
+        stale = {id(t) for t in everyone if self._step - t.last_step > self.keep_steps}
+        if len(everyone) - len(stale) > self.max_tracked:  # oldest first, past the bound
+            alive = sorted((t for t in everyone if id(t) not in stale), key=lambda t: t.last_step)
+            stale |= {id(t) for t in alive[: len(alive) - self.max_tracked]}
+        if not stale:
+            return
+        for key in list(self._by_key):
+            keep = []
+            for tracked in self._by_key[key]:
+                if id(tracked) in stale:
+                    self.close(tracked.state)
+                    self._key_lengths[key[0]] -= 1
+                    if not self._key_lengths[key[0]]:
+                        del self._key_lengths[key[0]]
+                else:
+                    keep.append(tracked)
+            if keep:
+                self._by_key[key] = keep
+            else:
+                del self._by_key[key]
