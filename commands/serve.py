@@ -22,6 +22,15 @@ def model_arguments(parser: argparse.ArgumentParser) -> None:
         help="local model directory, cached hub id, FILE.gguf or ollama:NAME[:TAG] (default: the shipped model)",
     )
     parser.add_argument("--draft", default=None, help="draft model sharing the target's tokenizer")
+    parser.add_argument(
+        "--engine-url",
+        default=None,
+        metavar="URL",
+        help="generate on a served engine's OpenAI-compatible API (vLLM: http://HOST:8000) instead of "
+        "a local model; --model then names the engine's tokenizer (default: the shipped model's). "
+        "An API key for it is read from CODESPEC_ENGINE_API_KEY",
+    )
+    parser.add_argument("--engine-model", default=None, help="the engine's model name (default: the first it serves)")
     parser.add_argument("--device", default="auto", help="auto (cuda, mps, cpu), or a torch device")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument(
@@ -191,6 +200,8 @@ def engine_options(args):
         threads=args.threads,
         max_batch=args.max_batch,
         max_cached_tokens=args.max_cached_tokens,
+        engine_url=args.engine_url,
+        engine_model=args.engine_model,
     )
 
 

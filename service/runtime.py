@@ -93,7 +93,18 @@ def start_service(options: ServerOptions) -> EngineService:
 
 
 def load_service(options: ServerOptions) -> EngineService:
-    """Load the model and start a new engine service (never the shared one)."""
+    """Load the model and start a new engine service (never the shared one); with an engine URL,
+    a service whose requests the served engine generates (service.served)."""
+    if options.engine.engine_url:
+        import os
+
+        from service.served import load_served
+
+        served = load_served(
+            options, options.engine.engine_url, options.engine.engine_model, os.environ.get("CODESPEC_ENGINE_API_KEY")
+        )
+        print(f"codespec: generating on {served.target.name}", file=sys.stderr, flush=True)
+        return served
     from codespec.backends import load_target
     from codespec.default_model import target_path
 
