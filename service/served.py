@@ -100,25 +100,15 @@ class EngineEndpoint:
         return headers
 
     def get_json(self, path: str, timeout: float = CONNECT_TIMEOUT_S) -> Any:
-        connection = self.connect(timeout)
-        try:
-            connection.request("GET", self.base + path, headers=self.headers())
-            response = connection.getresponse()
-            body = response.read()
-            if response.status != 200:
-                raise EngineUnavailable(
-                    f"the engine at {self.url} answered {path} with {response.status}: {body[:200]!r}"
-                )
-            return json.loads(body)
-        except (OSError, http.client.HTTPException) as error:
-            raise EngineUnavailable(f"the engine at {self.url} is unreachable ({error}); is it running?") from None
-        finally:
-            connection.close()
+        return self.request_json("GET", path, None, timeout)
 
     def post_json(self, path: str, body: dict, timeout: float = CONNECT_TIMEOUT_S) -> Any:
+        return self.request_json("POST", path, json.dumps(body), timeout)
+
+    def request_json(self, method: str, path: str, payload: str | None, timeout: float) -> Any:
         connection = self.connect(timeout)
         try:
-            connection.request("POST", self.base + path, json.dumps(body), headers=self.headers())
+            connection.request(method, self.base + path, payload, headers=self.headers())
             response = connection.getresponse()
             data = response.read()
             if response.status != 200:
