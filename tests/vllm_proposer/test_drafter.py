@@ -1,0 +1,96 @@
+"""BatchDrafter against a scripted vLLM: rows move, join and leave; drafts are judged by each request's
+known continuation, so acceptance measures whether the right state followed the right request."""
+
+import random
+
+import numpy as np
+from transformers import AutoTokenizer
+
+from codespec.default_model import target_path
+from codespec.prompts import FORMATS
+from vllm_proposer.drafter import BatchDrafter
+from vllm_proposer.options import DrafterOptions
+from vllm_proposer.rows import Row
+
+SOURCES = [
+    "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n"
+    "    return 2 * (width + height)\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n"
+    "        self.items.append(item)\n\n    def pop(self):\n        return self.items.pop()\n",
+    "import os\n\n\ndef list_python_files(root):\n    for folder, _, names in os.walk(root):\n"
+    "        for name in names:\n            if name.endswith('.py'):\n                yield os.path.join(folder, name)\n",
+]
+
+
+class ScriptedEngine:
+    """Plays vLLM's side: a request 'generates' its source code again (a copy edit), accepts the
+    longest draft prefix that matches it, then samples one token more."""
+
+    def __init__(self, tokenizer, source: str) -> None:
+        self.tokens = tokenizer.encode(FORMATS["qwen2.5-coder"].rewrite(source))
+        self.prompt_len = len(self.tokens)
+        self.answer = tokenizer.encode(source)
+        self.tokens.append(self.answer[0])  # the prefill's first sampled token
+        self.sampled = 1
+
+    @property
+    def done(self) -> bool:
+        return len(self.tokens) - self.prompt_len >= len(self.answer)
+
+    def row(self) -> Row:
+        return Row(np.array(self.tokens), self.sampled)
+
+    def verify(self, draft: list[int]) -> None:
+        position = len(self.tokens) - self.prompt_len
+        expected = self.answer[position:]
+        accepted = 0
+        while accepted < min(len(draft), len(expected) - 1) and draft[accepted] == expected[accepted]:
+            accepted += 1
+        new = expected[: accepted + 1]
+        self.tokens.extend(new)
+        self.sampled = len(new)
+
+
+def run(drafter: BatchDrafter, engines: list[ScriptedEngine], join_at: int, seed: int = 0) -> None:
+    order = random.Random(seed)
+    live = engines[:-1]
+    step = 0
+    while any(not e.done for e in engines):
+        if step == join_at:
+            live.append(engines[-1])  # a request joins mid-flight
+        running = [e for e in live if not e.done]
+        order.shuffle(running)  # vLLM's rows are not stable across steps
+        rows: list[Row | None] = [e.row() for e in running]
+        rows.insert(order.randrange(len(rows) + 1), None)  # a row that is prefilling this step
+        drafts = drafter.step(rows)
+        assert len(drafts) == len(rows) and drafts[rows.index(None)] == []
+        for row, draft in zip(rows, drafts):
+            if row is not None:
+                assert len(draft) <= drafter.k
+                next(e for e in running if e.tokens == row.tokens.tolist()).verify(draft)
+        step += 1
+        assert step < 500
+
+
+def test_the_copy_pointer_follows_each_request_through_a_shuffled_batch():
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    engines = [ScriptedEngine(tokenizer, source) for source in SOURCES]
+    drafter = BatchDrafter(tokenizer, k=16, max_model_len=4096, options=DrafterOptions(proposer="reference"))
+    run(drafter, engines, join_at=3)
+    summary = drafter.stats.summary()
+    assert summary["sequences"] == 3 and summary["with_code"] == 3
+    # a copy edit is all reference: nearly every draft token is right when the state follows its request
+    assert summary["accepted"] >= 0.9 * summary["drafted"] > 0
+    assert summary["tokens_per_row_step"] > 4
+
+
+def test_a_request_without_code_falls_back_to_the_context_lookup():
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    prompt = tokenizer.encode("x = 1\ny = 2\nx = 1\ny = 2\nx = 1\n")
+    drafter = BatchDrafter(tokenizer, k=8, max_model_len=64, options=DrafterOptions(proposer="index"))
+    drafts = drafter.step([Row(np.array(prompt), 1)])
+    assert drafter.stats.with_code == 0 and len(drafts) == 1
+    assert 0 < len(drafts[0]) <= 8  # the context lookup drafts the repeat
+    # near the model's length limit a row gets no more draft than fits
+    drafts = drafter.step([Row(np.array(prompt + [1] * (64 - len(prompt) - 3)), 1)])
+    assert len(drafts[0]) <= 2
