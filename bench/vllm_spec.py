@@ -93,6 +93,43 @@ def run_clients(client: openai.OpenAI, prompts: list[str], clients: int, max_tok
     }
 
 
+def door_overhead(port: int, requests: int = 30) -> dict:
+    """p50 of one-token completions through ``codespec serve --http --engine-url`` minus p50 direct."""
+    import os
+    import tempfile
+
+    token_file = Path(tempfile.mkdtemp()) / "token"
+    env = {key: value for key, value in os.environ.items() if key != "CODESPEC_TOKEN"}
+    door = subprocess.Popen(
+        [sys.executable, "-m", "codespec.cli", "serve", "--http", "--http-port", "0", "--engine-url",
+         f"http://127.0.0.1:{port}", "--token-file", str(token_file)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        base = ""
+        while not base:
+            line = door.stderr.readline() if door.stderr else ""
+            if not line:
+                raise SystemExit("the door exited")
+            if "HTTP API on " in line:
+                base = line.split("HTTP API on ")[1].split()[0]
+        via_door = openai.OpenAI(base_url=base, api_key=token_file.read_text().strip(), max_retries=0)
+        direct = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+        prompt = "def add(a, b):\n    return "
+        times: dict[str, list[float]] = {"direct": [], "door": []}
+        for _ in range(requests):
+            for name, client, model in (("direct", direct, MODEL_NAME), ("door", via_door, "codespec")):
+                started = time.perf_counter()
+                client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0)
+                times[name].append(time.perf_counter() - started)
+        p50 = {name: statistics.median(values[3:]) for name, values in times.items()}  # first 3: warm-up
+        return {"direct_p50_ms": 1000 * p50["direct"], "door_p50_ms": 1000 * p50["door"],
+                "added_p50_ms": 1000 * (p50["door"] - p50["direct"]), "requests": requests - 3}  # fmt: skip
+    finally:
+        door.terminate()
+        door.wait(timeout=30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm-python", required=True)
@@ -101,7 +138,18 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=16)
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "vllm-spec-edits.json")
+    parser.add_argument("--door-only", action="store_true", help="only the door's added latency (no spec)")
     args = parser.parse_args()
+    if args.door_only:
+        process = start_vllm(args.vllm_python, args.port, None, Path("/tmp/vllm-door.log"))
+        try:
+            result = door_overhead(args.port)
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+        print(json.dumps(result))
+        (args.out.parent / "vllm-door-overhead.json").write_text(json.dumps(result, indent=1) + "\n")
+        return
     prompts = rewrite_prompts(args.requests)
     rows, reference = [], None
     for method in ("none", "ngram", "codespec"):
