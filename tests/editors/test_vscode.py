@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,8 @@ from typing import Any
 
 import pytest
 import vscode_env
+
+from vllm_proposer.launch import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.editors]  # slow: `python -m pytest --full` runs it
 
@@ -90,12 +91,6 @@ def circle_perimeter(radius):
 """
 REWRITE_LINES = (4, 6)  # 1-based, inclusive: circle_area, signature and body
 INSTRUCTION = "return the expression directly"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Trace:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -19,30 +17,12 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig
 
+from vllm_proposer.launch import free_port, read_until
+
 pytestmark = pytest.mark.slow  # subprocess servers: `python -m pytest --full` runs it
 
 SERVE = [sys.executable, "-m", "codespec.cli", "serve"]
 WAIT_S = 120
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def read_until(process: subprocess.Popen, pattern: str, deadline: float) -> re.Match:
-    """Lines of the server's stderr until one matches ``pattern`` (the server prints its endpoints)."""
-    seen = []
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            raise AssertionError(f"the server exited: {''.join(seen)}")
-        seen.append(line)
-        match = re.search(pattern, line)
-        if match:
-            return match
-    raise AssertionError(f"no line matched {pattern!r}: {''.join(seen)}")
 
 
 def start_serve(*arguments: str) -> subprocess.Popen:
