@@ -27,7 +27,8 @@ from proposers.setup import RequestContext
 from vllm_proposer.options import DrafterOptions
 from vllm_proposer.rows import Row, RowStates
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("vllm.codespec")  # under vLLM's logger: its lines land in vLLM's log
+LOG_EVERY_S, LOG_EVERY_STEPS = 30.0, 500  # how often vLLM's log gets the drafter's counts and step-cost fit
 
 
 @dataclass
@@ -95,13 +96,18 @@ class BatchDrafter:
         self._step_cost = LinearCost("flat", decay=0.95)  # a step's seconds ~ a + b * rows
         self._returned_at: float | None = None
         self._rows_out = 0  # rows the drafts of the last call put in the next forward
+        self._logged_at = clock()
 
     def step(self, rows: Sequence[Row | None]) -> list[list[int]]:
         start = self.clock()
         step_s = 0.0 if self._returned_at is None else start - self._returned_at
-        if self._rows_out and step_s > 0.0:
-            self._step_cost.add(self._rows_out, step_s)
+        followed = self.stats.sequences
         states = self.rows.step(rows)
+        # A step that also prefilled (a row still prefilling, or a sequence seen for the first time:
+        # its prompt's last chunk ran in it) cost more than its decoding rows say: no measurement.
+        prefilled = self.stats.sequences > followed or any(row is None for row in rows)
+        if self._rows_out and step_s > 0.0 and not prefilled:
+            self._step_cost.add(self._rows_out, step_s)
         live = [(row, state) for row, state in zip(rows, states) if row is not None and state is not None]
         for row, state in live:
             self._observe(row, state, step_s)
@@ -135,6 +141,11 @@ class BatchDrafter:
         self._rows_out = rows_out
         self._returned_at = self.clock()
         self.stats.proposal_s += self._returned_at - start
+        if self._returned_at - self._logged_at >= LOG_EVERY_S or self.stats.steps % LOG_EVERY_STEPS == 0:
+            self._logged_at = self._returned_at
+            fit = self._step_cost.fit()
+            cost = f"{1000 * fit[0]:.2f} ms + {1000 * fit[1]:.3f} ms/row" if fit else "unmeasured"
+            log.info("codespec proposer: %s; step %s", self.stats.summary(), cost)
         return drafts
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from vllm_proposer.drafter import BatchDrafter
 from vllm_proposer.options import DrafterOptions
 from vllm_proposer.rows import Row
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("vllm.codespec")  # under vLLM's logger: its lines land in vLLM's log
 
 
 class CodespecProposer:
