@@ -206,13 +206,17 @@ class AutoProposer:
             verify_s = (self._costs if measured else self.verify_cost).curve()  # unmeasured class: alone's
             plain_s = verify_s(0)
         candidates = [self._candidate(sub, context, verify_s) for sub in self.subs]
+        # In a shared forward, verify_s and the rates are the whole batch's: the margin and a rejected
+        # token's waste are this request's, so they scale with its share (else a draft would have to
+        # lift everyone's rate by the margin, and waste a fraction of everyone's forward per token).
+        share = 1.0 / max(1, batch.requests)
         decision, _ = choose(
             [c for c in candidates if c is not None],
             verify_s,
-            self.config.margin,
-            self.config.waste,
+            self.config.margin * share,
+            self.config.waste * share,
             plain_s,
-            others=context.batch.others_tokens,
+            others=batch.others_tokens,
         )
 
         # 3. Nothing pays: plain decoding, but probe a model proposer now and then.
