@@ -145,8 +145,26 @@ class BatchDrafter:
             self._logged_at = self._returned_at
             fit = self._step_cost.fit()
             cost = f"{1000 * fit[0]:.2f} ms + {1000 * fit[1]:.3f} ms/row" if fit else "unmeasured"
-            log.info("codespec proposer: %s; step %s", self.stats.summary(), cost)
+            log.info("codespec proposer: %s; step %s; policy %s", self.stats.summary(), cost, self.policy_summary())
         return drafts
+
+    def policy_summary(self) -> list[dict]:
+        """What auto has learned, per candidate set: acceptance by depth per proposer (the first 8
+        depths) and its cost of a step by draft length (why drafts are as long as they are)."""
+        out = []
+        for state in self.assembly.policy_states():
+            table = state.acceptance
+            out.append(
+                {
+                    "acceptance": {
+                        name: [round(a, 2) for a in depth.estimates(8, table.prior)]
+                        for name, depth in table.by_proposer.items()
+                    },
+                    "plain_ms": round(1000 * state.verify_cost.plain(), 3),
+                    "drafted_ms": [round(1000 * v, 3) for v in state.verify_cost.verify_fit()],
+                }
+            )
+        return out
 
     def close(self) -> None:
         if self.index is not None and hasattr(self.index, "close"):

@@ -116,3 +116,5 @@ def test_auto_drafts_for_a_full_batch_when_the_measured_step_cost_says_drafts_pa
         assert steps < 500
     summary = drafter.stats.summary()
     assert summary["drafted"] > 0 and summary["tokens_per_row_step"] > 4, summary
+    (learned,) = drafter.policy_summary()  # what vLLM's log shows: auto's view of acceptance and cost
+    assert learned["acceptance"]["reference"][0] > 0.5 and learned["drafted_ms"][1] > 0
