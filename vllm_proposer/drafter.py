@@ -143,10 +143,16 @@ class BatchDrafter:
         self.stats.proposal_s += self._returned_at - start
         if self._returned_at - self._logged_at >= LOG_EVERY_S or self.stats.steps % LOG_EVERY_STEPS == 0:
             self._logged_at = self._returned_at
+            self._log_summary()
+        return drafts
+
+    def _log_summary(self) -> None:
+        try:
             fit = self._step_cost.fit()
             cost = f"{1000 * fit[0]:.2f} ms + {1000 * fit[1]:.3f} ms/row" if fit else "unmeasured"
             log.info("codespec proposer: %s; step %s; policy %s", self.stats.summary(), cost, self.policy_summary())
-        return drafts
+        except Exception:  # a report must never cost vLLM its step
+            log.exception("codespec proposer: its summary failed")
 
     def policy_summary(self) -> list[dict]:
         """What auto has learned, per candidate set: acceptance by depth per proposer (the first 8
