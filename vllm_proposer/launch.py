@@ -44,6 +44,18 @@ def read_until(process: subprocess.Popen, pattern: str, deadline: float) -> re.M
     raise RuntimeError(f"no line matched {pattern!r} in time: {''.join(seen)[-4000:]}")
 
 
+def stop(process: subprocess.Popen | None, timeout: float) -> None:
+    """Terminate ``process`` and wait for it; killed if it outlives ``timeout`` seconds."""
+    if process is None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def metric(url: str, name: str, label: str = "") -> float:
     """One counter of an engine's Prometheus ``/metrics``, summed over the series whose labels hold ``label``."""
     with urllib.request.urlopen(url + "/metrics", timeout=10) as reply:
@@ -110,14 +122,7 @@ class VllmServer:
         return metric(self.url, name, label)
 
     def close(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop(self.process, timeout=60)
         self.process = None
 
     def __enter__(self) -> VllmServer:
@@ -167,14 +172,7 @@ class Door:
         return self.token_file.read_text().strip()
 
     def close(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop(self.process, timeout=30)
         self.process = None
 
     def __enter__(self) -> Door:
