@@ -31,6 +31,7 @@ from pathlib import Path
 
 import openai
 
+from codespec.stats import percentile
 from vllm_proposer.launch import SERVED_NAME, Door, VllmServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,13 +106,13 @@ def run_clients(client: openai.OpenAI, model: str, slices: list[list[Case]], cli
             done = list(pool.map(one, cases))
         rates.append(sum(count for _, _, count in done) / (time.perf_counter() - started))
         results += done
-    latencies = sorted(latency for latency, _, _ in results)
+    latencies = [latency for latency, _, _ in results]
     return {
         "clients": clients,
         "tokens_per_s": round(statistics.median(rates), 1),
         "tokens_per_s_by_slice": [round(rate, 1) for rate in rates],
-        "p50_s": round(statistics.median(latencies), 4),
-        "p95_s": round(latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))], 4),
+        "p50_s": round(percentile(latencies, 50), 4),
+        "p95_s": round(percentile(latencies, 95), 4),
         "tokens": sum(count for _, _, count in results),
         "texts": [text for _, text, _ in results],
     }
