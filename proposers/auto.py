@@ -210,11 +210,12 @@ class AutoProposer:
         # token's waste are this request's, so they scale with its share (else a draft would have to
         # lift everyone's rate by the margin, and waste a fraction of everyone's forward per token).
         share = 1.0 / max(1, batch.requests)
+        waste = self.config.waste * share
         decision, _ = choose(
             [c for c in candidates if c is not None],
             verify_s,
             self.config.margin * share,
-            self.config.waste * share,
+            waste,
             plain_s,
             others=batch.others_tokens,
         )
@@ -222,7 +223,7 @@ class AutoProposer:
         # 3. Nothing pays: plain decoding, but probe a model proposer now and then.
         self._probing = False
         if decision.name is None and self.probes_due(candidates):
-            probe = self._probe(candidates, verify_s)
+            probe = self._probe(candidates, verify_s, waste)
             # an idle probe must fit its own budget: with its catch-up prefill (_candidate priced it)
             # it can cost many forwards
             extra = probe.cost_s - verify_seconds(verify_s, 0)
@@ -381,10 +382,11 @@ class AutoProposer:
         """Count a plain step; True when a model proposer should be probed now."""
         return any(c is not None and self._sub(c.name).kind == MODEL for c in candidates) and self.probes.plain_step()
 
-    def _probe(self, candidates: Sequence[Candidate | None], verify_s: VerifyCost) -> Choice:
-        """The most promising model proposer, with a short draft (its best length, capped)."""
+    def _probe(self, candidates: Sequence[Candidate | None], verify_s: VerifyCost, waste: float) -> Choice:
+        """The most promising model proposer, with a short draft (its best length, capped); ``waste``
+        as the decision priced it (the request's share of a shared forward)."""
         models = [c for c in candidates if c is not None and self._sub(c.name).kind == MODEL]
-        best = max((best_length(c, verify_s, self.config.waste) for c in models), key=lambda choice: choice.rate)
+        best = max((best_length(c, verify_s, waste) for c in models), key=lambda choice: choice.rate)
         return replace(best, draft_len=min(self.config.probe_max_len, best.draft_len))
 
     def _record(self, sub: _Sub, draft: Draft, passed: int, rejected_next: bool) -> None:
@@ -422,10 +424,7 @@ class AutoProposer:
             "plain_s": self.verify_cost.plain_measured,
             "cost_curve_s": cost_points(self.verify_cost),
             "proposal_s": {sub.name: sub.proposal_cost.fit() for sub in self.subs if sub.kind == MODEL},
-            "acceptance": {
-                name: [round(a, 3) for a in table.estimates(8, self.acceptance.prior)]
-                for name, table in self.acceptance.by_proposer.items()
-            },
+            "acceptance": self.acceptance.summary(),
             "probe_interval": self.probes.interval,
             "skipped_looks": self.skipped_looks,
             "look_gates": {

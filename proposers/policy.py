@@ -149,6 +149,13 @@ class AcceptanceTable:
         self.by_proposer: dict[str, DepthAcceptance] = {}
         self.by_bucket: dict[tuple[str, str], DepthAcceptance] = {}
 
+    def summary(self, depths: int = 8, digits: int = 3) -> dict[str, list[float]]:
+        """Per proposer, its acceptance estimates at the first ``depths`` depths (for logs and reports)."""
+        return {
+            name: [round(a, digits) for a in table.estimates(depths, self.prior)]
+            for name, table in self.by_proposer.items()
+        }
+
     def record(self, proposer: str, match_len: int | None, passed: int, rejected_next: bool) -> None:
         self.by_proposer.setdefault(proposer, DepthAcceptance(self.decay)).record(passed, rejected_next)
         key = (proposer, bucket(match_len))

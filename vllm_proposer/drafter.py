@@ -159,13 +159,9 @@ class BatchDrafter:
         depths) and its cost of a step by draft length (why drafts are as long as they are)."""
         out = []
         for state in self.assembly.policy_states():
-            table = state.acceptance
             out.append(
                 {
-                    "acceptance": {
-                        name: [round(a, 2) for a in depth.estimates(8, table.prior)]
-                        for name, depth in table.by_proposer.items()
-                    },
+                    "acceptance": state.acceptance.summary(digits=2),
                     "plain_ms": round(1000 * state.verify_cost.plain(), 3),
                     "drafted_ms": [round(1000 * v, 3) for v in state.verify_cost.verify_fit()],
                 }
