@@ -79,9 +79,6 @@ class PolicyState:
     look_s: float = 0.0
     catch_up_s: dict[str, float] = field(default_factory=dict)
     look_gates: dict[str, LookGate] = field(default_factory=dict)  # per lookup: what a look costs and saves
-    # cost(k) of a forward shared with other requests, by batch size class (2, 4, 8, ...; 1 is
-    # ``verify_cost``): a batch's forward costs more, and its slope in k differs (docs/architecture.md)
-    batch_costs: dict[int, ForwardCosts] = field(default_factory=dict)
 
     @classmethod
     def fresh(cls, config: PolicyConfig) -> PolicyState:
@@ -146,7 +143,7 @@ class AutoProposer:
         self._steps = 0
         self._steps_seen = 0  # observes over this proposer's life (for refreshing _break_even)
         self._baseline = next((sub for sub in self.subs if sub.name == BASELINE_LOOKUP), None)
-        self._costs = self.verify_cost  # the cost table of the step in flight (its batch size class)
+        self._shared = False  # the step in flight shares its forward with other requests
         self._break_even, self._break_even_at = 0.0, 0
 
     @classmethod
@@ -193,17 +190,16 @@ class AutoProposer:
         # 2. Score every option against the measured cost(k) curve (a fixed a + b k in tests and
         #    model-free replays); a model's cost is its fitted proposal time, a lookup's is sunk.
         verify_s: VerifyCost
-        self._costs = self._batch_costs(context.batch.requests)
         batch = context.batch
+        self._shared = batch.requests > 1
         if self.config.verify_cost is not None:
             verify_s, plain_s = self.config.verify_cost, self.config.verify_cost[0]
         elif batch.row_cost is not None:  # a shared forward: the scheduler's cost by rows, at this batch's rows
             base, per_row = batch.row_cost
             plain_s = base + per_row * (batch.others_rows + 1)
             verify_s = (plain_s, per_row)
-        else:
-            measured = self._costs.plain_measured is not None or self._costs.fit() is not None
-            verify_s = (self._costs if measured else self.verify_cost).curve()  # unmeasured class: alone's
+        else:  # alone, or a batch whose shared forward the scheduler has not measured yet: alone's curve
+            verify_s = self.verify_cost.curve()
             plain_s = verify_s(0)
         candidates = [self._candidate(sub, context, verify_s) for sub in self.subs]
         # In a shared forward, verify_s and the rates are the whole batch's: the margin and a rejected
@@ -268,7 +264,8 @@ class AutoProposer:
         if self._proposed and self.config.verify_cost is None:
             self._book_looks(right, first_step=self._steps == 0)
         if self._steps > 0:  # the first step's forward includes the prompt prefill
-            self._costs.add(drafted, outcome.verify_s)
+            if not self._shared:  # a shared forward's time is the batch's (the scheduler fits it by rows)
+                self.verify_cost.add(drafted, outcome.verify_s)
             seconds = now - self._last_end if self._last_end else outcome.proposal_s + outcome.verify_s
             self.idle.step(seconds)
             self.state.probe_budget.step(seconds)
@@ -310,17 +307,6 @@ class AutoProposer:
                 log.exception("auto: %s.end() failed", sub.name)
 
     # -- helpers -------------------------------------------------------------------------------
-    def _batch_costs(self, requests: int) -> ForwardCosts:
-        """The cost table for a forward serving ``requests`` requests: by size class (the next power
-        of two), where this step's time is recorded (``_plan_costs`` says which one it is priced with)."""
-        if requests <= 1:
-            return self.verify_cost
-        size_class = 1 << (requests - 1).bit_length()
-        costs = self.state.batch_costs.get(size_class)
-        if costs is None:
-            costs = self.state.batch_costs[size_class] = ForwardCosts(self.config.cost_decay)
-        return costs
-
     def _ask(self, sub: _Sub, context: ProposeContext) -> None:
         start = time.perf_counter()
         sub.draft = sub.proposer.propose(context).truncated(context.max_len)

@@ -508,17 +508,19 @@ def test_a_batch_shrinks_drafts_whose_rows_no_longer_pay_for_the_others_wait():
     assert crowded.name is None  # 40 others' tokens: no draft of this one pays for their wait
 
 
-def test_auto_learns_a_cost_table_per_batch_size_class(tiny_target):
+def test_shared_forwards_stay_out_of_the_one_request_cost_table(tiny_target):
+    """A batched forward's time is the batch's (the scheduler fits it by rows): booked as this
+    request's own cost it would price its later steps alone as if the batch were still there."""
     from codespec.draft import BatchShare, Outcome, ProposeContext
 
     auto = AutoProposer(lookups=[ScriptedProposer("context", lambda ids, max_len: [1, 2, 3])])
     sequence = tiny_target.encode("def add(a, b):\n    return a + b\n")
     auto.begin(sequence)
-    for requests in (1, 1, 3, 3, 3):
+    for requests in (1, 1, 1, 3, 3, 3, 3, 3):
         draft = auto.propose(
             ProposeContext(sequence, len(sequence), 4, batch=BatchShare(requests, 2.0 * (requests - 1)))
         )
         auto.observe(Outcome(draft, 0, (5,), len(sequence) + 1, 0.0, 0.05 * requests))
-    assert set(auto.state.batch_costs) == {4}
-    assert auto.state.batch_costs[4].plain_measured is not None or auto.state.batch_costs[4].fit() is not None
+    curve = auto.verify_cost.curve()
+    assert curve(0) == pytest.approx(0.05, rel=0.1) and curve(1) == pytest.approx(0.05, rel=0.1)
     auto.end()
