@@ -1,18 +1,16 @@
-"""The engine service both servers (LSP and websocket) and `codespec complete` share.
+"""The engine service every door and `codespec complete` share.
 
 One worker thread, the engine thread, owns the model, its tokenizer and the KV caches, and runs
 every index call the editor drives (document updates, history, the lookups inside decode cycles),
-so they are ordered with the cycles. Each **cycle** every active request plans its step (a draft
-of its own length, 0 allowed, or a chunk of its prompt), **one target forward** runs them all
-(``Target.forward_many``: a ragged batch, each sequence over its own cache, codespec/ragged.py),
-and each request verifies and streams its own (continuous batching: requests join and leave
-between cycles; docs/architecture.md, "Batching"). A cancelled or superseded request leaves before
-the next forward. At most ``max_batch`` requests decode at once and their caches hold at most
-``max_cached_tokens`` positions; past that, requests wait in order (``waiting_requests`` in the
-stats) and are never dropped. Workspace scans do not run here: they run on the
-index's own thread with their own tokenizer (``service.indexing``), so indexing a large workspace
-delays a cycle at most by one short locked step of the index, never by the scan. Callers on an event loop get deltas and results through thread-safe callbacks
-(``AsyncJob`` wraps them for asyncio).
+so they are ordered with the cycles. It drives the batch (``service.scheduler``): each cycle one
+target forward serves every active request (continuous batching; docs/architecture.md,
+"Batching"). This module is everything around that batch: prompts rendered and tokenized on a
+preparing thread before they reach the engine (in submission order), each request's ``Decoding``
+and proposer built when it joins, results, stats and history when it leaves, and calls from other
+threads run between cycles. Workspace scans do not run here: they run on the index's own thread
+with their own tokenizer (``service.indexing``), so indexing a large workspace delays a cycle at
+most by one short locked step of the index, never by the scan. Callers on an event loop get
+deltas and results through thread-safe callbacks (``AsyncJob`` wraps them for asyncio).
 
 Prompt caching: each document key keeps the KV cache of its last request; the engine reuses its
 longest common token prefix with the next prompt (as llama.cpp's prompt cache), so a keystroke
@@ -45,19 +43,17 @@ from service.bookkeeping import CachePool, ServiceStats
 from service.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
 from service.logsafe import REQUEST_LOG
 from service.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
+from service.scheduler import PROMPT_CHUNK, Scheduler
 from service.schema import RequestKind
 
 __all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "Usage"]
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger(REQUEST_LOG)
-PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arriving meanwhile waits <= one chunk)
 COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is a loop: stop it there
-COMPLETION_HEADROOM = 2  # inline completions admitted beyond max_batch (a user is typing)
 LARGE_DOCUMENT_CHARS = 64_000  # an opened document this large is tokenized off the engine thread
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
 RECENT_HISTORY = 20  # history entries the stats show
-PROMPT_CHUNK = 512  # a request's prompt is prefilled at most this many tokens per cycle, alone or not
 
 
 @dataclass(frozen=True)
@@ -99,18 +95,13 @@ class EngineService:
         self._pending: list[Job] = []
         self._calls: list[tuple[Callable[[], Any], concurrent.futures.Future]] = []
         self._idle_calls: list[tuple[Callable[[], Any], concurrent.futures.Future, float, str | None]] = []
-        self._active: list[Job] = []  # in the batch: one forward serves them all each cycle
-        self._waiting: list[Job] = []  # submitted, waiting for a place in the batch (``max_batch``)
-        self.max_batch = max_batch
-        # a backend with a fixed KV buffer (llama.cpp) bounds what the batch may hold together
-        self.max_cached_tokens = min(max_cached_tokens, getattr(target, "kv_capacity", None) or max_cached_tokens)
+        self.scheduler = Scheduler(
+            target, self._caches, self.stats, max_batch, max_cached_tokens, self._complete, self._fail
+        )
         self._closed = False
         from proposers.assembly import ProposerAssembly
 
         self._proposers = ProposerAssembly(target, proposer_config)  # a proposers.setup.ProposerConfig
-        from proposers.costs import LinearCost
-
-        self._row_cost = LinearCost("flat", decay=0.95)  # batched forwards: seconds ~ a + b * rows
         self._preparing: list[Job] = []  # submitted, their prompts being tokenized
         self._tokenizing: dict[str, list] = {}  # documents being tokenized: their idle calls, held back
         self._doc_adapter: tuple[Any, Any] | None = None  # (index, the preparing thread's tokenizer adapter)
@@ -282,7 +273,7 @@ class EngineService:
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            for job in self._pending + self._waiting + self._active:
+            for job in self._pending + self.scheduler.waiting + self.scheduler.active:
                 job.cancel()
             self._cond.notify()
         self._thread.join(timeout=30)
@@ -296,8 +287,8 @@ class EngineService:
             log.exception("engine thread crashed")
             with self._cond:
                 self._closed = True
-                jobs = self._pending + self._waiting + self._active
-                self._pending, self._waiting, self._active = [], [], []
+                jobs = self._pending + self.scheduler.waiting + self.scheduler.active
+                self._pending, self.scheduler.waiting, self.scheduler.active = [], [], []
                 calls, self._calls = self._calls + [c[:2] for c in self._idle_calls], []
                 self._idle_calls = []
             for job in jobs:
@@ -309,26 +300,26 @@ class EngineService:
 
     def _loop(self) -> None:
         while True:
+            batch = self.scheduler
             with self._cond:
                 while not (
-                    self._pending or self._active or self._waiting or self._calls or self._idle_calls or self._closed
+                    self._pending or batch.active or batch.waiting or self._calls or self._idle_calls or self._closed
                 ):
                     self._cond.wait()
                 if self._closed and not (
-                    self._pending or self._active or self._waiting or self._calls or self._idle_calls
+                    self._pending or batch.active or batch.waiting or self._calls or self._idle_calls
                 ):
                     return
                 pending, self._pending = self._pending, []
                 calls, self._calls = self._calls, []
-                busy = bool(pending or self._waiting or self._preparing)
-                busy = busy or any(job.request.kind.decodes for job in self._active)
+                busy = bool(pending or batch.waiting or self._preparing) or batch.decoding
                 if self._idle_calls and (not busy or self._closed):
                     # Nothing to yield to: all of them, before the calls (a stats call then sees them done).
                     calls = [c[:2] for c in self._idle_calls] + calls
                     self._idle_calls = []
                 elif self._idle_calls and time.monotonic() - self._idle_calls[0][2] > IDLE_CALL_MAX_WAIT_S:
                     calls.insert(0, self._idle_calls.pop(0)[:2])  # beside a long request: one per cycle
-                asking = pending + self._waiting + self._preparing
+                asking = pending + batch.waiting + self._preparing
                 wanted = {job.request.uri for job in asking if job.request.uri is not None}
                 if wanted and self._idle_calls:  # the documents these requests are about: indexed first
                     calls = [c[:2] for c in self._idle_calls if c[3] in wanted] + calls
@@ -339,9 +330,9 @@ class EngineService:
                         future.set_result(fn())
                     except BaseException as error:  # handed to the caller
                         future.set_exception(error)
-            self._waiting.extend(pending)
-            self._admit()
-            self._cycle()
+            batch.waiting.extend(pending)
+            batch.admit(self._start)
+            batch.cycle()
 
     def _start(self, job: Job) -> None:
         from codespec.decode import Decoding
@@ -351,7 +342,7 @@ class EngineService:
         if job.cancelled:
             self._complete(job, "", "cancelled", RequestStats())
             return
-        self._take_over_prefill(request.cache_key)
+        self.scheduler.take_over_prefill(request.cache_key)
         try:
             prepared = job.prepared if job.prepared is not None else self._prepare_prompt(request)
             if isinstance(prepared, Exception):
@@ -383,7 +374,7 @@ class EngineService:
         except Exception as error:
             self._fail(job, error)
             return
-        self._active.append(job)
+        self.scheduler.active.append(job)
 
     def _start_prefill(self, job: Job, prompt_ids: list[int]) -> None:
         from codespec.kv import common_prefix_len
@@ -393,17 +384,7 @@ class EngineService:
         job.cache.rollback(job.cached_len)
         job.prompt_len = len(prompt_ids)
         job.prefill_ids = prompt_ids
-        self._active.append(job)
-
-    def _take_over_prefill(self, cache_key: str | None) -> None:
-        """A request on a key whose cache a background prefill holds: stop the prefill and hand its
-        cache back (every forward left it valid), so the request reuses what is already there."""
-        for other in [
-            j for j in self._active if j.request.kind is RequestKind.PREFILL and j.request.cache_key == cache_key
-        ]:
-            self._active.remove(other)
-            self._caches.give_back(cache_key, other.cache)
-            self._complete(other, "", "cancelled", RequestStats())
+        self.scheduler.active.append(job)
 
     def _fit_prompt(self, request: GenerationRequest) -> tuple[RenderedPrompt, list[int]]:
         """The rendered prompt and its ids; a FIM prompt too long for the context is rebuilt from a
@@ -425,135 +406,6 @@ class EngineService:
             if len(prompt_ids) <= budget:
                 break
         return rendered, prompt_ids
-
-    # ---- the cycle: every active request's forward in one target forward ------------------------
-    def _admit(self) -> None:
-        """Move waiting jobs into the batch while it has room (``max_batch`` requests, and
-        ``max_cached_tokens`` KV positions); in order, except that inline completions (what a user
-        is waiting on as they type) go first and have ``COMPLETION_HEADROOM`` places beyond the
-        cap, so background rewrites filling the batch delay them by one cycle at most. One job
-        always fits, whatever its size."""
-        self._waiting.sort(key=lambda job: job.request.kind is not RequestKind.COMPLETE)  # stable
-        while self._waiting:
-            decoding = [job for job in self._active if job.request.kind.decodes]
-            held = sum(len(job.cache) for job in self._active if job.cache is not None)
-            job = self._waiting[0]
-            room = self.max_batch + (COMPLETION_HEADROOM if job.request.kind is RequestKind.COMPLETE else 0)
-            tokens = self.max_cached_tokens * (2 if job.request.kind is RequestKind.COMPLETE else 1)
-            if job.request.kind.decodes and decoding and (len(decoding) >= room or held >= tokens):
-                return
-            self._waiting.pop(0)
-            self._start(job)
-
-    def _cycle(self) -> None:
-        """One cycle: each active request plans its step (a draft, a prompt chunk), one
-        ``forward_many`` runs them all, each request verifies and streams its own (docs/architecture.md,
-        "Batching"). A request that is over, cancelled or failed leaves before the forward."""
-        from codespec.decode import StepPlan
-        from codespec.draft import EMPTY_DRAFT, BatchShare
-
-        planned: list[tuple[Job, StepPlan]] = []
-        # what each request's draft is priced against: the others' tokens from the same forward
-        expected = {job: job.decoding.recent_tokens for job in self._active if job.decoding is not None}
-        everyone = sum(expected.values())
-        all_rows = sum(job.last_rows for job in self._active)
-        row_cost = self._row_cost.fit() if self._row_cost.fitted and len(self._active) > 1 else None
-        for job in list(self._active):
-            try:
-                if job.request.kind is RequestKind.PREFILL:
-                    done = len(job.cache) >= len(job.prefill_ids)
-                    if job.cancelled or done:
-                        self._retire_prefill(job, "cancelled" if job.cancelled and not done else "length")
-                        continue
-                    chunk = job.prefill_ids[len(job.cache) : len(job.cache) + PREFILL_CHUNK]
-                    planned.append((job, StepPlan(chunk, 1, EMPTY_DRAFT, prefill=True)))
-                    continue
-                share = BatchShare(
-                    len(self._active), everyone - expected.get(job, 0.0), all_rows - job.last_rows, row_cost
-                )
-                plan = job.decoding.propose(share)
-            except Exception as error:  # a failed request must not take the service down
-                self._drop(job, error)
-                continue
-            if plan is None:
-                self._deliver(job, job.decoding.finish())
-            else:
-                planned.append((job, plan))
-        if not planned:
-            return
-        self.stats.cycles += 1
-        self.stats.cycle_requests += len(planned)
-        self.stats.largest_batch = max(self.stats.largest_batch, len(planned))
-        for (job, plan), outcome in zip(planned, self._forward(planned), strict=True):
-            if isinstance(outcome, Exception):
-                self._drop(job, outcome)
-            elif job.request.kind is not RequestKind.PREFILL:
-                try:
-                    events = job.decoding.advance(plan, outcome)
-                    if job.decoding.reason is not None:
-                        events += job.decoding.finish()
-                except Exception as error:
-                    self._drop(job, error)
-                    continue
-                self._deliver(job, events)
-
-    def _forward(self, planned: list) -> list:
-        """Logits for each plan, from one ``forward_many``; if that fails, each plan alone, so one
-        bad request fails alone (its error in its place) and the others go on."""
-        caches = [job.cache for job, _ in planned]
-        held = [len(cache) for cache in caches]
-        inputs = [plan.input_ids for _, plan in planned]
-        keep_last = [plan.keep_last for _, plan in planned]
-        for (job, _), ids in zip(planned, inputs, strict=True):
-            job.last_rows = len(ids)
-        try:
-            start = time.perf_counter()
-            logits: list = list(self.target.forward_many(inputs, caches, keep_last))
-            if len(planned) > 1:  # what a shared forward costs by its rows: batched drafts are priced with it
-                self._row_cost.add(sum(len(ids) for ids in inputs), time.perf_counter() - start)
-            return logits
-        except Exception as error:
-            if len(planned) == 1:
-                return [error]
-            log.warning("a batched forward of %d requests failed (%s); running them one by one", len(planned), error)
-        outcomes: list = []
-        for cache, length, ids, keep in zip(caches, held, inputs, keep_last, strict=True):
-            try:
-                cache.rollback(length)  # what the failed forward wrote for it, dropped
-                outcomes.append(self.target.forward(ids, cache, keep_last=keep))
-            except Exception as error:
-                outcomes.append(error)
-        return outcomes
-
-    def _deliver(self, job: Job, events: list) -> None:
-        """Stream ``events`` to the job's caller; at ``Finished`` the job leaves with its result."""
-        from codespec.decode import Finished, TextDelta
-
-        for event in events:
-            if isinstance(event, TextDelta):
-                if job.on_delta is not None:
-                    try:
-                        job.on_delta(event.text)
-                    except Exception:  # a caller's callback must not stop the others' cycle
-                        log.exception("a delta callback failed")
-            elif isinstance(event, Finished):
-                self._active.remove(job)
-                self._caches.give_back(job.request.cache_key, job.cache)
-                self._complete(job, event.text, event.reason, event.stats)
-
-    def _drop(self, job: Job, error: Exception) -> None:
-        """A request that failed: it leaves the batch with its error; its cache is not reused."""
-        if job.decoding is not None:
-            job.decoding.close()
-        if job in self._active:
-            self._active.remove(job)
-        job.cache = None  # its state is unknown: do not reuse it
-        self._fail(job, error)
-
-    def _retire_prefill(self, job: Job, reason: str) -> None:
-        self._active.remove(job)
-        self._caches.give_back(job.request.cache_key, job.cache)  # valid up to its last forward
-        self._complete(job, "", reason, RequestStats())
 
     def _complete(self, job: Job, text: str, reason: str, stats: RequestStats) -> None:
         self._proposers.release(job.proposer)
@@ -629,9 +481,9 @@ class EngineService:
         """The stats as a JSON-safe dict; on the engine thread (``call``/``acall`` it), where they are
         consistent. A door adds its own fields in the same call (``snapshot`` for a plain copy)."""
         snapshot = self.stats.as_dict()
-        snapshot["active_requests"] = len(self._active)
-        snapshot["waiting_requests"] = len(self._waiting)
-        snapshot["max_batch"] = self.max_batch
+        snapshot["active_requests"] = len(self.scheduler.active)
+        snapshot["waiting_requests"] = len(self.scheduler.waiting)
+        snapshot["max_batch"] = self.scheduler.max_batch
         snapshot["model"] = getattr(self.target, "name", "")
         snapshot["prompt_format"] = self.prompts.format.name
         snapshot["proposer"] = self.default_proposer

@@ -65,7 +65,7 @@ def test_past_max_batch_requests_wait_and_are_all_answered(server_target, alone)
     finally:
         service.close()
     assert texts == alone
-    from service.engine import COMPLETION_HEADROOM
+    from service.scheduler import COMPLETION_HEADROOM
 
     # rewrites keep to 2; inline completions (four of the six) may take the headroom beyond it
     assert 2 <= stats["batching"]["largest_batch"] <= 2 + COMPLETION_HEADROOM

@@ -89,8 +89,8 @@ def test_warming_a_document_prefills_what_its_completions_share(service):
 def test_a_request_takes_over_a_documents_background_prefill(service):
     """A completion arriving while its document is being prefilled neither waits for the whole
     prefill nor starts from an empty cache: it takes the cache over with the chunks done so far."""
-    from service.engine import PREFILL_CHUNK
     from service.inline import completion_context, completion_prompt, warm_prompt
+    from service.scheduler import PREFILL_CHUNK
 
     text = LONG_TEXT * 6
     prompt = warm_prompt(text, len(text), service.prompts)
@@ -223,7 +223,7 @@ def test_idle_calls_wait_for_running_requests_but_keep_their_order(service):
 
     def record(name: str, enqueued: float):
         def fn():
-            busy = any(job.request.kind != "prefill" for job in service._active)  # engine thread: safe
+            busy = any(job.request.kind != "prefill" for job in service.scheduler.active)  # engine thread: safe
             runs.append((name, busy, time.monotonic() - enqueued))
             return name
 
