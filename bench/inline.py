@@ -67,7 +67,7 @@ async def bench(args) -> dict:
     def show_message(params):
         print(f"server: {params.message}", file=sys.stderr)
 
-    command = [sys.executable, "-m", "codespec.cli", "serve"]
+    command = [sys.executable, "-m", "commands.cli", "serve"]
     await client.start_io(*command)
     options = {
         "device": args.device,

@@ -37,7 +37,7 @@ async def bench(args) -> dict:
     cases = load(SHARED / "edits-httpx.jsonl", args.cases + args.warm_up)
     root = Path(tempfile.mkdtemp(prefix="codespec-next-edit-"))
     client = LanguageClient("codespec-bench", "1")
-    await client.start_io(sys.executable, "-m", "codespec.cli", "serve")
+    await client.start_io(sys.executable, "-m", "commands.cli", "serve")
     options: dict = {"device": "cpu", "index": {"enabled": False}, "limits": {"deadlineMs": 60_000}}
     if args.model:
         options["model"] = args.model

@@ -161,6 +161,9 @@ def _ms(value) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover - `codespec simulate` is the entry point
-    from codespec.cli import main
+    import argparse
 
-    sys.exit(main(["simulate", *sys.argv[1:]]))
+    parser = argparse.ArgumentParser(prog="python -m bench.simulate")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["simulate", *sys.argv[1:]])
+    sys.exit(args.run(args))

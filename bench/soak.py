@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SERVE = [sys.executable, "-m", "codespec.cli", "serve"]
+SERVE = [sys.executable, "-m", "commands.cli", "serve"]
 SURROGATE_TEXT = "x = \ud800\ny = "
 
 

@@ -84,7 +84,7 @@ def speculative_config(method: str, k: int, workspace: Path | None, extra: tuple
         )
     if method == "suffix":
         return json.dumps({"method": "suffix", "num_speculative_tokens": k})
-    command = [sys.executable, "-m", "codespec.cli", "vllm-config", "--k", str(k), *extra]
+    command = [sys.executable, "-m", "commands.cli", "vllm-config", "--k", str(k), *extra]
     if workspace is not None:
         command += ["--workspace", str(workspace)]
     return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()

@@ -83,7 +83,7 @@ def test_tokenizer_round_trips_source_text(target, text):
 
 
 def test_cli_default_model_is_the_shipped_target():
-    from codespec.cli import default_model_path
+    from commands.generate import default_model_path
 
     assert default_model_path() == str(target_path())
 

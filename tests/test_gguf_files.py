@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from codespec.cli import main
 from codespec.errors import ModelNotFoundError
 from codespec.gguf_files import BadModelFileError, is_gguf_name, resolve_gguf, resolve_ollama
+from commands.cli import main
 
 
 def fake_gguf(path: Path, size: int = 64) -> Path:

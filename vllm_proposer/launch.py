@@ -145,7 +145,7 @@ class Door:
     log_tail: deque[str] = field(default_factory=lambda: deque(maxlen=200))  # its last stderr lines
 
     def start(self, ready_s: float = 120.0) -> Door:
-        command = [sys.executable, "-m", "codespec.cli", "serve", "--http", "--http-port", "0",
+        command = [sys.executable, "-m", "commands.cli", "serve", "--http", "--http-port", "0",
                    "--token-file", str(self.token_file), *self.arguments]  # fmt: skip
         if self.engine_url:
             command += ["--engine-url", self.engine_url]

@@ -31,7 +31,7 @@ def tiny_target():
 
 def test_bench_command_writes_every_metric_key(tmp_path, capsys):
     from bench.run import METRIC_KEYS
-    from codespec.cli import main
+    from commands.cli import main
 
     workload = tmp_path / "edits.jsonl"
     workload.write_text("".join(json.dumps(record) + "\n" for record in EDITS))

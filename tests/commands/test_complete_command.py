@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from codespec.cli import main
 from codespec.errors import CodespecError
+from commands.cli import main
 from commands.complete import cursor_offset, parse_location
 
 SOURCE = "def square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n\n\ndef quad(x):\n    \n"

@@ -21,7 +21,7 @@ def test_demo_reports_both_jobs_with_identical_outputs(tmp_path):
         [
             sys.executable,
             "-m",
-            "codespec.cli",
+            "commands.cli",
             "demo",
             "--repeats",
             "1",

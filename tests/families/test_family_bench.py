@@ -41,7 +41,7 @@ def test_codespec_bench_renders_the_checkpoint_format(family_checkpoints, loaded
     """`codespec bench --model DIR` tokenizes each case as the server would prompt that family."""
     import json
 
-    from codespec.cli import main
+    from commands.cli import main
 
     family = family_checkpoints("starcoder2")
     workload = tmp_path / "completions.jsonl"

@@ -13,8 +13,8 @@ import re
 import pytest
 from family_layouts import FAMILIES
 
-from codespec.cli import main
 from codespec.prompts import Fim, PromptRenderer
+from commands.cli import main
 
 pytestmark = pytest.mark.slow  # codespec complete per model family: `python -m pytest --full` runs it
 

@@ -11,7 +11,7 @@ import pytest
 from engine_harness import TIE_GAP, logit_gap
 from family_layouts import ALL_FAMILIES, corpus
 
-from codespec.cli import main
+from commands.cli import main
 
 pytestmark = pytest.mark.slow  # subprocess CLIs per family: `python -m pytest --full` runs it
 

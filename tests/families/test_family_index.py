@@ -230,7 +230,7 @@ def test_lookups_persistence_and_edits_with_ids_past_16_bits(qwen, sources, tmp_
 def test_simulate_with_the_wide_tokenizer_renders_its_format_and_says_the_path(
     family_checkpoints, qwen, sources, tmp_path
 ):
-    from codespec.cli import main
+    from commands.cli import main
 
     family = family_checkpoints("qwen2.5-coder")
     text = sources[next(iter(sources))]

@@ -81,7 +81,7 @@ async def servers(family_checkpoints, tmp_path_factory):
         family = family_checkpoints(name)
         root = tmp_path_factory.mktemp(f"serve-{name}")
         (root / "util.py").write_text(SOURCE)
-        client = await ClientServerConfig(server_command=[sys.executable, "-m", "codespec.cli", "serve"]).start()
+        client = await ClientServerConfig(server_command=[sys.executable, "-m", "commands.cli", "serve"]).start()
         await client.initialize_session(
             types.InitializeParams(
                 capabilities=types.ClientCapabilities(

@@ -21,7 +21,7 @@ from vllm_proposer.launch import free_port, read_until
 
 pytestmark = pytest.mark.slow  # subprocess servers: `python -m pytest --full` runs it
 
-SERVE = [sys.executable, "-m", "codespec.cli", "serve"]
+SERVE = [sys.executable, "-m", "commands.cli", "serve"]
 WAIT_S = 120
 
 

@@ -33,7 +33,7 @@ async def workspace(tmp_path_factory):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(server_model_dir, workspace):
-    config = ClientServerConfig(server_command=[sys.executable, "-m", "codespec.cli", "serve"])
+    config = ClientServerConfig(server_command=[sys.executable, "-m", "commands.cli", "serve"])
     client = await config.start()
     capabilities = types.ClientCapabilities(
         window=types.WindowClientCapabilities(work_done_progress=True),

@@ -127,7 +127,7 @@ def test_greedy_output_is_identical_with_index_lookup(tmp_path):
 
 
 def test_simulate_completions_with_a_workspace(tokenizer, tmp_path):
-    from codespec.cli import main
+    from commands.cli import main
 
     tokenizer.save_pretrained(tmp_path / "tok")
     workspace = tmp_path / "ws.jsonl"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench.hf_rule import PromptLookupRule
-from codespec.cli import main
 from codespec.draft import EMPTY_DRAFT, Draft, NoDraft, ProposeContext
+from commands.cli import main
 from proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
 
 WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
@@ -241,7 +241,7 @@ def test_cli_bad_workload_bytes_name_the_file_and_line(tmp_path):
         [
             sys.executable,
             "-m",
-            "codespec.cli",
+            "commands.cli",
             "simulate",
             "--workload",
             str(workload),

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from codespec.cli import main
 from codespec.errors import CodespecError
+from commands.cli import main
 from vllm_proposer.options import CLASS_PATH, DrafterOptions, speculative_config
 
 

@@ -42,7 +42,7 @@ def engine(tmp_path_factory):
     """vLLM's OpenAI server with codespec's proposer (K=16) on the shipped model."""
     python = vllm_python()
     config = subprocess.run(
-        [sys.executable, "-m", "codespec.cli", "vllm-config", "--k", "16"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "commands.cli", "vllm-config", "--k", "16"], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert json.loads(config)["method"] == "custom_class"
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
