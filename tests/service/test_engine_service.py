@@ -100,18 +100,23 @@ def test_a_request_takes_over_a_documents_background_prefill(service):
     request = GenerationRequest(
         prompt=completion_prompt(context, service.prompts), max_tokens=4, stop=context.stop, cache_key="big-doc"
     )
-    gate = threading.Event()
-    blocked = service.call(gate.wait)  # hold the engine thread while the prefill is queued
     prefill = service.submit(
         GenerationRequest(prompt=prompt, max_tokens=1, kind=RequestKind.PREFILL, cache_key="big-doc")
     )
-    started: list = []
-    # Runs on the engine thread at the top of a cycle: the prefill has started by the next one.
-    ask = service.call(lambda: started.append(service.submit(request)))
+    prefilling = lambda: any(job is prefill for job in service.scheduler.active)  # noqa: E731 (engine thread)
+    while not service.call(prefilling).result(WAIT_S):  # each call waits for the top of a cycle
+        pass
+    # Hold the engine thread (no chunk runs) until the completion is prepared and queued, so it takes
+    # the prefill over whatever the machine's load; without the hold a busy machine can let the
+    # prefill finish first.
+    gate = threading.Event()
+    blocked = service.call(gate.wait)
+    completion = service.submit(request)
+    while completion.prepared is None:
+        threading.Event().wait(0.01)
     gate.set()
     blocked.result(WAIT_S)
-    ask.result(WAIT_S)
-    result = started[0].wait(WAIT_S)
+    result = completion.wait(WAIT_S)
     superseded = prefill.wait(WAIT_S)
     assert superseded.reason == "cancelled"  # stopped early: the completion took its cache over
     assert PREFILL_CHUNK <= result.usage.cached_prompt_tokens < superseded.usage.prompt_tokens
