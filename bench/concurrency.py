@@ -179,7 +179,7 @@ def run(args) -> dict:
                 level["rss_mb"] = resident_mb()
                 report["levels"].append({key: value for key, value in level.items() if key != "texts"})
         if args.beside_rewrite:
-            report["beside_rewrite"] = beside_rewrite(client, bodies, workload)
+            report["beside_rewrite"] = beside_rewrite(client, bodies, workload, target.max_context)
     finally:
         loop.run(server.stop())
         loop.stop()
@@ -198,19 +198,27 @@ def resident_mb() -> float:
     return 0.0
 
 
-def beside_rewrite(client, bodies: list[dict], workload: Path) -> dict:
+def beside_rewrite(client, bodies: list[dict], workload: Path, max_context: int) -> dict:
     """The requests one at a time, idle and then while another client streams long rewrites
-    (edits-httpx's longest regions with their prediction, back to back): a user's completion
-    beside a teammate's rewrite."""
+    (edits-httpx's regions with their prediction, up to 6,000 characters and within the model's
+    context, back to back): a user's completion beside a teammate's rewrite. A rewrite that fails
+    fails the measurement (a completion beside nothing is not one beside a rewrite)."""
     import threading
 
     from codespec.stats import percentile
 
-    edits = edit_bodies(workload.with_name("edits-httpx.jsonl"), 3, 6000, 1024, None)
+    edits = edit_bodies(workload.with_name("edits-httpx.jsonl"), 3, min(6000, max_context), 1024, None)
     stop = threading.Event()
     rewrites = [0]
+    failed: list[BaseException] = []
 
     def rewrite_loop() -> None:
+        try:
+            rewrite_until_stopped()
+        except BaseException as error:  # reported by the measuring thread
+            failed.append(error)
+
+    def rewrite_until_stopped() -> None:
         number = 0
         while not stop.is_set():
             body = dict(edits[number % len(edits)])
@@ -235,6 +243,8 @@ def beside_rewrite(client, bodies: list[dict], workload: Path) -> dict:
     busy = latencies("beside-busy")
     stop.set()
     worker.join(600)
+    if failed:
+        raise RuntimeError(f"the rewrite beside the completions failed: {failed[0]}") from failed[0]
     result = {
         "idle_p50_s": round(percentile(idle, 50), 3),
         "idle_p95_s": round(percentile(idle, 95), 3),

@@ -82,6 +82,7 @@ class Job:
         self.decoding: Any = None  # codespec.decode.Decoding: the request's steps
         self.prefill_ids: list[int] = []  # a background prefill's prompt (service.engine)
         self.last_rows = 0  # rows its last cycle's plan put in the forward (what a batch prices drafts with)
+        self.yielded = 0  # cycles in a row it sat out beside an inline completion (service.scheduler)
         self.prepared: Any = None  # service.engine.PreparedPrompt, or the error preparing it raised
         self.proposer: Any = None  # codespec.draft.Proposer
         self.cache: Any = None  # codespec.target.Cache

@@ -6,8 +6,10 @@ batch, each sequence over its own cache, codespec/ragged.py), and each request v
 streams its own. Requests join between cycles while the batch has room (``max_batch`` requests,
 ``max_cached_tokens`` KV positions; inline completions first, with ``COMPLETION_HEADROOM`` places
 beyond the cap) and leave when they finish, fail or are cancelled, before the next forward
-(docs/architecture.md, "Batching"). The engine service (``service.engine``) owns everything around
-it: preparing prompts, building a request's ``Decoding``, results, stats and history.
+(docs/architecture.md, "Batching"). While an inline completion or a next edit decodes, the other
+requests join its forwards one cycle in ``MAX_YIELD + 1``. The engine service (``service.engine``)
+owns everything around the batch: preparing prompts, building a request's ``Decoding``, results,
+stats and history.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ log = logging.getLogger(__name__)
 PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arriving meanwhile waits <= one chunk)
 COMPLETION_HEADROOM = 2  # inline completions admitted beyond max_batch (a user is typing)
 PROMPT_CHUNK = 512  # a request's prompt is prefilled at most this many tokens per cycle, alone or not
+# Beside an inline completion or a next edit (what a user waits on while typing) every other
+# request sits out MAX_YIELD cycles of each MAX_YIELD + 1: the completion's forwards carry a
+# teammate's rewrite or chat (its prompt chunks, its drafts) one cycle in eight, and the rewrite
+# still moves meanwhile (docs/architecture.md, "Batching": one in four left the completion's p95 at
+# 1.55x idle).
+MAX_YIELD = 7
 
 Finish = Callable[[Job, str, str, RequestStats], None]  # (job, text, reason, stats): the job is over
 Fail = Callable[[Job, Exception], None]
@@ -99,12 +107,14 @@ class Scheduler:
         from codespec.draft import EMPTY_DRAFT, BatchShare
 
         planned: list[tuple[Job, StepPlan]] = []
+        typing = any(job.request.kind.interactive and job.decoding is not None for job in self.active)
+        running = [job for job in self.active if not (typing and self._yields(job))]
         # what each request's draft is priced against: the others' tokens from the same forward
-        expected = {job: job.decoding.recent_tokens for job in self.active if job.decoding is not None}
+        expected = {job: job.decoding.recent_tokens for job in running if job.decoding is not None}
         everyone = sum(expected.values())
-        all_rows = sum(job.last_rows for job in self.active)
-        row_cost = self.row_cost.fit() if self.row_cost.fitted and len(self.active) > 1 else None
-        for job in list(self.active):
+        all_rows = sum(job.last_rows for job in running)
+        row_cost = self.row_cost.fit() if self.row_cost.fitted and len(running) > 1 else None
+        for job in running:
             try:
                 if job.request.kind is RequestKind.PREFILL:
                     done = len(job.cache) >= len(job.prefill_ids)
@@ -114,9 +124,7 @@ class Scheduler:
                     chunk = job.prefill_ids[len(job.cache) : len(job.cache) + PREFILL_CHUNK]
                     planned.append((job, StepPlan(chunk, 1, EMPTY_DRAFT, prefill=True)))
                     continue
-                share = BatchShare(
-                    len(self.active), everyone - expected.get(job, 0.0), all_rows - job.last_rows, row_cost
-                )
+                share = BatchShare(len(running), everyone - expected.get(job, 0.0), all_rows - job.last_rows, row_cost)
                 plan = job.decoding.propose(share)
             except Exception as error:  # a failed request must not take the service down
                 self.drop(job, error)
@@ -142,6 +150,16 @@ class Scheduler:
                     self.drop(job, error)
                     continue
                 self._deliver(job, events)
+
+    @staticmethod
+    def _yields(job: Job) -> bool:
+        """Whether ``job`` (not an inline completion or next edit) sits this cycle out beside one.
+        Only when it runs changes, never what it computes; a cancelled one runs, to leave at once."""
+        if not job.request.kind.interactive and job.yielded < MAX_YIELD and not job.cancelled:
+            job.yielded += 1
+            return True
+        job.yielded = 0
+        return False
 
     def _forward(self, planned: list) -> list:
         """Logits for each plan, from one ``forward_many``; if that fails, each plan alone, so one

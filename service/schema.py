@@ -42,6 +42,12 @@ class RequestKind(enum.StrEnum):
         return self in (RequestKind.EDIT, RequestKind.NEXT_EDIT)
 
     @property
+    def interactive(self) -> bool:
+        """What a user waits on as they type (ghost text, a next-edit suggestion): beside it the other
+        requests mostly sit out (``service.scheduler``)."""
+        return self in (RequestKind.COMPLETE, RequestKind.NEXT_EDIT)
+
+    @property
     def stops_on_repeats(self) -> bool:
         """A small model's loop is noise as ghost text; a rewrite copies repetitive code whole."""
         return self is RequestKind.COMPLETE

@@ -51,7 +51,8 @@ def test_concurrent_requests_share_forwards_and_get_their_alone_output(server_ta
         service.close()
     assert texts == alone
     batching = stats["batching"]
-    assert batching["largest_batch"] == len(jobs)
+    # the five completions share forwards; the rewrite joins them one cycle in MAX_YIELD + 1
+    assert batching["largest_batch"] >= len(jobs) - 1
     forwards = sum(entry["target_forwards"] for entry in stats["last_requests"])
     assert batching["cycles"] < forwards  # forwards were shared
 
@@ -148,6 +149,56 @@ def test_an_inline_completion_never_waits_behind_a_full_batch(server_target):
         assert queued.wait(WAIT_S).usage.completion_tokens > 0  # the queued request is still answered
     finally:
         service.close()
+
+
+class RecordingTarget:
+    """The real target, with each cycle's caches recorded (which requests shared the forward)."""
+
+    def __init__(self, target) -> None:
+        self._target = target
+        self.cycles: list[list] = []
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
+
+    def forward_many(self, inputs, caches, keep_last):
+        self.cycles.append(list(caches))
+        return self._target.forward_many(inputs, caches, keep_last)
+
+
+def test_a_rewrite_sits_out_most_cycles_of_an_inline_completion_and_still_moves(server_target):
+    """Beside an inline completion (a user typing), another request joins one cycle in
+    MAX_YIELD + 1: the completion's forwards rarely carry the rewrite's rows, the rewrite is not
+    stopped, and neither output changes."""
+    from service.scheduler import MAX_YIELD
+
+    completion_request = GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=24, proposer="none")
+    plain = EngineService(server_target, proposer="none", max_draft=8)
+    try:
+        completion_alone = plain.submit(completion_request).wait(WAIT_S).text
+    finally:
+        plain.close()
+    target = RecordingTarget(server_target)
+    service = EngineService(target, proposer="none", max_draft=8)
+    try:
+        started = threading.Event()
+        rewrite = service.submit(
+            GenerationRequest(prompt=CODE, max_tokens=2000, kind=RequestKind.EDIT), on_delta=lambda text: started.set()
+        )
+        assert started.wait(WAIT_S)
+        completion = service.submit(completion_request)
+        result = completion.wait(WAIT_S)
+        rewrite_cache = rewrite.cache
+        assert not rewrite.future.done()
+        rewrite.cancel()
+        rewrite.wait(WAIT_S)
+    finally:
+        service.close()
+    assert result.text == completion_alone
+    with_completion = [caches for caches in target.cycles if any(cache is not rewrite_cache for cache in caches)]
+    shared = [caches for caches in with_completion if any(cache is rewrite_cache for cache in caches)]
+    assert len(with_completion) >= result.usage.completion_tokens >= 2 * (MAX_YIELD + 1)
+    assert 1 <= len(shared) <= len(with_completion) // (MAX_YIELD + 1) + 1
 
 
 def test_an_evicted_cache_is_reused_for_the_next_new_document(server_target):

