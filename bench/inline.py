@@ -9,7 +9,9 @@ another name and asks after ``--think-ms`` (**opened**: a user opens a file, the
 spent the pause prefilling the document's first window in the background; session history is
 cleared before each of these two, so neither drafts what the other generated); then types the first
 character of the case's target and asks again (**keystroke**: the editor's steady state; prompt
-caching and the shown suggestion as reference apply). Reports, per phase, the client-observed time
+caching and the shown suggestion as reference apply); with ``--large-open MB``, two keystrokes per
+case, one of them (alternating) right after a document of MB megabytes is opened (a user opening a
+big file while typing). Reports, per phase, the client-observed time
 to the full item, the engine's time from submission to result, and the engine's time to first
 token (from ``codespec/stats``), p50/p95, in milliseconds. The workload files are inputs for
 measurement only; the product never reads them.
@@ -32,6 +34,12 @@ def _load(path: Path, limit: int | None) -> list[dict]:
     with open(path, encoding="utf-8") as handle:
         rows = [json.loads(line) for line in handle if line.strip()]
     return rows[:limit] if limit else rows
+
+
+def large_text(seed: str, megabytes: float) -> str:
+    """A document of ``megabytes`` MB of real code (``seed`` repeated), as a user opens a big file."""
+    size = int(megabytes * 1_000_000)
+    return (seed * (size // max(len(seed), 1) + 1))[:size]
 
 
 async def bench(args) -> dict:
@@ -104,6 +112,8 @@ async def bench(args) -> dict:
     index_s = time.perf_counter() - started - startup_s
 
     phases: dict[str, dict[str, list[float]]] = {"cold": {}, "opened": {}, "keystroke": {}}
+    if args.large_open:
+        phases["keystroke_beside_large_open"] = {}
     lines: dict[str, int] = {"one-line": 0, "multi-line": 0}
 
     async def ask(uri: str, text: str, offset: int, phase: str) -> None:
@@ -155,12 +165,20 @@ async def bench(args) -> dict:
             open_document(uri, text)
             await asyncio.sleep(args.think_ms / 1000)
             await ask(uri, text, offset, "opened")
-        typed = case["target"][:1]
-        if typed:
+        # keystrokes: the first character of the target; with --large-open the first two, one of
+        # them (alternating by case) right after another document of that size is opened
+        keys = case["target"][: 2 if args.large_open else 1]
+        for typed_number, typed in enumerate(keys):
+            phase = "keystroke"
+            large_uri = None
+            if args.large_open and (number + typed_number) % 2 == 1:
+                phase = "keystroke_beside_large_open"
+                large_uri = (root / "large" / f"large_{number}_{typed_number}.py").as_uri()
+                open_document(large_uri, large_text(text, args.large_open))
             position = position_at(text, offset)
             client.text_document_did_change(
                 types.DidChangeTextDocumentParams(
-                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2 + typed_number),
                     content_changes=[
                         types.TextDocumentContentChangePartial(
                             range=types.Range(
@@ -173,7 +191,12 @@ async def bench(args) -> dict:
                 )
             )
             text = text[:offset] + typed + text[offset:]
-            await ask(uri, text, offset + len(typed), "keystroke")
+            offset += len(typed)
+            await ask(uri, text, offset, phase)
+            if large_uri is not None:
+                client.text_document_did_close(
+                    types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=large_uri))
+                )
         client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=uri)))
 
     stats = await client.protocol.send_request_async("codespec/stats", {})
@@ -264,6 +287,14 @@ def main(argv: list[str] | None = None) -> int:
         help="the 'opened' phase: wait this long after opening the document before asking (0: skip)",
     )
     parser.add_argument("--limit", type=int, default=None, help="first N cases only")
+    parser.add_argument(
+        "--large-open",
+        type=float,
+        default=0.0,
+        metavar="MB",
+        help="type two keystrokes per case, one of them right after a document of MB megabytes is opened "
+        "(phase keystroke_beside_large_open against keystroke, in the same run)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     parser.add_argument(
         "--in-process",

@@ -100,6 +100,7 @@ class LlamaCppTarget:
         self.vocab = LlamaVocab(lib, self._model)
         self.vocab_size = self.vocab.size
         self.num_layers_gguf = int(lib.llama_model_n_layer(self._model))
+        self.parameter_count = int(lib.llama_model_n_params(self._model))
         self.context_train = int(lib.llama_model_n_ctx_train(self._model))
         self.kv_tokens = kv_tokens or self._default_kv_tokens()
         self._context = self._new_context(self.kv_tokens)

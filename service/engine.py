@@ -43,7 +43,7 @@ from service.bookkeeping import CachePool, ServiceStats
 from service.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
 from service.logsafe import REQUEST_LOG
 from service.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
-from service.scheduler import PROMPT_CHUNK, Scheduler
+from service.scheduler import Scheduler, prompt_chunk
 from service.schema import RequestKind
 
 __all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "Usage"]
@@ -98,6 +98,7 @@ class EngineService:
         self.scheduler = Scheduler(
             target, self._caches, self.stats, max_batch, max_cached_tokens, self._complete, self._fail
         )
+        self.prompt_chunk = prompt_chunk(target)  # prompt tokens a request prefills per cycle
         self._closed = False
         from proposers.assembly import ProposerAssembly
 
@@ -369,7 +370,7 @@ class EngineService:
             job.prompt_len = len(prompt_ids)
             job.cached_len = min(common_prefix_len(job.cache.token_ids, prompt_ids), max(len(prompt_ids) - 1, 0))
             job.decoding = Decoding(
-                self.target, prompt_ids, job.proposer, sampling, limits, job, job.cache, prefill_chunk=PROMPT_CHUNK
+                self.target, prompt_ids, job.proposer, sampling, limits, job, job.cache, prefill_chunk=self.prompt_chunk
             )
         except Exception as error:
             self._fail(job, error)

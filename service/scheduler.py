@@ -29,13 +29,35 @@ log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arriving meanwhile waits <= one chunk)
 COMPLETION_HEADROOM = 2  # inline completions admitted beyond max_batch (a user is typing)
-PROMPT_CHUNK = 512  # a request's prompt is prefilled at most this many tokens per cycle, alone or not
+PROMPT_CHUNK = 512  # most prompt tokens a request prefills in one cycle, alone or not
+# On a CPU a chunk's forward costs about 2 x parameters FLOPs a row: a chunk is held near
+# CPU_CHUNK_FLOPS (~0.6 s on two cores), at least MIN_PROMPT_CHUNK rows, since a cycle cannot be
+# interrupted and an inline completion that arrives during a chunk waits for it
+# (docs/architecture.md, "Batching").
+CPU_CHUNK_FLOPS = 1.3e11
+MIN_PROMPT_CHUNK = 64
 # Beside an inline completion or a next edit (what a user waits on while typing) every other
 # request sits out MAX_YIELD cycles of each MAX_YIELD + 1: the completion's forwards carry a
 # teammate's rewrite or chat (its prompt chunks, its drafts) one cycle in eight, and the rewrite
 # still moves meanwhile (docs/architecture.md, "Batching": one in four left the completion's p95 at
 # 1.55x idle).
 MAX_YIELD = 7
+
+
+def prompt_chunk(target: Target) -> int:
+    """Prompt tokens per cycle for ``target``: a power of two, fixed for the target (a request's
+    chunking must never depend on what shares its batch: chunks change the prompt's cached keys in
+    their last bits). On a CPU, larger models get shorter chunks: at the qwen2.5-coder-0.5b body a
+    512-token chunk is a 2.2 s forward and 128 tokens prefill at the same rate in 0.6 s."""
+    parameters = getattr(target, "parameter_count", None)
+    if target.device.type != "cpu" or not parameters:
+        return PROMPT_CHUNK
+    rows = CPU_CHUNK_FLOPS / (2.0 * parameters)
+    chunk = PROMPT_CHUNK
+    while chunk > MIN_PROMPT_CHUNK and chunk > rows:
+        chunk //= 2
+    return chunk
+
 
 Finish = Callable[[Job, str, str, RequestStats], None]  # (job, text, reason, stats): the job is over
 Fail = Callable[[Job, Exception], None]

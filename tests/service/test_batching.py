@@ -214,3 +214,26 @@ def test_an_evicted_cache_is_reused_for_the_next_new_document(server_target):
     prompt = server_target.encode("import os\n")
     fresh = server_target.new_cache()
     assert torch.equal(server_target.forward(prompt, reused), server_target.forward(prompt, fresh))
+
+
+def test_prompt_chunks_are_fixed_per_target_and_shorter_for_larger_models_on_a_cpu(server_target):
+    """A chunk's forward stays near CPU_CHUNK_FLOPS on a CPU; on an accelerator, or when the size is
+    unknown, PROMPT_CHUNK. The chunk is the target's, never the batch's."""
+    from types import SimpleNamespace
+
+    from service.scheduler import MIN_PROMPT_CHUNK, PROMPT_CHUNK, prompt_chunk
+
+    def sized(parameters, device="cpu"):
+        return SimpleNamespace(parameter_count=parameters, device=torch.device(device))
+
+    assert prompt_chunk(server_target) == PROMPT_CHUNK  # the tiny test model
+    assert prompt_chunk(sized(30_000_000)) == 512
+    assert prompt_chunk(sized(494_000_000)) == 128  # qwen2.5-coder-0.5b
+    assert prompt_chunk(sized(7_600_000_000)) == MIN_PROMPT_CHUNK
+    assert prompt_chunk(sized(7_600_000_000, "meta")) == PROMPT_CHUNK  # not a CPU
+    assert prompt_chunk(SimpleNamespace(device=torch.device("cpu"))) == PROMPT_CHUNK  # size unknown
+    service = EngineService(server_target, proposer="none")
+    try:
+        assert service.prompt_chunk == prompt_chunk(server_target)
+    finally:
+        service.close()
