@@ -325,9 +325,19 @@ class FrameReader:
         return False
 
     def _header_inside(self, start: int, end: int) -> int | None:
-        """Offset of a header starting in ``buf[start:end]`` (searched from ``start``)."""
-        match = NEXT_HEADER.search(self.buf, max(0, start))
-        return match.start() if match is not None and match.start() < end else None
+        """Offset of a header starting in ``buf[start:end]`` (searched from ``start``). A header
+        ends at a line end, so only the lines that end in the buffer are searched: a compact JSON
+        body has none, and a 5 MB one is passed over by ``find`` instead of the case-insensitive
+        pattern (about 25 ms of a 5 MB didOpen's 50 ms)."""
+        line_start = max(0, start)
+        line_end = self.buf.find(b"\n", line_start)
+        while line_end != -1 and line_start < end:
+            match = NEXT_HEADER.search(self.buf, line_start, line_end + 1)
+            if match is not None:
+                return match.start() if match.start() < end else None
+            line_start = line_end + 1
+            line_end = self.buf.find(b"\n", line_start)
+        return None
 
     async def _body(self, length: int):
         scanned = 0
