@@ -177,6 +177,7 @@ def run(args) -> dict:
                     flush=True,
                 )
                 level["rss_mb"] = resident_mb()
+                level["peak_rss_mb"] = resident_mb("VmHWM")
                 report["levels"].append({key: value for key, value in level.items() if key != "texts"})
         if args.beside_rewrite:
             report["beside_rewrite"] = beside_rewrite(client, bodies, workload, target.max_context)
@@ -187,11 +188,11 @@ def run(args) -> dict:
     return report
 
 
-def resident_mb() -> float:
-    """This process's resident memory now (Linux), in MiB."""
+def resident_mb(field: str = "VmRSS") -> float:
+    """This process's resident memory now (Linux), in MiB; ``VmHWM``: its peak so far."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         pass
