@@ -6,7 +6,7 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
-    from training.evaluate import DEFAULT_COMPLETIONS
+    from training import DEFAULT_COMPLETIONS  # not evaluate: it imports torch, and --help stays instant
 
     parser = subparsers.add_parser(
         "train-default", help="train the shipped default target + draft models (CPU, deterministic)"

@@ -21,7 +21,7 @@ from codespec import prompts
 from codespec.config import GenerationLimits
 from codespec.decode import generate_all
 from codespec.model import TargetModel
-from training import corpus
+from training import DEFAULT_COMPLETIONS, corpus
 
 TESTED_FUNCTIONS = 30  # the capability tests use the first 30 of the evaluation functions
 
@@ -68,7 +68,6 @@ def copy_check(target: TargetModel, function: str, proposer=None) -> CopyResult:
 
 
 PLAIN_COPY_CHARS = 60
-DEFAULT_COMPLETIONS = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "completions-httpx.jsonl"
 
 
 def read_records(path: Path | None) -> list[dict] | None:
