@@ -289,6 +289,39 @@ def report(args, cases, results: dict[str, list[dict]]) -> dict:
     }
 
 
+LABELS = {"llama-pld": "LlamaPromptLookupDecoding", "codespec-none": "codespec plain", "codespec-auto": "codespec auto"}
+
+
+def plot(reports: list[tuple[str, dict]], path: Path) -> None:
+    """Decode rate against llama.cpp greedy (median over requests), a group of bars per report and
+    quantization: what docs/gguf.md's tables say, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = []
+    for title, report in reports:
+        kinds = dict.fromkeys(name.partition("/")[2] for name in report["configs"])
+        groups += [(f"{title}\n{kind.upper()}", report["configs"], kind) for kind in kinds]
+    figure, axes = plt.subplots(figsize=(2.4 * len(groups) + 1.5, 4.2))
+    width = 0.8 / len(LABELS)
+    for number, (config, label) in enumerate(LABELS.items()):
+        values = [
+            table.get(f"{config}/{kind}", {}).get("decode_vs_llama_greedy_p50") or 0.0 for _, table, kind in groups
+        ]
+        positions = [index + (number - (len(LABELS) - 1) / 2) * width for index in range(len(groups))]
+        bars = axes.bar(positions, values, width, label=label)
+        axes.bar_label(bars, fmt="%.2f", fontsize=7)
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_xticks(range(len(groups)), [name for name, _, _ in groups], fontsize=8)
+    axes.set_ylabel("decode tokens/s vs llama.cpp greedy (median)")
+    axes.set_title("0.5B shape on llama.cpp, 2 cores, replay mode (docs/gguf.md)", fontsize=10)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     import os
 
@@ -310,9 +343,16 @@ def main(argv: list[str] | None = None) -> int:
     go.add_argument("--torch", action="store_true", help="also codespec auto on PyTorch fp32 (the same checkpoint)")
     go.add_argument("--out", type=Path, default=None)
     go.add_argument("--equivalence", action="store_true", help="real mode: codespec vs llama.cpp greedy tokens")
+    draw = sub.add_parser("plot", help="a bar chart of run reports (TITLE=FILE.json ...)")
+    draw.add_argument("reports", nargs="+", help="TITLE=FILE.json, one group of bars per report and quantization")
+    draw.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "prepare":
         prepare(args.dir, args.shape)
+        return 0
+    if args.command == "plot":
+        pairs = [item.partition("=") for item in args.reports]
+        plot([(title, json.loads(Path(file).read_text())) for title, _, file in pairs], args.out)
         return 0
     args.cores = len(os.sched_getaffinity(0))
     result = equivalence(args) if args.equivalence else run(args)
