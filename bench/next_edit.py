@@ -4,6 +4,7 @@ edit-aware drafting, on the next-edit workload built from real commits (bench/ne
     python -P bench/next_edit.py replay --model shipped --out docs/bench/next-edit-replay-shipped.json
     python -P bench/next_edit.py replay --shape qwen2.5-coder-0.5b --out docs/bench/next-edit-replay-0.5b.json
     python -P bench/next_edit.py real --out docs/bench/next-edit-real-shipped.json
+    python -P bench/next_edit.py replay --model MODEL.gguf --out docs/bench/next-edit-replay-gguf.json
 
 ``replay``: the target is forced to emit the true next edit (bench/replay.py: every forward runs
 for real), so each configuration emits the same tokens and only the drafting differs:
@@ -41,7 +42,11 @@ def load_target(args):
         if not (directory / "config.json").is_file():
             save_shape(args.shape, directory, dtype="float32", seed=0)
         return TargetModel.load(str(directory), device="cpu")
-    return TargetModel.load(str(target_path() if args.model == "shipped" else args.model), device="cpu")
+    if args.model != "shipped":  # a directory, FILE.gguf or ollama:NAME: the backend that reads it
+        from codespec.backends import load_target as load_backend
+
+        return load_backend(args.model, device="cpu", threads=args.threads)
+    return TargetModel.load(str(target_path()), device="cpu")
 
 
 def case_request(case, renderer):
@@ -205,10 +210,11 @@ def real(args) -> dict:
 def setup(args, raw) -> dict:
     import torch
 
+    gguf = hasattr(raw, "kv_capacity")  # codespec.llama_cpp_target.LlamaCppTarget
     return {
         "model": args.shape or args.model,
-        "backend": "pytorch fp32 (cpu)",
-        "threads": torch.get_num_threads(),
+        "backend": "llama.cpp (cpu)" if gguf else "pytorch fp32 (cpu)",
+        "threads": raw.threads if gguf else torch.get_num_threads(),
         "batch": 1,
         "max_draft": 64,
         "machine": platform.processor() or platform.machine(),
@@ -219,7 +225,8 @@ def setup(args, raw) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("mode", choices=("replay", "real"))
-    parser.add_argument("--model", default="shipped", help="a model directory, or 'shipped'")
+    parser.add_argument("--model", default="shipped", help="a model directory, FILE.gguf, or 'shipped'")
+    parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads for a GGUF model")
     parser.add_argument("--shape", default=None, help="a random checkpoint of this shape (bench/shapes.py)")
     parser.add_argument("--cache", default="/tmp/codespec-shapes", help="where --shape checkpoints are kept")
     parser.add_argument("--cases", type=int, default=None, help="the first N cases (default: all)")
