@@ -211,26 +211,24 @@ def beside_rewrite(client, bodies: list[dict], workload: Path, max_context: int)
     edits = edit_bodies(workload.with_name("edits-httpx.jsonl"), 3, min(6000, max_context), 1024, None)
     stop = threading.Event()
     rewrites = [0]
-    failed: list[BaseException] = []
+    failed: list[Exception] = []
 
     def rewrite_loop() -> None:
-        try:
-            rewrite_until_stopped()
-        except BaseException as error:  # reported by the measuring thread
-            failed.append(error)
-
-    def rewrite_until_stopped() -> None:
         number = 0
         while not stop.is_set():
             body = dict(edits[number % len(edits)])
             body.pop("stream", None)
             extra = {key: body.pop(key) for key in ("prediction", "path") if key in body}
             extra["path"] = f"bench/beside/rewrite/{number}"
-            stream = client.chat.completions.create(**body, extra_body=extra, stream=True)
-            for _ in stream:
-                if stop.is_set():
-                    stream.close()  # the client goes: the server cancels the rewrite
-                    break
+            try:
+                stream = client.chat.completions.create(**body, extra_body=extra, stream=True)
+                for _ in stream:
+                    if stop.is_set():
+                        stream.close()  # the client goes: the server cancels the rewrite
+                        break
+            except Exception as error:  # reported by the measuring thread
+                failed.append(error)
+                return
             rewrites[0] += 1
             number += 1
 

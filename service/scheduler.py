@@ -4,7 +4,7 @@ Each **cycle** every active request plans its step (a draft of its own length, 0
 chunk of its prompt), **one target forward** runs them all (``Target.forward_many``: a ragged
 batch, each sequence over its own cache, codespec/ragged.py), and each request verifies and
 streams its own. Requests join between cycles while the batch has room (``max_batch`` requests,
-``max_cached_tokens`` KV positions; inline completions first, with ``COMPLETION_HEADROOM`` places
+``max_cached_tokens`` KV positions; interactive requests first, with ``COMPLETION_HEADROOM`` places
 beyond the cap) and leave when they finish, fail or are cancelled, before the next forward
 (docs/architecture.md, "Batching"). While an inline completion or a next edit decodes, the other
 requests join its forwards one cycle in ``MAX_YIELD + 1``. The engine service (``service.engine``)
@@ -28,7 +28,7 @@ from service.schema import RequestKind
 log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 32  # tokens per cycle of a background prefill (a request arriving meanwhile waits <= one chunk)
-COMPLETION_HEADROOM = 2  # inline completions admitted beyond max_batch (a user is typing)
+COMPLETION_HEADROOM = 2  # interactive requests admitted beyond max_batch (a user is typing)
 PROMPT_CHUNK = 512  # most prompt tokens a request prefills in one cycle, alone or not
 # On a CPU a chunk's forward costs about 2 x parameters FLOPs a row: a chunk is held near
 # CPU_CHUNK_FLOPS (~0.6 s on two cores), at least MIN_PROMPT_CHUNK rows, since a cycle cannot be
@@ -95,17 +95,18 @@ class Scheduler:
 
     def admit(self, start: Callable[[Job], None]) -> None:
         """Move waiting jobs into the batch while it has room; ``start`` builds a job's decoding and
-        puts it in ``active`` (or finishes it at once). In order, except that inline completions
-        (what a user is waiting on as they type) go first and have ``COMPLETION_HEADROOM`` places
-        beyond the cap, so background rewrites filling the batch delay them by one cycle at most.
-        One job always fits, whatever its size."""
-        self.waiting.sort(key=lambda job: job.request.kind is not RequestKind.COMPLETE)  # stable
+        puts it in ``active`` (or finishes it at once). In order, except that interactive requests
+        (inline completions and next edits: what a user is waiting on as they type) go first and
+        have ``COMPLETION_HEADROOM`` places beyond the cap, so background rewrites filling the batch
+        delay them by one cycle at most. One job always fits, whatever its size."""
+        self.waiting.sort(key=lambda job: not job.request.kind.interactive)  # stable
         while self.waiting:
             decoding = [job for job in self.active if job.request.kind.decodes]
             held = sum(len(job.cache) for job in self.active if job.cache is not None)
             job = self.waiting[0]
-            room = self.max_batch + (COMPLETION_HEADROOM if job.request.kind is RequestKind.COMPLETE else 0)
-            tokens = self.max_cached_tokens * (2 if job.request.kind is RequestKind.COMPLETE else 1)
+            interactive = job.request.kind.interactive
+            room = self.max_batch + (COMPLETION_HEADROOM if interactive else 0)
+            tokens = self.max_cached_tokens * (2 if interactive else 1)
             if job.request.kind.decodes and decoding and (len(decoding) >= room or held >= tokens):
                 return
             self.waiting.pop(0)

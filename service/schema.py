@@ -43,8 +43,8 @@ class RequestKind(enum.StrEnum):
 
     @property
     def interactive(self) -> bool:
-        """What a user waits on as they type (ghost text, a next-edit suggestion): beside it the other
-        requests mostly sit out (``service.scheduler``)."""
+        """What a user waits on as they type (ghost text, a next-edit suggestion): it is admitted
+        first, and beside it the other requests mostly sit out (``service.scheduler``)."""
         return self in (RequestKind.COMPLETE, RequestKind.NEXT_EDIT)
 
     @property

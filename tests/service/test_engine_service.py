@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -113,7 +114,7 @@ def test_a_request_takes_over_a_documents_background_prefill(service):
     blocked = service.call(gate.wait)
     completion = service.submit(request)
     while completion.prepared is None:
-        threading.Event().wait(0.01)
+        time.sleep(0.01)
     gate.set()
     blocked.result(WAIT_S)
     result = completion.wait(WAIT_S)
