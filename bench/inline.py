@@ -224,8 +224,8 @@ async def bench(args) -> dict:
 def bench_in_process(args) -> dict:
     """The same cold / keystroke requests straight into the engine service (no LSP transport, no
     index): separates engine latency from protocol overhead."""
+    from service.inline import completion_request
     from service.options import CompletionOptions, EngineOptions, ServerOptions
-    from service.requests import completion_request
     from service.runtime import close_service, start_service
 
     options = ServerOptions(

@@ -36,8 +36,7 @@ def run_load(target, raw, models, cases, plan, settings, say) -> dict:
 
 def _messages_and_recordings(target, cases, options, settings, end_id):
     from codespec.prompts import PromptRenderer, Rewrite
-    from service.inline import resolve_windows
-    from service.requests import completion_request
+    from service.inline import completion_request, resolve_windows
 
     # The windows the websocket server will use for these prompts (EngineService.windows).
     windows = resolve_windows(

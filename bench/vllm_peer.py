@@ -29,8 +29,7 @@ def prepare(args) -> int:
     from codespec.config import GenerationLimits
     from codespec.decode import generate_all
     from codespec.prompts import PromptRenderer
-    from service.edit import plan_text_edit
-    from service.requests import edit_request
+    from service.edit import edit_request, plan_text_edit
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

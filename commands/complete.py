@@ -78,10 +78,9 @@ def cursor_offset(text: str, line: int, column: int) -> int:
 
 def complete_once(args) -> int:
     from service.indexing import index_folders
-    from service.inline import trim_completion
+    from service.inline import completion_request, trim_completion
     from service.jobs import GenerationRequest
     from service.options import CompletionOptions, ServerOptions
-    from service.requests import completion_request
     from service.runtime import close_service, start_service
     from service.schema import Sampling
 

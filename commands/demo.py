@@ -151,11 +151,10 @@ def rewrite_regions(workspace: Path) -> list[tuple[Path, str, str]]:
 
 
 def run(args) -> int:
-    from service.edit import plan_text_edit
+    from service.edit import edit_request, plan_text_edit
     from service.indexing import index_folders
-    from service.inline import trim_completion
+    from service.inline import completion_request, trim_completion
     from service.options import EngineOptions, ServerOptions
-    from service.requests import completion_request, edit_request
     from service.runtime import close_service, start_service
 
     if not args.workspace.is_dir():

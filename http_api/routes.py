@@ -1,7 +1,7 @@
 """What one HTTP request does with the engine (``http_api.server`` routes to it): the request it builds,
 the generation it streams or answers, the prediction tokens it counts.
 
-:class:`HttpDoor` builds engine requests with ``service.requests`` (the builders every door uses) and
+:class:`HttpDoor` builds engine requests with the service's request builders (the ones every door uses) and
 holds the count of running generations. :class:`Generation` is the response, an ASGI app of its
 own: it listens for the client's ``http.disconnect`` while the job runs (a client that goes away
 cancels its job, which stops at its next cycle), and a streamed response's headers wait for the
@@ -37,11 +37,11 @@ from http_api.schema import (
     usage_body,
     usage_chunk,
 )
-from service.edit import plan_text_edit
+from service.edit import edit_request, plan_text_edit
 from service.engine import EngineService
-from service.jobs import AsyncJob, GenerationRequest, JobResult
+from service.inline import completion_request
+from service.jobs import AsyncJob, GenerationRequest, JobResult, prompt_request
 from service.options import HttpLimits, ServerOptions
-from service.requests import completion_request, edit_request, prompt_request
 
 log = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json")]

@@ -44,13 +44,12 @@ from service import edit as edit_logic
 from service import indexing
 from service.edit_history import EditHistory
 from service.engine import EngineService
-from service.inline import Suggestion, trim_completion, typed_along, warm_prompt
+from service.inline import Suggestion, completion_request, trim_completion, typed_along, warm_prompt
 from service.jobs import AsyncJob, GenerationRequest, NewestJobs
 from service.logsafe import clip
 from service.next_edit import rule_inputs
 from service.options import ServerOptions, parse_options
 from service.positions import LineIndex, PositionError
-from service.requests import completion_request, edit_request
 from service.runtime import close_service, start_service
 from service.schema import RequestKind
 
@@ -344,7 +343,9 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
             ls.protocol.notify(EDIT_DELTA, {"editId": edit_id, "uri": uri, "text": text})
 
         recent = rule_inputs(ls.edit_history.recent(uri))  # the rewrite drafts them repeated, too
-        request = edit_request(plan, cache_key=f"edit:{uri}", uri=uri, cursor=plan.start, edits=recent, origin="lsp")
+        request = edit_logic.edit_request(
+            plan, cache_key=f"edit:{uri}", uri=uri, cursor=plan.start, edits=recent, origin="lsp"
+        )
         result = await AsyncJob(ls.service, request, on_delta).result()
         return edit_logic.edit_response(edit_id, raw["range"], result)
 

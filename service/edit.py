@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from codespec.prompts import Rewrite
+from service.jobs import GenerationRequest, request_of
 from service.positions import PositionError, range_offsets
+from service.schema import RequestKind, Sampling
 
 
 class EditParamsError(ValueError):
@@ -91,3 +94,37 @@ def edit_response(edit_id: str, rng: dict, result) -> dict:
 
 
 __all__ = ["EditPlan", "EditParamsError", "PositionError", "as_dict", "plan_edit", "plan_text_edit", "edit_response"]
+
+
+def edit_request(
+    plan: EditPlan,
+    *,
+    sampling: Sampling = Sampling(),
+    cache_key: str | None = None,
+    uri: str | None = None,
+    cursor: int | None = None,
+    whole_budget: bool = False,
+    edits: tuple[tuple[str, str], ...] = (),
+    origin: str = "",
+) -> GenerationRequest:
+    """A rewrite of ``plan``'s region: its text (or the client's prediction) is the reference draft;
+    ``edits``: the user's recent edits (next-edit drafting repeats them in the region).
+
+    ``plan.max_tokens`` is a budget on top of the reference's length (a rewrite is about as long as
+    its region), or with ``whole_budget`` the whole budget (OpenAI's ``max_tokens``); it is the
+    budget (``sampling.max_tokens`` is not read).
+    """
+    kind = RequestKind.CHAT if whole_budget else RequestKind.EDIT
+    return request_of(
+        Rewrite(plan.original, plan.instruction),
+        plan.max_tokens,
+        kind,
+        sampling,
+        sampling.stop or (),
+        reference=plan.reference,
+        edits=edits,
+        cache_key=cache_key,
+        uri=uri,
+        cursor=cursor,
+        origin=origin,
+    )

@@ -15,6 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codespec.prompts import Fim, PromptRenderer
+from service.jobs import GenerationRequest, request_of
+from service.options import ServerOptions
+from service.schema import RequestKind, Sampling
 
 WINDOW_CHUNK = 1024  # characters the prompt window's start moves by
 CHARS_PER_TOKEN = 2.5  # a conservative estimate for code (byte-level BPEs give 3-4)
@@ -175,3 +178,48 @@ def typed_along(shown: Suggestion | None, document_text: str, offset: int) -> st
         return None
     rest = shown.text[len(typed) :]
     return rest or None
+
+
+def completion_request(
+    text: str,
+    offset: int,
+    options: ServerOptions,
+    windows: tuple[int, int],
+    *,
+    invoked: bool,
+    uri: str | None = None,
+    cache_key: str | None = None,
+    reference: str | None = None,
+    sampling: Sampling = Sampling(),
+    deadline: bool = True,
+    origin: str = "",
+) -> tuple[GenerationRequest, CompletionContext]:
+    """A completion at code point ``offset`` of ``text``; ``windows`` from ``EngineService.windows``.
+
+    ``sampling.stop`` replaces the cursor's stop rule (a newline for a line, a blank line for a block);
+    ``reference`` is a reference draft (the rest of a shown suggestion, a client's prediction).
+    ``deadline``: stop at ``options.completion.deadline_ms`` (an editor no longer waits for a late completion).
+    """
+    context = completion_context(
+        text,
+        offset,
+        options.completion.line_tokens,
+        options.completion.block_tokens,
+        *windows,
+        invoked=invoked,
+        mode=options.completion.mode,
+    )
+    request = request_of(
+        Fim(context.prefix, context.suffix),
+        sampling.max_tokens or context.max_tokens,
+        RequestKind.COMPLETE,
+        sampling,
+        context.stop if sampling.stop is None else sampling.stop,
+        reference=reference,
+        cache_key=cache_key,
+        uri=uri,
+        cursor=offset,
+        deadline_s=options.completion.deadline_ms / 1000 if deadline else None,
+        origin=origin,
+    )
+    return request, context

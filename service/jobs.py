@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from codespec.prompts import Prompt
-from service.schema import RequestKind
+from service.schema import RequestKind, Sampling
 
 DeltaCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One completion or rewrite (built by ``service.requests``); the service renders its prompt."""
+    """One completion or rewrite (built by ``request_of``: ``service.inline`` for completions, ``service.edit`` for rewrites); the service renders its prompt."""
 
     prompt: Prompt  # what is asked (codespec.prompts.Fim / Rewrite), or a plain string
     max_tokens: int
@@ -43,6 +43,53 @@ class GenerationRequest:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", RequestKind(self.kind))  # a kind's name is accepted too
+
+
+def request_of(
+    prompt: Prompt, max_tokens: int, kind: RequestKind, sampling: Sampling, stop: tuple[str, ...], **where: Any
+) -> GenerationRequest:
+    """The one place a request is built from a prompt and the client's sampling; ``where``: reference, edits, cache_key, uri, cursor, deadline_s, origin (``GenerationRequest``'s fields)."""
+    return GenerationRequest(
+        prompt=prompt,
+        max_tokens=max_tokens,
+        kind=kind,
+        stop=tuple(stop),
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        seed=sampling.seed,
+        proposer=sampling.proposer,
+        **where,
+    )
+
+
+def prompt_request(
+    prompt: str,
+    max_tokens: int,
+    *,
+    chat: bool = False,
+    sampling: Sampling = Sampling(),
+    reference: str | None = None,
+    edits: tuple[tuple[str, str], ...] = (),
+    cache_key: str | None = None,
+    uri: str | None = None,
+    origin: str = "",
+) -> GenerationRequest:
+    """A prompt the client rendered itself (an OpenAI plain completion, a chat rendered by the
+    model's template), sent as it is; ``chat`` ends it without the completion's loop stop;
+    ``edits``: the user's recent edits the prompt shows (a next-edit prompt)."""
+    kind = RequestKind.CHAT if chat else RequestKind.COMPLETE
+    return request_of(
+        prompt,
+        max_tokens,
+        kind,
+        sampling,
+        sampling.stop or (),
+        reference=reference,
+        edits=edits,
+        cache_key=cache_key,
+        uri=uri,
+        origin=origin,
+    )
 
 
 @dataclass(frozen=True)

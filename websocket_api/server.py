@@ -17,13 +17,12 @@ from typing import Any
 
 from codespec.errors import CodespecError
 from service.auth import Listen, refusal
-from service.edit import plan_text_edit
+from service.edit import edit_request, plan_text_edit
 from service.engine import EngineService
-from service.inline import trim_completion
+from service.inline import completion_request, trim_completion
 from service.jobs import AsyncJob
 from service.logsafe import clip
 from service.options import ServerOptions, WsLimits
-from service.requests import completion_request, edit_request
 from websocket_api.protocol import (
     CancelMessage,
     CompleteMessage,

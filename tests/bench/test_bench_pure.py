@@ -200,7 +200,7 @@ def test_targets_table_shows_the_range_over_repeated_runs():
 
 
 def test_a_completion_case_gives_auto_no_reference_as_the_server_does(tmp_path):
-    """The server's completion request carries no reference (service/requests.completion_request): the
+    """The server's completion request carries no reference (service/inline.completion_request): the
     bench's auto must not get the document as one; the reference configuration alone does."""
     from transformers import AutoTokenizer
 

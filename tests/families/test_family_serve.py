@@ -40,11 +40,10 @@ def expected(target, uri: str):
     """The inline completion and the edit's text by plain decoding, as the server builds them."""
     import dataclasses
 
-    from service.edit import plan_edit
+    from service.edit import edit_request, plan_edit
     from service.engine import EngineService
-    from service.inline import trim_completion
+    from service.inline import completion_request, trim_completion
     from service.options import CompletionOptions, ServerOptions
-    from service.requests import completion_request, edit_request
     from service.schema import Sampling
 
     options = ServerOptions(
