@@ -115,6 +115,7 @@ class Decoding:
         self._first_token_s: float | None = None
         self._last_emit_s = 0.0
         self._step_start = self._proposed = 0.0
+        self._shared = False  # the step in flight shares its forward with other requests
         self._proposer_state = "new"  # -> "open" at the first propose (begin), "closed" (end)
 
     def propose(self, batch: BatchShare = ALONE) -> StepPlan | None:
@@ -140,6 +141,7 @@ class Decoding:
         max_draft = min(self.limits.max_draft_len, remaining - 1, self.target.max_context - len(self.sequence) - 1)
 
         # 1. Draft (the policy inside an "auto" proposer picks source and length).
+        self._shared = batch.requests > 1
         self._step_start = time.perf_counter()
         draft = EMPTY_DRAFT
         if max_draft > 0:
@@ -213,7 +215,9 @@ class Decoding:
             self.stats.token_gaps_s.append(now - self._last_emit_s)
         self._last_emit_s = now
         self.proposer.observe(
-            Outcome(draft, verdict.accepted, tuple(kept), len(self.sequence), step.proposal_s, step.verify_s)
+            Outcome(
+                draft, verdict.accepted, tuple(kept), len(self.sequence), step.proposal_s, step.verify_s, self._shared
+            )
         )
         events.append(StepEvent(step, tuple(kept)))
         if self.reason is None and len(self.output) >= limits.max_new_tokens:

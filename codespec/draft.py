@@ -119,6 +119,7 @@ class Outcome:
     sequence_len: int  # len(prompt + output) after this step
     proposal_s: float = 0.0  # measured cost of drafting this step
     verify_s: float = 0.0  # measured cost of the target forward + verification
+    shared: bool = False  # the forward also ran other requests' rows: its time is the batch's, not this step's
 
     @property
     def rejected(self) -> int:

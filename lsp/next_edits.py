@@ -170,6 +170,7 @@ class NextEdits:
         request, plan = await asyncio.to_thread(self._request, ls, uri, after, cursor, [*edits, accepted], next_version)
         if self.asked.get(uri) != ticket or not plan.window:
             return  # the user asked again meanwhile, or closed the file: this is no longer the next step
+        request = dataclasses.replace(request, ahead=True)  # nobody waits on it: it runs as background work
         try:
             job = AsyncJob(ls.service, request)
         except Exception as error:  # a speculation is only a hint: never fail over it

@@ -143,7 +143,6 @@ class AutoProposer:
         self._steps = 0
         self._steps_seen = 0  # observes over this proposer's life (for refreshing _break_even)
         self._baseline = next((sub for sub in self.subs if sub.name == BASELINE_LOOKUP), None)
-        self._shared = False  # the step in flight shares its forward with other requests
         self._break_even, self._break_even_at = 0.0, 0
 
     @classmethod
@@ -191,7 +190,6 @@ class AutoProposer:
         #    model-free replays); a model's cost is its fitted proposal time, a lookup's is sunk.
         verify_s: VerifyCost
         batch = context.batch
-        self._shared = batch.requests > 1
         if self.config.verify_cost is not None:
             verify_s, plain_s = self.config.verify_cost, self.config.verify_cost[0]
         elif batch.row_cost is not None:  # a shared forward: the scheduler's cost by rows, at this batch's rows
@@ -264,7 +262,7 @@ class AutoProposer:
         if self._proposed and self.config.verify_cost is None:
             self._book_looks(right, first_step=self._steps == 0)
         if self._steps > 0:  # the first step's forward includes the prompt prefill
-            if not self._shared:  # a shared forward's time is the batch's (the scheduler fits it by rows)
+            if not outcome.shared:  # a shared forward's time is the batch's (the scheduler fits it by rows)
                 self.verify_cost.add(drafted, outcome.verify_s)
             seconds = now - self._last_end if self._last_end else outcome.proposal_s + outcome.verify_s
             self.idle.step(seconds)

@@ -40,9 +40,16 @@ class GenerationRequest:
     deadline_s: float | None = None
     proposer: str | None = None  # None: the service default
     origin: str = ""  # who asked: lsp, websocket, http (the request log names it)
+    ahead: bool = False  # asked ahead of the user (a speculated next edit): background, whatever its kind
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", RequestKind(self.kind))  # a kind's name is accepted too
+
+    @property
+    def interactive(self) -> bool:
+        """A user waits on it now (``RequestKind.interactive``, unless asked ahead): the scheduler
+        admits it first and has the other requests mostly sit out beside it."""
+        return self.kind.interactive and not self.ahead
 
 
 def request_of(

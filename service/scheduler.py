@@ -99,12 +99,12 @@ class Scheduler:
         (inline completions and next edits: what a user is waiting on as they type) go first and
         have ``COMPLETION_HEADROOM`` places beyond the cap, so background rewrites filling the batch
         delay them by one cycle at most. One job always fits, whatever its size."""
-        self.waiting.sort(key=lambda job: not job.request.kind.interactive)  # stable
+        self.waiting.sort(key=lambda job: not job.request.interactive)  # stable
         while self.waiting:
             decoding = [job for job in self.active if job.request.kind.decodes]
             held = sum(len(job.cache) for job in self.active if job.cache is not None)
             job = self.waiting[0]
-            interactive = job.request.kind.interactive
+            interactive = job.request.interactive
             room = self.max_batch + (COMPLETION_HEADROOM if interactive else 0)
             tokens = self.max_cached_tokens * (2 if interactive else 1)
             if job.request.kind.decodes and decoding and (len(decoding) >= room or held >= tokens):
@@ -130,7 +130,10 @@ class Scheduler:
         from codespec.draft import EMPTY_DRAFT, BatchShare
 
         planned: list[tuple[Job, StepPlan]] = []
-        typing = any(job.request.kind.interactive and job.decoding is not None for job in self.active)
+        typing = any(job.request.interactive and job.decoding is not None for job in self.active)
+        if not typing:  # the next interactive request starts a fresh count of sit-outs
+            for job in self.active:
+                job.yielded = 0
         running = [job for job in self.active if not (typing and self._yields(job))]
         # what each request's draft is priced against: the others' tokens from the same forward
         expected = {job: job.decoding.recent_tokens for job in running if job.decoding is not None}
@@ -176,9 +179,9 @@ class Scheduler:
 
     @staticmethod
     def _yields(job: Job) -> bool:
-        """Whether ``job`` (not an inline completion or next edit) sits this cycle out beside one.
+        """Whether ``job`` (not what a user waits on) sits this cycle out beside an interactive request.
         Only when it runs changes, never what it computes; a cancelled one runs, to leave at once."""
-        if not job.request.kind.interactive and job.yielded < MAX_YIELD and not job.cancelled:
+        if not job.request.interactive and job.yielded < MAX_YIELD and not job.cancelled:
             job.yielded += 1
             return True
         job.yielded = 0

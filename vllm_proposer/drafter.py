@@ -42,6 +42,7 @@ class Followed:
     proposal_s: float = 0.0
     recent_tokens: float = 1.0  # tokens its last step emitted (what the others price a longer draft against)
     last_rows: int = 1  # rows its last step put in the forward
+    shared: bool = False  # its last step's forward also ran other sequences' rows
 
 
 @dataclass
@@ -133,6 +134,7 @@ class BatchDrafter:
                     log.exception("codespec's proposer failed; this step runs without a draft")
                 state.proposal_s = self.clock() - began
             state.pending = draft if draft.token_ids else None
+            state.shared = len(live) > 1
             state.last_rows = len(draft) + 1
             rows_out += state.last_rows
             drafts.append(list(draft.token_ids))
@@ -188,7 +190,9 @@ class BatchDrafter:
         for depth in range(accepted):
             stats.by_depth[depth] += 1
         try:
-            state.proposer.observe(Outcome(draft, accepted, emitted, len(row.tokens), state.proposal_s, step_s))
+            state.proposer.observe(
+                Outcome(draft, accepted, emitted, len(row.tokens), state.proposal_s, step_s, state.shared)
+            )
         except Exception:
             log.exception("codespec's proposer failed to take its outcome")
 

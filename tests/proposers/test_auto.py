@@ -520,7 +520,10 @@ def test_shared_forwards_stay_out_of_the_one_request_cost_table(tiny_target):
         draft = auto.propose(
             ProposeContext(sequence, len(sequence), 4, batch=BatchShare(requests, 2.0 * (requests - 1)))
         )
-        auto.observe(Outcome(draft, 0, (5,), len(sequence) + 1, 0.0, 0.05 * requests))
+        auto.observe(Outcome(draft, 0, (5,), len(sequence) + 1, 0.0, 0.05 * requests, shared=requests > 1))
+    # a step with no room to draft is observed without a propose: its own outcome says it was shared
+    for _ in range(5):
+        auto.observe(Outcome(Draft(), 0, (5,), len(sequence) + 1, 0.0, 0.5, shared=True))
     curve = auto.verify_cost.curve()
     assert curve(0) == pytest.approx(0.05, rel=0.1) and curve(1) == pytest.approx(0.05, rel=0.1)
     auto.end()

@@ -201,6 +201,58 @@ def test_a_rewrite_sits_out_most_cycles_of_an_inline_completion_and_still_moves(
     assert 1 <= len(shared) <= len(with_completion) // (MAX_YIELD + 1) + 1
 
 
+def _beside_a_rewrite(server_target, requests: list[GenerationRequest]) -> list[list[bool]]:
+    """Each of ``requests`` in turn (one after the other) while a long rewrite streams; per request,
+    whether each forward that carried it carried the rewrite too."""
+    target = RecordingTarget(server_target)
+    service = EngineService(target, proposer="none", max_draft=8)
+    per_request = []
+    try:
+        started = threading.Event()
+        rewrite = service.submit(
+            GenerationRequest(prompt=CODE, max_tokens=4000, kind=RequestKind.EDIT), on_delta=lambda text: started.set()
+        )
+        assert started.wait(WAIT_S)
+        for request in requests:
+            job = service.submit(request)
+            job.wait(WAIT_S)
+            per_request.append(job.cache)
+        rewrite_cache = rewrite.cache
+        assert not rewrite.future.done()
+        rewrite.cancel()
+        rewrite.wait(WAIT_S)
+    finally:
+        service.close()
+    carried = [[caches for caches in target.cycles if any(c is cache for c in caches)] for cache in per_request]
+    return [[any(c is rewrite_cache for c in caches) for caches in own] for own in carried]
+
+
+def test_each_inline_completion_starts_a_fresh_count_of_sit_outs(server_target):
+    """The rewrite sits out the first MAX_YIELD cycles of every completion, also of one that comes
+    after another completion ended part-way through the rewrite's count."""
+    from service.scheduler import MAX_YIELD
+
+    completions = [
+        GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=11, proposer="none", cache_key="a"),
+        GenerationRequest(prompt="def mul(a, b):\n    return", max_tokens=24, proposer="none", cache_key="b"),
+    ]
+    carried = _beside_a_rewrite(server_target, completions)
+    for cycles in carried:
+        assert len(cycles) > MAX_YIELD
+        assert not any(cycles[: MAX_YIELD - 1])  # its first cycle may be the prompt's, before it decodes
+
+
+def test_a_next_edit_asked_ahead_does_not_make_others_sit_out(server_target):
+    """A speculated next edit (nobody waits on it yet) is background work: the rewrite shares its forwards."""
+    ahead = GenerationRequest(
+        prompt="def add(a, b):\n    return", max_tokens=24, kind=RequestKind.NEXT_EDIT, proposer="none", ahead=True
+    )
+    assert RequestKind.NEXT_EDIT.interactive and not ahead.interactive
+    carried = _beside_a_rewrite(server_target, [ahead])
+    decoding = carried[0][1:]  # after its prompt's forward
+    assert len(decoding) >= 8 and all(decoding)
+
+
 def test_an_evicted_cache_is_reused_for_the_next_new_document(server_target):
     from service.bookkeeping import CachePool
 
