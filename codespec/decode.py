@@ -67,6 +67,16 @@ class StepPlan:
     draft: Draft
     prefill: bool = False  # a chunk of a long prompt: its logits are not used, nothing is emitted
 
+    @property
+    def prompt_rows(self) -> int:
+        """Rows of prompt (or of text not yet in the cache) this plan runs, besides its draft and
+        the one token a decoding step always feeds."""
+        return len(self.input_ids) - (0 if self.prefill else len(self.draft) + 1)
+
+
+HOLD = StepPlan([], 0, EMPTY_DRAFT, prefill=True)  # nothing this cycle: the scheduler's prompt budget is spent
+SMALL_TAIL = 16  # uncached tokens a step runs whatever the prompt budget (a keystroke's few)
+
 
 class Decoding:
     """One request's decoding, as steps a scheduler drives: :meth:`propose` a draft, run the target
@@ -118,9 +128,12 @@ class Decoding:
         self._shared = False  # the step in flight shares its forward with other requests
         self._proposer_state = "new"  # -> "open" at the first propose (begin), "closed" (end)
 
-    def propose(self, batch: BatchShare = ALONE) -> StepPlan | None:
+    def propose(self, batch: BatchShare = ALONE, prompt_room: int | None = None) -> StepPlan | None:
         """The next forward this request needs, or None when it is over (see ``reason``).
-        ``batch``: the rest of the scheduler's cycle, for the proposer's pricing of its draft."""
+        ``batch``: the rest of the scheduler's cycle, for the proposer's pricing of its draft.
+        ``prompt_room``: prompt rows the cycle has left (None: no limit); with none left, a request
+        with more than ``SMALL_TAIL`` uncached tokens gets :data:`HOLD` (no forward this cycle, and
+        nothing asked of its proposer; its chunks are the same whenever they run)."""
         if self.reason is not None:
             return None
         if self._proposer_state == "new":  # begun with the first step, as the request starts decoding
@@ -133,6 +146,8 @@ class Decoding:
             self.reason = "deadline"
             return None
         uncached = self.sequence[len(self.cache) :]
+        if prompt_room is not None and prompt_room <= 0 and len(uncached) > SMALL_TAIL:
+            return HOLD
         if self.prefill_chunk is not None and len(uncached) > self.prefill_chunk:  # 0. a prompt chunk first
             return StepPlan(uncached[: self.prefill_chunk], 1, EMPTY_DRAFT, prefill=True)
         remaining = self.limits.max_new_tokens - len(self.output)

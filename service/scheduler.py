@@ -36,6 +36,14 @@ PROMPT_CHUNK = 512  # most prompt tokens a request prefills in one cycle, alone 
 # (docs/architecture.md, "Batching").
 CPU_CHUNK_FLOPS = 1.3e11
 MIN_PROMPT_CHUNK = 64
+# Prompt rows all requests together prefill in one cycle, in chunks: a cycle cannot be interrupted,
+# so this bounds how long one holds everyone (64 clients' prompts arriving at once would otherwise
+# be one forward of 64 chunks: ~30 s at the qwen2.5-coder-0.5b body on a CPU). A few chunks, not
+# one: a larger forward reads the weights once for more rows (8 completion prompts at that body
+# were all done in 10.9-11.4 s with room for 4 or 8 chunks a cycle, 12.4 s with room for one;
+# taking interactive prompts strictly one at a time answered the first in 4.3 s instead of 10.5 s
+# but all 8 in 14.6 s, docs/architecture.md "Batching").
+BUDGET_CHUNKS = 4
 # Beside an inline completion or a next edit (what a user waits on while typing) every other
 # request sits out MAX_YIELD cycles of each MAX_YIELD + 1: the completion's forwards carry a
 # teammate's rewrite or chat (its prompt chunks, its drafts) one cycle in eight, and the rewrite
@@ -85,6 +93,7 @@ class Scheduler:
         self.active: list[Job] = []  # in the batch: one forward serves them all each cycle
         self.waiting: list[Job] = []  # submitted, waiting for a place in the batch
         self.row_cost = LinearCost("flat", decay=0.95)  # batched forwards: seconds ~ a + b * rows
+        self.prompt_budget = BUDGET_CHUNKS * prompt_chunk(target)  # prompt rows a cycle, over all requests
         self._finish = finish
         self._fail = fail
 
@@ -126,7 +135,7 @@ class Scheduler:
         """One cycle: each active request plans its step (a draft, a prompt chunk), one
         ``forward_many`` runs them all, each request verifies and streams its own. A request that
         is over, cancelled or failed leaves before the forward."""
-        from codespec.decode import StepPlan
+        from codespec.decode import HOLD, StepPlan
         from codespec.draft import EMPTY_DRAFT, BatchShare
 
         planned: list[tuple[Job, StepPlan]] = []
@@ -140,25 +149,35 @@ class Scheduler:
         everyone = sum(expected.values())
         all_rows = sum(job.last_rows for job in running)
         row_cost = self.row_cost.fit() if self.row_cost.fitted and len(running) > 1 else None
-        for job in running:
+        # prompt rows are handed out in priority order: what a user waits on, then by arrival, a
+        # document's background prefill last; the forward keeps the batch's own order
+        place = {job: index for index, job in enumerate(self.active)}
+        room = self.prompt_budget
+        for job in sorted(running, key=self._prompt_priority):
             try:
                 if job.request.kind is RequestKind.PREFILL:
                     done = len(job.cache) >= len(job.prefill_ids)
                     if job.cancelled or done:
                         self._retire_prefill(job, "cancelled" if job.cancelled and not done else "length")
                         continue
+                    if room <= 0:
+                        continue
                     chunk = job.prefill_ids[len(job.cache) : len(job.cache) + PREFILL_CHUNK]
-                    planned.append((job, StepPlan(chunk, 1, EMPTY_DRAFT, prefill=True)))
-                    continue
-                share = BatchShare(len(running), everyone - expected.get(job, 0.0), all_rows - job.last_rows, row_cost)
-                plan = job.decoding.propose(share)
+                    plan = StepPlan(chunk, 1, EMPTY_DRAFT, prefill=True)
+                else:
+                    share = BatchShare(
+                        len(running), everyone - expected.get(job, 0.0), all_rows - job.last_rows, row_cost
+                    )
+                    plan = job.decoding.propose(share, prompt_room=room)
             except Exception as error:  # a failed request must not take the service down
                 self.drop(job, error)
                 continue
             if plan is None:
                 self._deliver(job, job.decoding.finish())
-            else:
+            elif plan is not HOLD:
+                room -= plan.prompt_rows
                 planned.append((job, plan))
+        planned.sort(key=lambda pair: place[pair[0]])
         if not planned:
             return
         self.stats.cycles += 1
@@ -176,6 +195,11 @@ class Scheduler:
                     self.drop(job, error)
                     continue
                 self._deliver(job, events)
+
+    @staticmethod
+    def _prompt_priority(job: Job) -> tuple[bool, bool]:
+        """Who gets prompt rows first (``sorted`` is stable: then the batch's order, by arrival)."""
+        return not job.request.interactive, job.request.kind is RequestKind.PREFILL
 
     @staticmethod
     def _yields(job: Job) -> bool:

@@ -157,12 +157,14 @@ class RecordingTarget:
     def __init__(self, target) -> None:
         self._target = target
         self.cycles: list[list] = []
+        self.rows: list[list[int]] = []  # per cycle, each request's rows
 
     def __getattr__(self, name):
         return getattr(self._target, name)
 
     def forward_many(self, inputs, caches, keep_last):
         self.cycles.append(list(caches))
+        self.rows.append([len(ids) for ids in inputs])
         return self._target.forward_many(inputs, caches, keep_last)
 
 
@@ -289,3 +291,60 @@ def test_prompt_chunks_are_fixed_per_target_and_shorter_for_larger_models_on_a_c
         assert service.prompt_chunk == prompt_chunk(server_target)
     finally:
         service.close()
+
+
+def _serve_long_prompts(server_target, requests, together: bool, budget_chunks: int = 4):
+    """``requests`` alone (one after another) or together, with 64-token prompt chunks; the texts,
+    the recording target and each request's cache."""
+    target = RecordingTarget(server_target)
+    service = EngineService(target, proposer="none", max_draft=8)
+    service.prompt_chunk = 64
+    service.scheduler.prompt_budget = 64 * budget_chunks
+    try:
+        if together:
+            jobs = [service.submit(request) for request in requests]
+            texts = [job.wait(WAIT_S).text for job in jobs]
+        else:
+            jobs, texts = [], []
+            for request in requests:
+                jobs.append(service.submit(request))
+                texts.append(jobs[-1].wait(WAIT_S).text)
+        rows = [
+            {id(cache): count for cache, count in zip(caches, counts, strict=True)}
+            for caches, counts in zip(target.cycles, target.rows, strict=True)
+        ]
+        return texts, rows, [id(job.cache) for job in jobs]
+    finally:
+        service.close()
+
+
+def test_prompts_past_the_budget_prefill_in_turn_beside_a_decoding_request(server_target):
+    """With room for one chunk a cycle, two long prompts arriving together prefill one after the
+    other (in arrival order), while a short request decodes every cycle; every output is the one it
+    gets alone."""
+    short = GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=300, proposer="none", cache_key="c")
+    long_a = GenerationRequest(prompt=CODE * 2, max_tokens=8, proposer="none", cache_key="a")
+    long_b = GenerationRequest(prompt=CODE[::-1] * 2, max_tokens=8, proposer="none", cache_key="b")
+    requests = [short, long_a, long_b]
+    alone, _, _ = _serve_long_prompts(server_target, requests, together=False, budget_chunks=1)
+    together, cycles, (c, a, b) = _serve_long_prompts(server_target, requests, together=True, budget_chunks=1)
+    assert together == alone
+    assert not any(cycle.get(a, 0) >= 64 and cycle.get(b, 0) >= 64 for cycle in cycles)
+    first_b = next(i for i, cycle in enumerate(cycles) if b in cycle)
+    a_chunks = [i for i, cycle in enumerate(cycles) if cycle.get(a, 0) >= 64]
+    assert len(a_chunks) >= 4 and max(a_chunks) < first_b  # a's prompt first, then b's
+    assert any(c in cycle and max(cycle.values()) >= 64 for cycle in cycles)  # c decodes beside the chunks
+
+
+def test_background_prompts_share_cycles_within_the_prompt_budget(server_target):
+    """Rewrites' prompts prefill together, at most the budget's rows of prompt a cycle (two chunks
+    here), and each output is the one it gets alone."""
+    rewrites = [
+        GenerationRequest(prompt=CODE[i:] * 2, max_tokens=8, kind=RequestKind.EDIT, proposer="none", cache_key=str(i))
+        for i in range(3)
+    ]
+    alone, _, _ = _serve_long_prompts(server_target, rewrites, together=False, budget_chunks=2)
+    together, cycles, caches = _serve_long_prompts(server_target, rewrites, together=True, budget_chunks=2)
+    assert together == alone
+    chunks_a_cycle = [sum(1 for cache in caches if cycle.get(cache, 0) >= 64) for cycle in cycles]
+    assert max(chunks_a_cycle) == 2  # shared, and within the budget
