@@ -150,8 +150,9 @@ class Trace:
 class VSCode:
     """One code-server with the extension installed, one browser page on it."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, model: str | None = None):
         self.root = root
+        self.model = model  # codespec.model: None for the shipped model, else a path (a GGUF file)
         self.workspace = root / "workspace"
         self.user_data = root / "user-data"
         self.extensions = root / "extensions"
@@ -194,6 +195,7 @@ class VSCode:
         settings = {
             "codespec.command": shutil.which("codespec"),
             "codespec.device": "cpu",
+            **({"codespec.model": self.model} if self.model else {}),
             # vscode-languageclient logs every JSON-RPC message (needs the channel at trace level:
             # code-server runs with --log trace)
             "codespec.trace.server": {"verbosity": "verbose", "format": "json"},
@@ -417,10 +419,23 @@ def group_alive(group: int) -> bool:
         return True
 
 
-@pytest.fixture(scope="module")
-def vscode(vscode_installed, editors_outcome):
-    root = Path(tempfile.mkdtemp(prefix="codespec-vscode-"))
-    session = VSCode(root)
+def gguf_model(tmp_path_factory) -> str:
+    """The shipped model as a Q8_0 GGUF file (the llama.cpp backend)."""
+    pytest.importorskip("llama_cpp", reason="the llama.cpp backend needs: pip install 'codespec[gguf]'")
+    pytest.importorskip("gguf", reason="export needs gguf-py: pip install 'codespec[gguf]'")
+    from codespec.default_model import target_path
+    from codespec.gguf_export import export_gguf
+
+    return str(export_gguf(target_path(), tmp_path_factory.mktemp("gguf") / "default-q8_0.gguf", "q8_0"))
+
+
+# Each test runs in one VS Code whose server uses the shipped model as it ships (PyTorch), then in
+# one whose server runs it as a GGUF file on llama.cpp (the codespec.model setting).
+@pytest.fixture(scope="module", params=["pytorch", "llama.cpp"])
+def vscode(request, vscode_installed, editors_outcome, tmp_path_factory):
+    model = gguf_model(tmp_path_factory) if request.param == "llama.cpp" else None
+    root = Path(tempfile.mkdtemp(prefix=f"codespec-vscode-{request.param.replace('.', '')}-"))
+    session = VSCode(root, model)
     ready = False
     try:
         session.prepare()
