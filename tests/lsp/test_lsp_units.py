@@ -200,6 +200,7 @@ def test_a_documents_background_prefill_waits_until_the_user_stays_on_it(monkeyp
     """didOpen schedules the prefill WARM_DELAY_S later; a completion (or closing the file) first
     cancels it, so flipping through files or asking at once costs no prefill."""
     from lsp import server as server_module
+    from lsp import workspace
 
     async def scenario():
         ls = server_module.CodespecServer()
@@ -210,16 +211,16 @@ def test_a_documents_background_prefill_waits_until_the_user_stays_on_it(monkeyp
             calls.append(document.uri)
             warmed.set()
 
-        monkeypatch.setattr(server_module, "warm_document", spy)
+        monkeypatch.setattr(workspace, "warm_document", spy)
         flipped = ls.documents.open("file:///flipped.py", "x = 1\n", 1)
-        server_module.schedule_warm(ls, flipped)
+        workspace.schedule_warm(ls, flipped)
         ls.documents.close(flipped.uri)
-        server_module.cancel_warm(ls, flipped.uri)  # what didClose does
+        workspace.cancel_warm(ls, flipped.uri)  # what didClose does
         asked = ls.documents.open("file:///asked.py", "y = 2\n", 1)
-        server_module.schedule_warm(ls, asked)
-        server_module.cancel_warm(ls, asked.uri)  # what a completion request does
+        workspace.schedule_warm(ls, asked)
+        workspace.cancel_warm(ls, asked.uri)  # what a completion request does
         stayed = ls.documents.open("file:///stayed.py", "z = 3\n", 1)
-        server_module.schedule_warm(ls, stayed)
+        workspace.schedule_warm(ls, stayed)
         assert calls == []  # nothing before the delay
         await asyncio.wait_for(warmed.wait(), 30)
         return calls, ls.warm_timers
