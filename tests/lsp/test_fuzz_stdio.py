@@ -13,7 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.soak import LspState, Send, StdioServer, Tally, check_lsp_batch, frame, in_sequence, lsp_message, settle
+from bench.soak import LspState, Send, check_lsp_batch, in_sequence, lsp_message, settle
+from bench.soak_stdio import StdioServer
+from bench.soak_values import Tally, frame
 
 pytestmark = pytest.mark.slow  # a subprocess server under fuzzing: `python -m pytest --full` runs it
 

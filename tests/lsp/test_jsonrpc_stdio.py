@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from bench.soak import StdioServer, frame
+from bench.soak_stdio import StdioServer
+from bench.soak_values import frame
 
 pytestmark = pytest.mark.slow  # a subprocess server: `python -m pytest --full` runs it
 

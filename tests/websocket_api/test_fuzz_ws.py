@@ -1,6 +1,6 @@
 """The websocket endpoint under bad input: every request gets exactly one final message (with its
 id whenever it can be read), text no encoder accepts is an invalid_request, the connection stays
-usable. Literal cases, then a hypothesis fuzz through bench/soak.py's websocket generator."""
+usable. Literal cases, then a hypothesis fuzz through bench/soak_ws.py's websocket generator."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 
-from bench.soak import FINAL_TYPES, _key, ws_message
+from bench.soak_values import answer_key
+from bench.soak_ws import FINAL_TYPES, ws_message
 from service.auth import Listen
 from service.engine import EngineService
 from service.options import CompletionOptions, ServerOptions, WsLimits
@@ -109,7 +110,7 @@ async def test_an_oversized_binary_message_is_answered_with_its_id(endpoint):
 async def test_fuzzed_messages_each_get_one_final_answer(endpoint, rng, size):
     counter = [rng.randrange(10**9) * 100]  # ids unique across examples
     sends = [ws_message(rng, counter, LIMITS.max_message_bytes) for _ in range(size)]
-    owed = {_key(send.must) for send in sends if send.must is not None} | {_key("sentinel")}
+    owed = {answer_key(send.must) for send in sends if send.must is not None} | {answer_key("sentinel")}
     finals: dict = {}
     async with authorized(endpoint) as ws:
         for send in sends:
@@ -120,9 +121,9 @@ async def test_fuzzed_messages_each_get_one_final_answer(endpoint, rng, size):
             if message.get("type") in FINAL_TYPES and message.get("id") is not None:
                 if message["type"] == "error" and message["code"] in ("unknown_id", "duplicate_id"):
                     continue  # a cancel for a request that ended, or an id a mutation reused
-                finals.setdefault(_key(message["id"]), []).append(message)
+                finals.setdefault(answer_key(message["id"]), []).append(message)
     for send in sends:
         if send.must is not None:
-            answers = finals[_key(send.must)]
+            answers = finals[answer_key(send.must)]
             assert len(answers) == 1, (send.kind, answers)
             assert answers[0].get("code") != "internal", (send.kind, answers[0])
