@@ -9,6 +9,8 @@ from typing import Any
 
 from codespec.stats import RequestStats, json_safe
 from codespec.target import Target
+from service.jobs import Usage
+from service.schema import RequestKind
 
 
 class CachePool:
@@ -65,6 +67,43 @@ class ServiceStats:
     recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
     last_requests: collections.deque = field(default_factory=lambda: collections.deque(maxlen=32))
 
+    def record(
+        self,
+        kind: RequestKind,
+        reason: str,
+        usage: Usage,
+        stats: RequestStats,
+        summary: dict,
+        proposer: str,
+        elapsed_s: float,
+    ) -> None:
+        """A finished request (``summary``: its ``stats.summary()``) into the totals, the engine
+        metrics (if it decoded) and the last requests."""
+        self.requests[kind.value] += 1
+        self.reasons[reason] += 1
+        self.prompt_tokens += usage.prompt_tokens
+        self.cached_prompt_tokens += usage.cached_prompt_tokens
+        self.completion_tokens += usage.completion_tokens
+        self.accepted_prediction_tokens += usage.accepted_prediction_tokens
+        self.rejected_prediction_tokens += usage.rejected_prediction_tokens
+        if kind.decodes:  # no decoding: nothing for the engine metrics
+            self.recent.append(stats)
+        self.last_requests.append(
+            {
+                "kind": kind.value,
+                "reason": reason,
+                "proposer": proposer,
+                "elapsed_ms": round(elapsed_s * 1e3, 3),
+                "ttft_ms": summary["ttft_ms"],
+                "tokens": stats.tokens,
+                "target_forwards": len(stats.steps),
+                "prompt_tokens": usage.prompt_tokens,
+                "cached_prompt_tokens": usage.cached_prompt_tokens,
+                "accepted_prediction_tokens": usage.accepted_prediction_tokens,
+                "rejected_prediction_tokens": usage.rejected_prediction_tokens,
+            }
+        )
+
     def as_dict(self) -> dict:
         merged = RequestStats()
         for stats in self.recent:
@@ -87,3 +126,15 @@ class ServiceStats:
             "engine": json_safe(merged.summary()),
             "last_requests": list(self.last_requests),
         }
+
+
+def prediction_tokens(proposer, stats: RequestStats) -> tuple[int, int]:
+    """Accepted/rejected reference tokens: from the proposer when it counts them, else from the
+    steps whose draft came from the reference."""
+    from codespec.draft import CountsPrediction
+
+    if isinstance(proposer, CountsPrediction):
+        return proposer.accepted_prediction_tokens, proposer.rejected_prediction_tokens
+    steps = [step for step in stats.steps if step.proposer.startswith("reference")]
+    accepted = sum(step.accepted for step in steps)
+    return accepted, sum(step.draft_len for step in steps) - accepted

@@ -39,7 +39,7 @@ from codespec.errors import CodespecError
 from codespec.prompts import Fim, PromptRenderer, RenderedPrompt
 from codespec.stats import RequestStats, json_safe
 from codespec.target import Target
-from service.bookkeeping import CachePool, ServiceStats
+from service.bookkeeping import CachePool, ServiceStats, prediction_tokens
 from service.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
 from service.logsafe import REQUEST_LOG
 from service.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
@@ -411,7 +411,7 @@ class EngineService:
     def _complete(self, job: Job, text: str, reason: str, stats: RequestStats) -> None:
         self._proposers.release(job.proposer)
         request = job.request
-        accepted, rejected = _prediction_tokens(job.proposer, stats) if request.reference else (0, 0)
+        accepted, rejected = prediction_tokens(job.proposer, stats) if request.reference else (0, 0)
         usage = Usage(job.prompt_len, job.cached_len, stats.tokens, accepted, rejected)
         name = getattr(job.proposer, "name", "none") if job.proposer is not None else "none"
         summary = json_safe(stats.summary())
@@ -430,33 +430,9 @@ class EngineService:
                 reason,
                 elapsed_s * 1e3,
             )
-        totals = self.stats
-        totals.requests[request.kind.value] += 1
-        totals.reasons[reason] += 1
-        totals.prompt_tokens += usage.prompt_tokens
-        totals.cached_prompt_tokens += usage.cached_prompt_tokens
-        totals.completion_tokens += usage.completion_tokens
-        totals.accepted_prediction_tokens += accepted
-        totals.rejected_prediction_tokens += rejected
-        if request.kind.decodes:  # no decoding: nothing for the engine metrics
-            totals.recent.append(stats)
+        self.stats.record(request.kind, reason, usage, stats, summary, name, elapsed_s)
         if text and reason != "cancelled" and request.kind.is_history:
             self._add_history("generated", text, request.uri)
-        totals.last_requests.append(
-            {
-                "kind": request.kind.value,
-                "reason": reason,
-                "proposer": name,
-                "elapsed_ms": round(elapsed_s * 1e3, 3),
-                "ttft_ms": summary["ttft_ms"],
-                "tokens": stats.tokens,
-                "target_forwards": len(stats.steps),
-                "prompt_tokens": usage.prompt_tokens,
-                "cached_prompt_tokens": usage.cached_prompt_tokens,
-                "accepted_prediction_tokens": accepted,
-                "rejected_prediction_tokens": rejected,
-            }
-        )
         result = JobResult(text, reason, usage, summary, name, elapsed_s)
         if job.future.set_running_or_notify_cancel():  # False: the caller cancelled the future itself
             job.future.set_result(result)
@@ -505,15 +481,3 @@ class EngineService:
         return self._proposers.create_with_fallback(
             [wanted, *(["reference"] if request.reference else []), "context"], context
         )
-
-
-def _prediction_tokens(proposer, stats: RequestStats) -> tuple[int, int]:
-    """Accepted/rejected reference tokens: from the proposer when it counts them, else from the
-    steps whose draft came from the reference."""
-    from codespec.draft import CountsPrediction
-
-    if isinstance(proposer, CountsPrediction):
-        return proposer.accepted_prediction_tokens, proposer.rejected_prediction_tokens
-    steps = [step for step in stats.steps if step.proposer.startswith("reference")]
-    accepted = sum(step.accepted for step in steps)
-    return accepted, sum(step.draft_len for step in steps) - accepted
