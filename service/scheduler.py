@@ -120,6 +120,9 @@ class Scheduler:
                 return
             self.waiting.pop(0)
             start(job)
+            if interactive:  # each interactive request starts a fresh count of the others' sit-outs
+                for other in self.active:
+                    other.yielded = 0
 
     def take_over_prefill(self, cache_key: str | None) -> None:
         """A request on a key whose cache a background prefill holds: stop the prefill and hand its
@@ -140,9 +143,6 @@ class Scheduler:
 
         planned: list[tuple[Job, StepPlan]] = []
         typing = any(job.request.interactive and job.decoding is not None for job in self.active)
-        if not typing:  # the next interactive request starts a fresh count of sit-outs
-            for job in self.active:
-                job.yielded = 0
         running = [job for job in self.active if not (typing and self._yields(job))]
         # what each request's draft is priced against: the others' tokens from the same forward
         expected = {job: job.decoding.recent_tokens for job in running if job.decoding is not None}
