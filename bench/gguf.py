@@ -354,8 +354,15 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [item.partition("=") for item in args.reports]
         plot([(title, json.loads(Path(file).read_text())) for title, _, file in pairs], args.out)
         return 0
+    if args.torch and os.environ.get("OMP_WAIT_POLICY") != "PASSIVE":
+        # torch's OpenMP threads spin after each PyTorch forward and slow the llama.cpp forwards
+        # that follow in this process (auto then priced drafts from those times and drafted none,
+        # docs/gguf.md); passive threads sleep instead. The policy is read when OpenMP loads: re-run.
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        os.execv(sys.executable, [sys.executable, "-m", "bench.gguf", *(sys.argv[1:] if argv is None else argv)])
     args.cores = len(os.sched_getaffinity(0))
     result = equivalence(args) if args.equivalence else run(args)
+    result["omp_wait_policy"] = os.environ.get("OMP_WAIT_POLICY")
     text = json.dumps(result, indent=2)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
