@@ -93,9 +93,6 @@ def edit_response(edit_id: str, rng: dict, result) -> dict:
     }
 
 
-__all__ = ["EditPlan", "EditParamsError", "PositionError", "as_dict", "plan_edit", "plan_text_edit", "edit_response"]
-
-
 def edit_request(
     plan: EditPlan,
     *,
@@ -128,3 +125,15 @@ def edit_request(
         cursor=cursor,
         origin=origin,
     )
+
+
+__all__ = [
+    "EditPlan",
+    "EditParamsError",
+    "PositionError",
+    "as_dict",
+    "plan_edit",
+    "plan_text_edit",
+    "edit_response",
+    "edit_request",
+]

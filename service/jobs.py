@@ -23,7 +23,9 @@ DeltaCallback = Callable[[str], None]
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One completion or rewrite (built by ``request_of``: ``service.inline`` for completions, ``service.edit`` for rewrites); the service renders its prompt."""
+    """One completion or rewrite, built by :func:`request_of` (through ``service.inline`` for
+    completions, ``service.edit`` for rewrites, ``service.next_edit`` for next edits); the service
+    renders its prompt."""
 
     prompt: Prompt  # what is asked (codespec.prompts.Fim / Rewrite), or a plain string
     max_tokens: int

@@ -29,7 +29,7 @@ from codespec.next_edit_prompts import (
 from codespec.prompts import Prompt, Rewrite
 from proposers.edit_rules import predict
 from service.edit_history import RecordedEdit
-from service.jobs import GenerationRequest
+from service.jobs import GenerationRequest, request_of
 from service.positions import LineIndex, changed_span
 from service.schema import RequestKind, Sampling
 
@@ -158,20 +158,17 @@ def next_edit_request(
         stop = (*stop, EDITABLE_END)
     else:
         prompt = Rewrite(window, edits_instruction(events))
-    request = GenerationRequest(
-        prompt=prompt,
-        max_tokens=budget,
-        kind=RequestKind.NEXT_EDIT,
-        stop=stop,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        seed=sampling.seed,
+    request = request_of(
+        prompt,
+        budget,
+        RequestKind.NEXT_EDIT,
+        sampling,
+        stop,
         reference=reference,
         cache_key=f"next-edit:{uri}",
         uri=uri,
         cursor=start,
         edits=pairs,
-        proposer=sampling.proposer,
         origin=origin,
     )
     return request, plan
