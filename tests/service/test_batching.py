@@ -168,6 +168,33 @@ class RecordingTarget:
         return self._target.forward_many(inputs, caches, keep_last)
 
 
+def _beside_a_rewrite(server_target, requests: list[GenerationRequest]) -> tuple[list, list[list[bool]]]:
+    """Each of ``requests`` in turn (one after the other) while a long rewrite streams (it must
+    still be streaming at the end); their results and, per request, whether each forward that
+    carried it carried the rewrite too."""
+    target = RecordingTarget(server_target)
+    service = EngineService(target, proposer="none", max_draft=8)
+    results, caches = [], []
+    try:
+        started = threading.Event()
+        rewrite = service.submit(
+            GenerationRequest(prompt=CODE, max_tokens=4000, kind=RequestKind.EDIT), on_delta=lambda text: started.set()
+        )
+        assert started.wait(WAIT_S)
+        for request in requests:
+            job = service.submit(request)
+            results.append(job.wait(WAIT_S))
+            caches.append(job.cache)
+        rewrite_cache = rewrite.cache
+        assert not rewrite.future.done()
+        rewrite.cancel()
+        rewrite.wait(WAIT_S)
+    finally:
+        service.close()
+    carried = [[cycle for cycle in target.cycles if any(c is cache for c in cycle)] for cache in caches]
+    return results, [[any(c is rewrite_cache for c in cycle) for cycle in own] for own in carried]
+
+
 def test_a_rewrite_sits_out_most_cycles_of_an_inline_completion_and_still_moves(server_target):
     """Beside an inline completion (a user typing), another request joins one cycle in
     MAX_YIELD + 1: the completion's forwards rarely carry the rewrite's rows, the rewrite is not
@@ -180,53 +207,10 @@ def test_a_rewrite_sits_out_most_cycles_of_an_inline_completion_and_still_moves(
         completion_alone = plain.submit(completion_request).wait(WAIT_S).text
     finally:
         plain.close()
-    target = RecordingTarget(server_target)
-    service = EngineService(target, proposer="none", max_draft=8)
-    try:
-        started = threading.Event()
-        rewrite = service.submit(
-            GenerationRequest(prompt=CODE, max_tokens=2000, kind=RequestKind.EDIT), on_delta=lambda text: started.set()
-        )
-        assert started.wait(WAIT_S)
-        completion = service.submit(completion_request)
-        result = completion.wait(WAIT_S)
-        rewrite_cache = rewrite.cache
-        assert not rewrite.future.done()
-        rewrite.cancel()
-        rewrite.wait(WAIT_S)
-    finally:
-        service.close()
+    [result], [cycles] = _beside_a_rewrite(server_target, [completion_request])
     assert result.text == completion_alone
-    with_completion = [caches for caches in target.cycles if any(cache is not rewrite_cache for cache in caches)]
-    shared = [caches for caches in with_completion if any(cache is rewrite_cache for cache in caches)]
-    assert len(with_completion) >= result.usage.completion_tokens >= 2 * (MAX_YIELD + 1)
-    assert 1 <= len(shared) <= len(with_completion) // (MAX_YIELD + 1) + 1
-
-
-def _beside_a_rewrite(server_target, requests: list[GenerationRequest]) -> list[list[bool]]:
-    """Each of ``requests`` in turn (one after the other) while a long rewrite streams; per request,
-    whether each forward that carried it carried the rewrite too."""
-    target = RecordingTarget(server_target)
-    service = EngineService(target, proposer="none", max_draft=8)
-    per_request = []
-    try:
-        started = threading.Event()
-        rewrite = service.submit(
-            GenerationRequest(prompt=CODE, max_tokens=4000, kind=RequestKind.EDIT), on_delta=lambda text: started.set()
-        )
-        assert started.wait(WAIT_S)
-        for request in requests:
-            job = service.submit(request)
-            job.wait(WAIT_S)
-            per_request.append(job.cache)
-        rewrite_cache = rewrite.cache
-        assert not rewrite.future.done()
-        rewrite.cancel()
-        rewrite.wait(WAIT_S)
-    finally:
-        service.close()
-    carried = [[caches for caches in target.cycles if any(c is cache for c in caches)] for cache in per_request]
-    return [[any(c is rewrite_cache for c in caches) for caches in own] for own in carried]
+    assert len(cycles) >= result.usage.completion_tokens >= 2 * (MAX_YIELD + 1)
+    assert 1 <= sum(cycles) <= len(cycles) // (MAX_YIELD + 1) + 1
 
 
 def test_each_inline_completion_starts_a_fresh_count_of_sit_outs(server_target):
@@ -238,7 +222,7 @@ def test_each_inline_completion_starts_a_fresh_count_of_sit_outs(server_target):
         GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=11, proposer="none", cache_key="a"),
         GenerationRequest(prompt="def mul(a, b):\n    return", max_tokens=24, proposer="none", cache_key="b"),
     ]
-    carried = _beside_a_rewrite(server_target, completions)
+    _, carried = _beside_a_rewrite(server_target, completions)
     for cycles in carried:
         assert len(cycles) > MAX_YIELD
         assert not any(cycles[: MAX_YIELD - 1])  # its first cycle may be the prompt's, before it decodes
@@ -250,7 +234,7 @@ def test_a_next_edit_asked_ahead_does_not_make_others_sit_out(server_target):
         prompt="def add(a, b):\n    return", max_tokens=24, kind=RequestKind.NEXT_EDIT, proposer="none", ahead=True
     )
     assert RequestKind.NEXT_EDIT.interactive and not ahead.interactive
-    carried = _beside_a_rewrite(server_target, [ahead])
+    _, carried = _beside_a_rewrite(server_target, [ahead])
     decoding = carried[0][1:]  # after its prompt's forward
     assert len(decoding) >= 8 and all(decoding)
 
