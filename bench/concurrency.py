@@ -65,13 +65,19 @@ def chat_bodies(path: Path, count: int, chars: int, max_tokens: int) -> list[dic
     ]
 
 
+def edit_cases(path: Path, count: int, chars: int) -> list:
+    """``count`` rewrites of an edits workload (``bench.workload.BenchCase``), regions of at most
+    ``chars`` characters, every third record."""
+    from bench.workload import load_cases
+
+    return [case for case in load_cases(path, max_chars=chars, stride=3) if case.kind == "edit"][:count]
+
+
 def edit_bodies(path: Path, count: int, chars: int, max_tokens: int, proposer: str | None) -> list[dict]:
     """``count`` rewrites with the region as the prediction (bench.http's requests)."""
     from bench.http import chat_body
-    from bench.workload import load_cases
 
-    cases = [case for case in load_cases(path, max_chars=chars, stride=3) if case.kind == "edit"][:count]
-    return [chat_body(case, True, proposer, False, max_tokens, "") for case in cases]
+    return [chat_body(case, True, proposer, False, max_tokens, "") for case in edit_cases(path, count, chars)]
 
 
 def run_level(client, bodies: list[dict], clients: int, level: str) -> dict:
@@ -190,13 +196,11 @@ def run(args) -> dict:
 
 def resident_mb(field: str = "VmRSS") -> float:
     """This process's resident memory now (Linux), in MiB; ``VmHWM``: its peak so far."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return 0.0
+    import os
+
+    from bench.soak_values import memory_mb
+
+    return round(memory_mb(os.getpid()).get(field, 0.0), 1)
 
 
 def beside_rewrite(client, bodies: list[dict], workload: Path, max_context: int) -> dict:

@@ -25,30 +25,22 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.concurrency import WORKLOADS
+from bench.concurrency import WORKLOADS, completion_bodies, edit_cases
 
 
-def edit_cases(path: Path, count: int, chars: int) -> list[dict]:
-    """``count`` rewrites from an edits workload: the region before the commit is the document."""
-    from bench.workload import load_cases
+def lsp_edit_cases(path: Path, count: int, chars: int) -> list[dict]:
+    """The HTTP benchmark's rewrites (``bench.concurrency``): the region before the commit is the document."""
+    return [
+        {"text": case.reference, "instruction": (case.instruction or "").strip() or None}
+        for case in edit_cases(path, count, chars)
+    ]
 
-    cases = [case for case in load_cases(path, max_chars=chars, stride=3) if case.kind == "edit"][:count]
-    return [{"text": case.reference, "instruction": (case.instruction or "").strip() or None} for case in cases]
 
-
-def completion_cases(path: Path, count: int, chars: int) -> list[dict]:
-    """``count`` cursors from a completions workload, ``chars`` characters around each (three
-    quarters before it), spread over its records."""
-    from bench.sim_workload import read_jsonl
-
-    before = chars * 3 // 4
-    records = [r for r in read_jsonl(path) if len(r["prefix"]) >= before]
-    step = max(1, len(records) // count)
-    cases = []
-    for record in records[::step][:count]:
-        prefix, suffix = record["prefix"][-before:], record["suffix"][: chars // 4]
-        cases.append({"text": prefix + suffix, "offset": len(prefix)})
-    return cases
+def lsp_completion_cases(path: Path, count: int, chars: int) -> list[dict]:
+    """The HTTP benchmark's completions (``bench.concurrency``): the window's text, the cursor between
+    its prefix and suffix."""
+    bodies = completion_bodies(path, count, chars, 1, None)
+    return [{"text": body["prompt"] + body["suffix"], "offset": len(body["prompt"])} for body in bodies]
 
 
 def model_option(args, scratch: Path) -> str | None:
@@ -80,7 +72,7 @@ async def run(args) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="codespec-lsp-concurrency-"))
     default = "edits-httpx.jsonl" if args.kind == "edit" else "completions-httpx.jsonl"
     workload = Path(args.workload) if args.workload else WORKLOADS / default
-    make_cases = edit_cases if args.kind == "edit" else completion_cases
+    make_cases = lsp_edit_cases if args.kind == "edit" else lsp_completion_cases
     cases = make_cases(workload, args.requests, args.chars)
     levels = sorted(set(args.concurrency))
     options: dict = {

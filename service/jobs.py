@@ -57,7 +57,8 @@ class GenerationRequest:
 def request_of(
     prompt: Prompt, max_tokens: int, kind: RequestKind, sampling: Sampling, stop: tuple[str, ...], **where: Any
 ) -> GenerationRequest:
-    """The one place a request is built from a prompt and the client's sampling; ``where``: reference, edits, cache_key, uri, cursor, deadline_s, origin (``GenerationRequest``'s fields)."""
+    """The one place a client's request is built from a prompt and the client's sampling;
+    ``where``: reference, edits, cache_key, uri, cursor, deadline_s, origin (``GenerationRequest``'s fields)."""
     return GenerationRequest(
         prompt=prompt,
         max_tokens=max_tokens,
@@ -138,7 +139,7 @@ class Job:
         self.decoding: Any = None  # codespec.decode.Decoding: the request's steps
         self.prefill_ids: list[int] = []  # a background prefill's prompt (service.engine)
         self.last_rows = 0  # rows its last cycle's plan put in the forward (what a batch prices drafts with)
-        self.yielded = 0  # cycles in a row it sat out beside an inline completion (service.scheduler)
+        self.yielded = 0  # cycles in a row it sat out beside an interactive request (service.scheduler)
         self.prepared: Any = None  # service.engine.PreparedPrompt, or the error preparing it raised
         self.proposer: Any = None  # codespec.draft.Proposer
         self.cache: Any = None  # codespec.target.Cache
