@@ -218,6 +218,12 @@ class WorkspaceIndex:
         with self._lock:
             return list(self._docs)
 
+    def texts(self) -> list[tuple[str, str]]:
+        """(uri, text) of resident documents, most recently used first, without using them (a
+        search over the workspace must not reorder what is evicted next)."""
+        with self._lock:
+            return [(doc.uri, doc.text) for doc in reversed(self._docs.values())]
+
     def has_document(self, uri: str) -> bool:
         """Whether ``uri`` is resident (without listing every document, as ``documents`` does)."""
         with self._lock:

@@ -7,13 +7,22 @@ document with the suggestion applied, that change added to the recent edits) is 
 When the next request comes for exactly that text, the speculation's answer is its reference draft,
 so verifying it takes a forward or two; the output is still the target's own (lossless), and any
 other change to the document drops the speculation.
+
+The recent edits are the workspace's (a rename made in one file is repeated in the next). When
+their rules find no site in the document asked about, the other open documents are searched, then
+the files the workspace index holds: the answer then names that document. An open one is answered
+with its version (the client jumps there and shows the edit); a file the editor has not opened,
+read from disk, with version null: the client opens it and asks there, and that request finds this
+answer ready as its speculation, so it costs a forward or two.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,9 +31,11 @@ from lsprotocol import types
 from lsp.documents import DocumentStore
 from service import edit as edit_logic
 from service.edit_history import EditHistory, RecordedEdit
+from service.indexing import uri_to_path
 from service.jobs import AsyncJob, NewestJobs
-from service.next_edit import FINISHED, NextEditPlan, next_edit_request, suggestion
+from service.next_edit import FINISHED, NextEditPlan, OtherDocument, next_edit_request, suggestion
 from service.options import ServerOptions
+from service.positions import LineIndex
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +55,10 @@ class Door(Protocol):
 
 @dataclass
 class Speculation:
-    text: str  # the document as it will read once the suggestion is accepted
+    text: str  # the document as it will read once the suggestion is accepted (or as it was read)
     window: str  # the window the speculated request rewrites
-    job: AsyncJob
+    job: AsyncJob | None  # the request asked ahead, or None when ``ready`` holds its answer
+    ready: str | None = None  # an answer made already (for a file the client is about to open)
 
 
 class NextEdits:
@@ -77,14 +89,15 @@ class NextEdits:
             return []  # rewriting windows of a megabyte file is not a suggestion anyone waits for
         text, version = document.text, document.version
         cursor = ls.offset_of(text, types.Position(position["line"], position["character"]))
-        edits = self.history.recent(uri)
+        edits = self.history.recent()  # the workspace's: the edit may have been made in another file
         self.inflight.cancel(uri)  # a newer request supersedes the older one at once
         ticket = self.asked[uri] = self.asked.get(uri, 0) + 1
-        # window search and rules are pure Python over the document: off the event loop
-        request, plan = await asyncio.to_thread(self._request, ls, uri, text, cursor, edits, version)
+        elsewhere = functools.partial(self._elsewhere, ls, uri)
+        # window search and rules are pure Python over the documents: off the event loop
+        request, plan = await asyncio.to_thread(self._request, ls, uri, text, cursor, edits, version, elsewhere())
         if not plan.window:
             return []  # the cursor's line alone is longer than a window (minified code)
-        speculated = await self._speculated(uri, text, plan)
+        speculated = await self._speculated(plan.uri, plan.text, plan)
         if self.asked.get(uri) != ticket or ls.documents.documents.get(uri) is not document:
             return []  # superseded (or the document closed) while the window was chosen or waited on
         if speculated is not None:  # the answer for this state, asked ahead: the draft
@@ -92,13 +105,17 @@ class NextEdits:
         result = await self.inflight.run(ls.service, uri, request)  # a newer request supersedes this one
         found = suggestion(plan, result.text, result.reason)
         current = ls.documents.documents.get(uri) is document and document.text is text
-        if found is None or not current or document.version != version:
-            return []  # no finished answer, or the document moved on (or was closed and reopened)
-        if ls.options.completion.next_edit_speculate:
-            task = asyncio.create_task(self._speculate(ls, uri, text, found, edits, version))
+        if found is None or not current or document.version != version or not self._unchanged(ls, plan):
+            return []  # no finished answer, or a document moved on (or was closed and reopened)
+        if plan.version is None:  # a file the client will open and ask about: this is that answer
+            self._drop(plan.uri)
+            self.speculations[plan.uri] = Speculation(plan.text, plan.window, None, result.text)
+        elif ls.options.completion.next_edit_speculate:
+            task = asyncio.create_task(self._speculate(ls, plan.uri, plan.text, found, edits, plan.version))
             self._tasks.add(task)  # kept until done (the loop holds tasks weakly)
             task.add_done_callback(self._tasks.discard)
-        lines = document.line_index(ls.encoding)
+        target = ls.documents.documents.get(plan.uri)
+        lines = target.line_index(ls.encoding) if target is not None else LineIndex(plan.text, ls.encoding)
         start, end = lines.position(found.start), lines.position(found.end)
         return [
             {
@@ -107,8 +124,12 @@ class NextEdits:
                     "start": {"line": start.line, "character": start.character},
                     "end": {"line": end.line, "character": end.character},
                 },
-                "textDocument": {"uri": uri, "version": version},
-                "command": {"title": "codespec: accepted", "command": ACCEPTED_COMMAND, "arguments": [uri, found.text]},
+                "textDocument": {"uri": plan.uri, "version": plan.version},
+                "command": {
+                    "title": "codespec: accepted",
+                    "command": ACCEPTED_COMMAND,
+                    "arguments": [plan.uri, found.text],
+                },
             }
         ]
 
@@ -130,7 +151,35 @@ class NextEdits:
 
     # -- helpers ------------------------------------------------------------------------------------
     @staticmethod
-    def _request(ls: Door, uri: str, text: str, cursor: int, edits: list[RecordedEdit], version):
+    def _elsewhere(ls: Door, uri: str) -> Iterator[OtherDocument]:
+        """Where else the next site may be, nearest first: the other open documents (most recently
+        opened first), then the index's files the editor has not opened (most recently used
+        first; searched in the index's copy, read from disk only where the rules may apply). Open
+        documents are listed now, on the event loop; the index is read when the search gets to it."""
+        limit = ls.options.index.max_document_bytes
+        opened = dict(ls.documents.documents)
+        nearest = [d for d in reversed(opened.values()) if d.uri != uri and not d.too_large(limit)]
+        index = getattr(ls.service, "index", None)
+
+        def documents() -> Iterator[OtherDocument]:
+            yield from (OtherDocument(d.uri, d.text, d.version) for d in nearest)
+            for other, text in index.texts() if index is not None else ():
+                if other not in opened and other != uri and len(text) <= limit:
+                    yield OtherDocument(other, text, None, read=functools.partial(_read_file, other, limit))
+
+        return documents()
+
+    @staticmethod
+    def _unchanged(ls: Door, plan: NextEditPlan) -> bool:
+        """Whether the document the plan's window is in still reads as it did (an open one: the
+        same version; a file on disk: the client opens it and asks again, which checks)."""
+        if plan.version is None:
+            return True
+        target = ls.documents.documents.get(plan.uri)
+        return target is not None and target.version == plan.version and target.text == plan.text
+
+    @staticmethod
+    def _request(ls: Door, uri: str, text: str, cursor: int, edits: list[RecordedEdit], version, elsewhere=None):
         options = ls.options.completion
         prompt_format = options.next_edit_format
         if prompt_format == "auto":
@@ -144,6 +193,7 @@ class NextEdits:
             prompt_format=prompt_format,
             budget=options.next_edit_tokens,
             origin="lsp",
+            elsewhere=None if elsewhere is None else lambda: elsewhere,
         )
 
     async def _speculated(self, uri: str, text: str, plan: NextEditPlan) -> str | None:
@@ -153,7 +203,12 @@ class NextEdits:
         speculation = self.speculations.pop(uri, None)
         if speculation is None:
             return None
-        if speculation.text != text or speculation.window != plan.window or not speculation.job.job.future.done():
+        if speculation.text == text and speculation.window == plan.window and speculation.ready is not None:
+            return speculation.ready
+        if speculation.job is None or speculation.text != text or speculation.window != plan.window:
+            self._cancel(speculation)
+            return None
+        if not speculation.job.job.future.done():
             speculation.job.cancel()
             return None
         result = await speculation.job.result()
@@ -181,7 +236,24 @@ class NextEdits:
     def _drop(self, uri: str) -> None:
         speculation = self.speculations.pop(uri, None)
         if speculation is not None:
+            self._cancel(speculation)
+
+    @staticmethod
+    def _cancel(speculation: Speculation) -> None:
+        if speculation.job is not None:
             speculation.job.cancel()
+
+
+def _read_file(uri: str, limit: int) -> str | None:
+    """A file's text as the editor would open it, or None (not a file, too large, not UTF-8)."""
+    path = uri_to_path(uri)
+    try:
+        if path is None or not path.is_file() or path.stat().st_size > limit:
+            return None
+        with open(path, encoding="utf-8", newline="") as handle:  # \r\n kept: offsets as the editor's
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 __all__ = ["Door", "NextEdits", "Speculation"]

@@ -224,6 +224,8 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
 
     @server.feature(types.SHUTDOWN)
     def shutdown(ls: CodespecServer, params: Any) -> None:
+        for uri in list(ls.warm_timers):  # a prefill timer firing after this would find no engine
+            cancel_warm(ls, uri)
         if ls.service is not None:
             close_service(ls.service)
 

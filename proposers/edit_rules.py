@@ -236,9 +236,27 @@ def _extend_calls(tokens: list[str], rule: Rule) -> list[str]:
     return out
 
 
-def predict(text: str, edits: Sequence[tuple[str, str]], max_edits: int = 3) -> str:
-    """``text`` rewritten by the rules of the newest ``max_edits`` edits (``edits`` oldest first)."""
+def rules_of(edits: Sequence[tuple[str, str]], max_edits: int = 3) -> list[Rule]:
+    """The rules of the newest ``max_edits`` edits (``edits`` oldest first), newest edit's first."""
     rules: list[Rule] = []
     for before, after in list(edits)[-max_edits:][::-1]:
         rules.extend(rule for rule in rules_from_edit(before, after) if rule not in rules)
+    return rules
+
+
+def predict(text: str, edits: Sequence[tuple[str, str]], max_edits: int = 3) -> str:
+    """``text`` rewritten by the rules of the newest ``max_edits`` edits (``edits`` oldest first)."""
+    rules = rules_of(edits, max_edits)
     return apply_rules(text, rules) if rules else text
+
+
+def anchors(edits: Sequence[tuple[str, str]], max_edits: int = 3) -> tuple[str, ...]:
+    """Literal text every place a rule applies contains (a rename's old name, a changed call's
+    ``name(``): a substring search for these finds the candidates for a site in a whole file
+    without applying the rules to it."""
+    found: list[str] = []
+    for rule in rules_of(edits, max_edits):
+        anchor = "".join(rule.pattern) + ("(" if rule.kind.startswith("call-") else "")
+        if anchor.strip() and anchor not in found:
+            found.append(anchor)
+    return tuple(found)

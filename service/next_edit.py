@@ -7,15 +7,20 @@ span that changed), or None when the model left the window as it was.
 
 The editable window is a few lines around the cursor; when the last edits' rules (``proposers.
 edit_rules``) change nothing there, it moves to the nearest place in the document where they do
-(the next use of a renamed name, the next call of a changed function), after the cursor first.
+(the next use of a renamed name, the next call of a changed function), after the cursor first;
+when they change nothing in the document, to the first place they change in another document the
+door offers (its other open documents, then the workspace index's files), and the plan names that
+document.
 """
 
 from __future__ import annotations
 
 import bisect
 import difflib
-from collections.abc import Sequence
-from dataclasses import dataclass
+import functools
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 from codespec.next_edit_prompts import (
     EDITABLE_END,
@@ -27,7 +32,7 @@ from codespec.next_edit_prompts import (
     zeta_region,
 )
 from codespec.prompts import Prompt, Rewrite
-from proposers.edit_rules import predict
+from proposers.edit_rules import anchors, predict
 from service.edit_history import RecordedEdit
 from service.jobs import GenerationRequest, request_of
 from service.positions import LineIndex, changed_span
@@ -40,6 +45,8 @@ SEARCH_LINES = 400  # how far from the cursor the window may move to find the ne
 SEARCH_CHARS = 100_000  # and at most this many characters of the document on either side
 MAX_WINDOW_CHARS = 4000  # a longer window shrinks to the cursor's line; a longer line: no window
 RECENT_EDITS = 3
+PROBES = 32  # places tried per other document: the first occurrences of the rules' anchors
+OTHER_CHARS = 16_000_000  # characters of other documents searched per request (a substring scan)
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,18 @@ class NextEditPlan:
     window: str
     format: str  # "zeta" or "rewrite"
     moved: bool  # the window is not at the cursor: the rules found the next site elsewhere
+    text: str = field(default="", repr=False, compare=False)  # the whole document the window is in
+
+
+@dataclass(frozen=True)
+class OtherDocument:
+    """A document the next site may be in: open in the editor (its version), or a file the
+    editor has not opened (``version`` None: the client opens it and asks there)."""
+
+    uri: str
+    text: str  # what the search reads (for a file: the index's copy, maybe older than the disk)
+    version: int | None
+    read: Callable[[], str | None] | None = None  # the file's text now (None: gone), asked only of a candidate
 
 
 @dataclass(frozen=True)
@@ -63,21 +82,19 @@ class NextEditSuggestion:
 def choose_window(text: str, cursor: int, edits: Sequence[tuple[str, str]]) -> tuple[int, int, bool]:
     """(start, end, moved): whole lines around the cursor, or around the nearest line the edits'
     rules would change (after the cursor first, then before)."""
+    start, end, moved, _ = _locate(text, cursor, edits)
+    return start, end, moved
+
+
+def _locate(text: str, cursor: int, edits: Sequence[tuple[str, str]]) -> tuple[int, int, bool, bool]:
+    """``choose_window``'s answer and whether the rules change the window (False: no site found)."""
     starts = LineIndex(text).starts  # the LSP's lines (\n, \r\n, \r)
     line = _line_of(starts, cursor)
-
-    def lines(first: int, last: int) -> tuple[int, int]:  # whole lines, each with its newline
-        return starts[first], starts[last + 1] if last + 1 < len(starts) else len(text)
-
-    def window(at: int) -> tuple[int, int]:
-        start, end = lines(max(0, at - LINES_BEFORE), min(len(starts) - 1, at + LINES_AFTER))
-        if end - start > MAX_WINDOW_CHARS:
-            start, end = lines(at, at)
-        return (start, end) if end - start <= MAX_WINDOW_CHARS else (start, start)  # empty: none
-
-    here = window(line)
-    if not edits or predict(text[here[0] : here[1]], edits) != text[here[0] : here[1]]:
-        return here[0], here[1], False
+    here = _window(text, starts, line)
+    if not edits:
+        return here[0], here[1], False, False
+    if predict(text[here[0] : here[1]], edits) != text[here[0] : here[1]]:
+        return here[0], here[1], False, True
     first, last = max(0, line - SEARCH_LINES), min(len(starts) - 1, line + SEARCH_LINES)
     first = max(first, _line_of(starts, max(0, cursor - SEARCH_CHARS)))
     last = min(last, _line_of(starts, min(len(text), cursor + SEARCH_CHARS)))
@@ -86,12 +103,81 @@ def choose_window(text: str, cursor: int, edits: Sequence[tuple[str, str]]) -> t
     region = text[region_start:region_end]
     changed = _changed_lines(region, predict(region, edits))
     if not changed:
-        return here[0], here[1], False
+        return here[0], here[1], False, False
     offsets = [first + index for index in changed]
     after = [at for at in offsets if at > line]
     target = after[0] if after else max(offsets)
-    start, end = window(target)
-    return start, end, True
+    start, end = _window(text, starts, target)
+    return start, end, True, True
+
+
+def _window(text: str, starts: Sequence[int], at: int) -> tuple[int, int]:
+    """Whole lines (each with its newline) around line ``at``; the line alone when that is too
+    long, and an empty window when the line itself is."""
+
+    def lines(first: int, last: int) -> tuple[int, int]:
+        return starts[first], starts[last + 1] if last + 1 < len(starts) else len(text)
+
+    start, end = lines(max(0, at - LINES_BEFORE), min(len(starts) - 1, at + LINES_AFTER))
+    if end - start > MAX_WINDOW_CHARS:
+        start, end = lines(at, at)
+    return (start, end) if end - start <= MAX_WINDOW_CHARS else (start, start)
+
+
+def site_in(text: str, edits: Sequence[tuple[str, str]], found: Sequence[str] | None = None) -> tuple[int, int] | None:
+    """The window around the first place in ``text`` the edits' rules change, or None: only the
+    lines where one of the rules' anchors occurs are tried, the first ``PROBES`` of them."""
+    found = anchors(edits) if found is None else found
+    hits: set[int] = set()
+    for anchor in found:
+        for count, match in enumerate(_whole_tokens(anchor).finditer(text)):
+            if count >= PROBES:
+                break
+            hits.add(match.start())
+    if not hits:
+        return None
+    starts = LineIndex(text).starts
+    tried: set[int] = set()
+    for offset in sorted(hits):
+        line = _line_of(starts, offset)
+        if line in tried:
+            continue
+        tried.add(line)
+        if len(tried) > PROBES:
+            break
+        start, end = _window(text, starts, line)
+        if end > start and predict(text[start:end], edits) != text[start:end]:
+            return start, end
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _whole_tokens(anchor: str) -> re.Pattern[str]:
+    """``anchor`` where it is whole code tokens (``fetch`` not inside ``prefetch`` or ``fetch_all``)."""
+    head = r"(?<!\w)" if re.match(r"\w", anchor) else ""
+    tail = r"(?!\w)" if re.search(r"\w$", anchor) else ""
+    return re.compile(head + re.escape(anchor) + tail)
+
+
+def find_site(
+    others: Iterable[OtherDocument], edits: Sequence[tuple[str, str]], budget: int = OTHER_CHARS
+) -> tuple[OtherDocument, int, int] | None:
+    """The first of ``others`` (in the order given) where the edits' rules change something, with
+    the window there; ``budget``: characters searched at most (documents past it are skipped)."""
+    found = anchors(edits)
+    if not found:
+        return None
+    for other in others:
+        budget -= len(other.text)
+        if budget < 0:
+            return None
+        if not any(anchor in other.text for anchor in found):
+            continue
+        text = other.read() if other.read is not None else other.text
+        window = site_in(text, edits, found) if text is not None else None
+        if text is not None and window is not None:
+            return OtherDocument(other.uri, text, other.version), window[0], window[1]
+    return None
 
 
 def _line_of(starts: Sequence[int], offset: int) -> int:
@@ -130,15 +216,21 @@ def next_edit_request(
     path: str | None = None,
     sampling: Sampling = Sampling(),
     origin: str = "",
+    elsewhere: Callable[[], Iterable[OtherDocument]] | None = None,
 ) -> tuple[GenerationRequest, NextEditPlan]:
     """The request for the next edit after ``edits`` (oldest first) in ``text`` at ``cursor``;
-    ``prompt_format``: "zeta" or "rewrite"; ``budget``: tokens on top of the window's length."""
+    ``prompt_format``: "zeta" or "rewrite"; ``budget``: tokens on top of the window's length;
+    ``elsewhere``: the other documents to search when the rules find no site in this one (called
+    only then); the plan names the document its window is in."""
     recent = list(edits)[-RECENT_EDITS:]
     pairs = rule_inputs(recent)
-    start, end, moved = choose_window(text, cursor, pairs)
+    start, end, moved, found = _locate(text, cursor, pairs)
+    if not found and pairs and elsewhere is not None and (site := find_site(elsewhere(), pairs)) is not None:
+        other, start, end = site
+        text, cursor, uri, version, path, moved = other.text, start, other.uri, other.version, None, True
     window = text[start:end]
     events = events_of(recent, path_of=lambda edit_uri: _display_path(edit_uri, path))
-    plan = NextEditPlan(uri, version, start, end, window, prompt_format, moved)
+    plan = NextEditPlan(uri, version, start, end, window, prompt_format, moved, text)
     stop = tuple(sampling.stop or ())
     reference = window
     prompt: Prompt

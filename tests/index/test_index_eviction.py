@@ -58,3 +58,17 @@ def test_open_buffers_are_never_evicted_and_a_scan_keeps_them(tmp_path, index_to
     assert uri not in index.documents()
     index.check_integrity()
     index.close()
+
+
+def test_reading_every_text_uses_none_of_them(index_tokenizer, index_adapter):
+    """A search over the workspace (next edits in other files) must not decide what is evicted next."""
+    per_doc = len(index_adapter.encode(_body(0)))
+    index = WorkspaceIndex(index_tokenizer, memory_budget_tokens=per_doc * 3 + per_doc // 2, overlay_tokens=0)
+    for n in range(3):
+        index.add_document(f"mem://{n}", _body(n))
+        index.close_document(f"mem://{n}")
+    index.document_text("mem://0")  # used: the most recent
+    assert index.texts() == [("mem://0", _body(0)), ("mem://2", _body(2)), ("mem://1", _body(1))]
+    index.add_document("mem://3", _body(3))
+    assert sorted(index.documents()) == ["mem://0", "mem://2", "mem://3"]  # mem://1 still went first
+    index.close()
