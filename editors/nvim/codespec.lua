@@ -18,6 +18,9 @@
 -- suggestion for the next place the change applies, previewed as a diff (the replaced text
 -- highlighted, the new lines below it) and taken with <Tab> in normal mode (:CodespecNextEdit asks,
 -- :CodespecNextEditAccept / :CodespecNextEditReject; with `next_edit.auto`, asked after each pause).
+-- When the next place is in another file, a hint says where and <Tab> goes there: to the preview,
+-- in a buffer open at the version the server named, or, for a file not open yet, opening it and
+-- asking there (a second <Tab> applies).
 local M = {}
 
 local defaults = {
@@ -492,10 +495,12 @@ end
 ---------------------------------------------------------------------------------------------------
 -- Next edits. Per buffer: the request in flight and the suggestion shown, with the buffer's LSP
 -- version and changedtick when it was asked; a reply for a buffer that has changed since is
--- dropped, and accepting checks again, so a suggestion for a stale version is never applied.
+-- dropped, and accepting checks again, so a suggestion for a stale version is never applied. A
+-- reply naming another document is never applied here: it is shown as a hint (`elsewhere`), and
+-- accepting it goes to that document first.
 ---------------------------------------------------------------------------------------------------
 local next_ns = vim.api.nvim_create_namespace('codespec_next_edit')
-local next_edits = {} -- bufnr -> { client, version, tick, request, edit, none, error }
+local next_edits = {} -- bufnr -> { client, version, tick, request, edit, elsewhere, none, error }
 
 local function buffer_version(bufnr)
   local versions = vim.lsp.util.buf_versions
@@ -538,6 +543,24 @@ local function show_next_edit(bufnr, client, edit)
   vim.api.nvim_buf_set_extmark(bufnr, next_ns, last.line, 0, { virt_lines = virt_lines })
 end
 
+-- Whether `uri` is the buffer's (the server may spell a file's URI otherwise than Neovim does).
+local function names_buffer(uri, bufnr)
+  return uri == vim.uri_from_bufnr(bufnr)
+    or (uri:match('^file:') ~= nil and vim.uri_to_fname(uri) == vim.api.nvim_buf_get_name(bufnr))
+end
+
+-- A next edit in another document: where, at the end of the cursor's line.
+local function show_elsewhere(bufnr, edit)
+  local name = vim.fn.fnamemodify(vim.uri_to_fname(edit.textDocument.uri), ':~:.')
+  local where = ('next edit: %s:%d (<Tab> goes there)'):format(name, edit.range.start.line + 1)
+  local row = vim.api.nvim_win_get_cursor(0)[1] - 1
+  if vim.api.nvim_get_current_buf() ~= bufnr then
+    row = 0
+  end
+  vim.api.nvim_buf_set_extmark(bufnr, next_ns, row, 0,
+    { virt_text = { { where, 'CodespecNextEditElsewhere' } }, virt_text_pos = 'eol' })
+end
+
 -- Ask for the next edit at the cursor (replacing any shown or pending one).
 function M.next_edit(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
@@ -560,9 +583,17 @@ function M.next_edit(bufnr)
       return
     end
     local edit = result and result.edits and result.edits[1]
-    local stale = edit and ((edit.textDocument and edit.textDocument.version ~= buffer_version(bufnr))
-      or vim.b[bufnr].changedtick ~= st.tick)
-    if not edit or stale then
+    if not edit or vim.b[bufnr].changedtick ~= st.tick then
+      st.none = true
+      return
+    end
+    local uri = edit.textDocument and edit.textDocument.uri
+    if uri and not names_buffer(uri, bufnr) then
+      st.elsewhere = edit -- another document: a hint here, <Tab> goes there
+      show_elsewhere(bufnr, edit)
+      return
+    end
+    if edit.textDocument and edit.textDocument.version ~= buffer_version(bufnr) then
       st.none = true
       return
     end
@@ -579,13 +610,62 @@ function M.next_edit_status(bufnr)
   if not st then
     return {}
   end
-  return { pending = st.request ~= nil, edit = st.edit, none = st.none, error = st.error }
+  return { pending = st.request ~= nil, edit = st.edit, elsewhere = st.elsewhere, none = st.none, error = st.error }
+end
+
+-- Go to a next edit in another document: a buffer open at the version the server named shows its
+-- preview; a file the server read from disk (version null) is opened and asked about where the
+-- edit starts (the server has that answer ready). Anything else is stale and dropped.
+local function go_to_elsewhere(client, edit)
+  local uri, version = edit.textDocument.uri, edit.textDocument.version
+  local target = vim.uri_to_bufnr(uri)
+  local unversioned = version == nil or version == vim.NIL
+  if vim.api.nvim_buf_is_loaded(target) then
+    if unversioned or buffer_version(target) ~= version then
+      vim.notify('codespec: the next edit is for another version of ' .. vim.uri_to_fname(uri), vim.log.levels.INFO)
+      return false
+    end
+    vim.api.nvim_win_set_buf(0, target)
+  elseif unversioned then
+    local ok, err = pcall(vim.cmd.edit, vim.fn.fnameescape(vim.uri_to_fname(uri)))
+    if not ok then
+      vim.notify('codespec: could not open the next edit\'s file: ' .. tostring(err), vim.log.levels.WARN)
+      return false
+    end
+    target = vim.api.nvim_get_current_buf()
+  else
+    return false -- the server saw it open, the editor does not have it: stale
+  end
+  local start = edit.range.start
+  local line = vim.api.nvim_buf_get_lines(target, start.line, start.line + 1, false)[1] or ''
+  pcall(vim.api.nvim_win_set_cursor, 0, { start.line + 1, byte_index(line, start.character, client.offset_encoding) })
+  if unversioned then -- opened just now: ask there once the client has sent didOpen
+    if client_for(target) then
+      M.next_edit(target)
+    else
+      vim.api.nvim_create_autocmd('LspAttach', {
+        buffer = target,
+        once = true,
+        callback = function() M.next_edit(target) end,
+      })
+    end
+    return true
+  end
+  clear_next_edit(target)
+  next_edits[target] = { client = client, version = version, tick = vim.b[target].changedtick, edit = edit }
+  show_next_edit(target, client, edit)
+  call(client, 'notify', 'textDocument/didShowInlineEdit', { item = { command = edit.command } })
+  return true
 end
 
 -- Apply the shown next edit (false when there is none, or the buffer changed since it was asked).
 function M.accept_next_edit(bufnr)
   bufnr = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
   local st = next_edits[bufnr]
+  if st and st.elsewhere then
+    clear_next_edit(bufnr)
+    return go_to_elsewhere(st.client, st.elsewhere)
+  end
   if not (st and st.edit) then
     return false
   end
@@ -622,7 +702,8 @@ local function attach_next_edit(bufnr, opts)
     group = group,
     buffer = bufnr,
     callback = function(args)
-      if args.event ~= 'InsertLeave' then
+      local st = next_edits[bufnr]
+      if args.event ~= 'InsertLeave' and not (st and st.tick == vim.b[bufnr].changedtick) then
         clear_next_edit(bufnr) -- a shown suggestion is for the text before this change
       end
       if opts.auto and args.event ~= 'TextChangedI' then
@@ -680,6 +761,7 @@ function M.setup(opts)
   vim.api.nvim_set_hl(0, 'CodespecSuggestion', { link = 'Comment', default = true })
   vim.api.nvim_set_hl(0, 'CodespecNextEditRemoved', { link = 'DiffDelete', default = true })
   vim.api.nvim_set_hl(0, 'CodespecNextEditAdded', { link = 'DiffAdd', default = true })
+  vim.api.nvim_set_hl(0, 'CodespecNextEditElsewhere', { link = 'Comment', default = true })
 
   vim.api.nvim_create_autocmd('LspAttach', {
     group = vim.api.nvim_create_augroup('codespec', { clear = true }),
@@ -729,7 +811,8 @@ function M.setup(opts)
 
   if opts.next_edit.accept_key then
     vim.keymap.set('n', opts.next_edit.accept_key, function()
-      if M.next_edit_status(0).edit then
+      local shown = M.next_edit_status(0)
+      if shown.edit or shown.elsewhere then
         return '<Cmd>CodespecNextEditAccept<CR>'
       end
       return opts.next_edit.accept_key

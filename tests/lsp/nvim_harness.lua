@@ -59,6 +59,16 @@ function H.wait_for(what, cond, ms)
   end
 end
 
+-- Let the main loop handle what is pending (typed keys are handled only between the scenario's
+-- steps, never inside vim.wait): for a step whose effect is that nothing happens.
+function H.settle()
+  local turns = 0
+  H.wait_for('the main loop to settle', function()
+    turns = turns + 1
+    return turns > 5
+  end)
+end
+
 -- Keys as typed; mappings apply (`<Tab>` is the accept key).
 function H.keys(keys)
   vim.api.nvim_feedkeys(vim.keycode(keys), 'mt', false)
@@ -183,7 +193,7 @@ end
 -- (answering now or later with answer(err, result)). Records cancels, commands, notifications
 -- and which replies reached the client in the returned `server` table.
 function H.fake_server(capabilities, on_request)
-  local server = { cancels = {}, commands = {}, notifications = {}, delivered = {} }
+  local server = { cancels = {}, commands = {}, notifications = {}, delivered = {}, opened = {} }
   local function cmd(dispatchers)
     local closing, last_id = false, 0
     local rpc = {}
@@ -220,6 +230,9 @@ function H.fake_server(capabilities, on_request)
         vim.schedule(function() dispatchers.on_exit(0, 0) end)
       else
         server.notifications[#server.notifications + 1] = method
+        if method == 'textDocument/didOpen' then
+          server.opened[#server.opened + 1] = params.textDocument.uri
+        end
       end
       return true
     end

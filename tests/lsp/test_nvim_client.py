@@ -357,12 +357,20 @@ def save(url, data):
 """
 
 
+OTHER_SOURCE = "from next import fetch\nvalue = fetch(1)\n\n\nlater = fetch(2)\n"
+THIRD_SOURCE = "def third():\n    x = 1\n    y = fetch(3)\n"
+
+
 def test_neovim_next_edit_preview_accept_reject_and_stale_replies(tmp_path):
     """Next edits in the module, against an in-process fake server whose copilotInlineEdit replies
-    the scenario writes: the preview as a diff, <Tab> applying it, dismissal, stale replies."""
-    source = tmp_path / "next.py"
+    the scenario writes: the preview as a diff, <Tab> applying it, dismissal, stale replies, and
+    replies naming other files (open, not open, stale)."""
+    source, other, third = tmp_path / "next.py", tmp_path / "other.py", tmp_path / "third.py"
     source.write_text(NEXT_EDIT_SOURCE, encoding="utf-8")
-    seen = run_driver("nvim_next_edit_driver.lua", {"file": str(source)}, tmp_path, tmp_path, skip_on_012=False)
+    other.write_text(OTHER_SOURCE, encoding="utf-8")
+    third.write_text(THIRD_SOURCE, encoding="utf-8")
+    files = {"file": str(source), "other": str(other), "third": str(third)}
+    seen = run_driver("nvim_next_edit_driver.lua", files, tmp_path, tmp_path, skip_on_012=False)
     lines = NEXT_EDIT_SOURCE.splitlines()
     renamed = [line.replace("fetch", "fetch_all") if index == 1 else line for index, line in enumerate(lines)]
     assert seen["asked"]["position"]["line"] == 1 and seen["asked"]["version"] >= 2
@@ -390,3 +398,28 @@ def test_neovim_next_edit_preview_accept_reject_and_stale_replies(tmp_path):
     typed_over = seen["typed_over"]
     assert typed_over["marks"] == [] and not typed_over["status"]
     assert typed_over["line"] == typed_over["after_tab"] == "    old = fetch(url)"
+
+    # another open buffer: only a hint here (this buffer untouched), <Tab> goes there with the
+    # cursor at the edit and previews it, <Tab> applies it there and runs its command
+    [hint] = seen["hint"]["marks"]
+    assert hint["virt_text"] == ["next edit: other.py:2 (<Tab> goes there)", "CodespecNextEditElsewhere"]
+    assert seen["hint"]["lines_unchanged"] and "edit" not in seen["hint"]["status"]
+    jumped = seen["jumped"]
+    assert jumped["cursor"] == [2, 8] and jumped["hint_left"] == [] and jumped["next_unchanged"]
+    assert [mark.get("hl") for mark in jumped["marks"]] == [None, "CodespecNextEditRemoved"]
+    assert jumped["marks"][0]["virt_lines"] == [["value = fetch_all(1)", "CodespecNextEditAdded"]]
+    assert jumped["line"] == "value = fetch(1)"
+    assert seen["applied_there"] == {"line": "value = fetch_all(1)", "marks": [], "commands": 2}
+
+    # a file not open: <Tab> opens it (didOpen first) and asks there, at the edit's start
+    opened = seen["opened"]
+    assert opened["buffer_is_third"] and opened["did_open"]
+    assert opened["uri"].endswith("/third.py") and opened["position"] == {"line": 2, "character": 8}
+    assert isinstance(opened["version"], int) and opened["cursor"] == [3, 8]
+    assert seen["third_line"] == "    y = fetch_all(3)"
+
+    # a reply for another file at a version it does not have: nothing applied, no preview anywhere
+    stale = seen["stale_other"]
+    assert stale["versions_differ"] and stale["buffer_is_next"]
+    assert stale["next_unchanged"] and stale["other_unchanged"]
+    assert not stale["status"] and not stale["other_status"]
