@@ -6,7 +6,9 @@
 // Next edits (textDocument/copilotInlineEdit): after an edit, the change the server suggests at
 // the next place it applies, shown as a diff decoration (the replaced text struck through, the
 // new text after it) and applied with Tab (Esc dismisses). A suggestion is only shown and applied
-// for the document version it was asked for.
+// for the document version it was asked for. One in another file is announced in the status bar
+// and Tab goes there: to the diff, in a document open at the version the server named, or, for a
+// file the server read from disk (version null), opening it and asking there; Tab again applies.
 'use strict';
 
 const vscode = require('vscode');
@@ -93,15 +95,17 @@ const removedStyle = vscode.window.createTextEditorDecorationType({
 const addedStyle = vscode.window.createTextEditorDecorationType({
   after: { backgroundColor: new vscode.ThemeColor('diffEditor.insertedTextBackground'), margin: '0 0 0 1ch' },
 });
-let nextEdit = null; // { editor, version, edit: {range, text, command}, status }
+let nextEdit = null; // { editor, version, edit: {range, text, command, textDocument}, status, elsewhere }
 let nextEditAsk = 0; // the newest request; an older reply is dropped
 let nextEditTimer = null;
 
 function clearNextEdit() {
   nextEditAsk++; // a reply still on its way is for what was dismissed
   if (nextEdit) {
-    nextEdit.editor.setDecorations(removedStyle, []);
-    nextEdit.editor.setDecorations(addedStyle, []);
+    if (!nextEdit.elsewhere) {
+      nextEdit.editor.setDecorations(removedStyle, []);
+      nextEdit.editor.setDecorations(addedStyle, []);
+    }
     nextEdit.status.dispose();
   }
   nextEdit = null;
@@ -121,24 +125,64 @@ async function suggestNextEdit() {
   });
   if (ask !== nextEditAsk) return; // superseded by a newer request
   const edit = result && result.edits && result.edits[0];
+  const uri = edit && edit.textDocument && edit.textDocument.uri;
+  if (edit && document.version === version && uri && uri !== document.uri.toString()) {
+    // another document: announced here, Tab goes there (never applied to this one)
+    const target = vscode.Uri.parse(uri);
+    const where = `${vscode.workspace.asRelativePath(target)}:${edit.range.start.line + 1}`;
+    const status = vscode.window.setStatusBarMessage(`codespec: next edit in ${where} (Tab goes there, Esc dismisses)`);
+    nextEdit = { editor, version, edit, status, elsewhere: target };
+    await vscode.commands.executeCommand('setContext', 'codespec.nextEditVisible', true);
+    return;
+  }
   if (!edit || document.version !== version || (edit.textDocument && edit.textDocument.version !== version)) {
     vscode.window.setStatusBarMessage('codespec: no next edit', 3000);
     return;
   }
+  await showNextEdit(editor, version, edit);
+}
+
+async function showNextEdit(editor, version, edit) {
   const range = client.protocol2CodeConverter.asRange(edit.range);
   const shown = edit.text.split('\n').join(' ⏎ ');
   editor.setDecorations(removedStyle, range.isEmpty ? [] : [range]);
   editor.setDecorations(addedStyle, [{ range: new vscode.Range(range.end, range.end), renderOptions: { after: { contentText: shown } } }]);
+  editor.revealRange(range, vscode.TextEditorRevealType.InCenterIfOutsideViewport);
   const status = vscode.window.setStatusBarMessage('codespec: next edit (Tab applies, Esc dismisses)');
   nextEdit = { editor, version, edit, range, status };
   await vscode.commands.executeCommand('setContext', 'codespec.nextEditVisible', true);
   client.sendNotification('textDocument/didShowInlineEdit', { item: { command: edit.command } });
 }
 
+// Go to a next edit in another document: one open at the version the server named shows its diff;
+// a file the server read from disk (version null) is opened and asked about where the edit starts
+// (the server has that answer ready). Anything else is stale.
+async function goToNextEdit(target, edit) {
+  const version = edit.textDocument.version;
+  const open = vscode.workspace.textDocuments.find((document) => document.uri.toString() === target.toString());
+  if (typeof version === 'number' && (!open || open.version !== version)) {
+    vscode.window.setStatusBarMessage('codespec: the next edit is for another version of that file', 3000);
+    return;
+  }
+  const document = open || (await vscode.workspace.openTextDocument(target));
+  const editor = await vscode.window.showTextDocument(document);
+  const start = client.protocol2CodeConverter.asPosition(edit.range.start);
+  editor.selection = new vscode.Selection(start, start);
+  if (typeof version === 'number') {
+    await showNextEdit(editor, version, edit);
+  } else {
+    await suggestNextEdit(); // opened now (didOpen went first): ask there
+  }
+}
+
 async function acceptNextEdit() {
   const shown = nextEdit;
   clearNextEdit();
   if (!shown || shown.editor.document.version !== shown.version) return; // stale: never applied
+  if (shown.elsewhere) {
+    await goToNextEdit(shown.elsewhere, shown.edit);
+    return;
+  }
   const document = shown.editor.document;
   const start = document.offsetAt(shown.range.start);
   // the editor's own edit: refused when the document changed in between
