@@ -37,9 +37,10 @@ from pygls.lsp.server import LanguageServer
 
 from codespec.errors import CodespecError
 from lsp.documents import Debouncer, DocumentNotOpen, DocumentStore
-from lsp.framing import BlockingSource, FrameReader
+from lsp.framing import FrameReader
 from lsp.next_edits import NextEdits
 from lsp.rpc import SERVER_NOT_INITIALIZED, CodespecProtocol, serve_frames
+from lsp.sources import BlockingSource
 from lsp.workspace import add_to_index, cancel_warm, log_failure, note_too_large, run_indexing, schedule_warm
 from service import edit as edit_logic
 from service import indexing

@@ -46,8 +46,9 @@ async def serve_tcp(server, host: str, port: int, ready: Callable[[int], None] |
     ``protocol.set_writer`` and ``shutdown`` are used: the stop event and the listener are ours, so
     nothing depends on the private fields pygls's own ``start_tcp`` keeps them in.
     """
-    from lsp.framing import DEFAULT_MAX_MESSAGE_BYTES, FrameReader, stream_source
+    from lsp.framing import DEFAULT_MAX_MESSAGE_BYTES, FrameReader
     from lsp.rpc import serve_frames
+    from lsp.sources import stream_source
     from service import logsafe
 
     logsafe.install()

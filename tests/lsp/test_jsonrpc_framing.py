@@ -8,7 +8,7 @@ import json
 import pytest
 
 from lsp.framing import ABSENT, FOUND, UNKNOWN, FrameReader, Problem, ends_open, peek_id
-from lsp.rpc import ParamsTooDeep, describe_structure_error, sanitize
+from lsp.params import ParamsTooDeep, describe_structure_error, sanitize
 
 REQUEST = {"jsonrpc": "2.0", "id": 5, "method": "codespec/stats", "params": {"a": "b"}}
 BODY = json.dumps(REQUEST).encode()
