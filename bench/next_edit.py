@@ -5,6 +5,7 @@ edit-aware drafting, on the next-edit workload built from real commits (bench/ne
     python -P bench/next_edit.py replay --shape qwen2.5-coder-0.5b --out docs/bench/next-edit-replay-0.5b.json
     python -P bench/next_edit.py real --out docs/bench/next-edit-real-shipped.json
     python -P bench/next_edit.py replay --model MODEL.gguf --out docs/bench/next-edit-replay-gguf.json
+    python -P bench/next_edit.py replay --cross-file --out docs/bench/next-edit-replay-cross-file-shipped.json
 
 ``replay``: the target is forced to emit the true next edit (bench/replay.py: every forward runs
 for real), so each configuration emits the same tokens and only the drafting differs:
@@ -54,7 +55,7 @@ def case_request(case, renderer):
     from codespec.next_edit_prompts import EditEvent, edits_instruction
     from codespec.prompts import Rewrite
 
-    event = EditEvent(case.id.split("/")[0], case.edit_before, case.edit_after)
+    event = EditEvent(case.edit_path or case.id.split("/")[0], case.edit_before, case.edit_after)
     prompt = renderer.render(Rewrite(case.window, edits_instruction([event]))).text
     return prompt
 
@@ -63,12 +64,41 @@ def window_stats(cases) -> dict:
     from proposers.edit_rules import predict
     from service.next_edit import choose_window
 
+    if any(case.edit_path for case in cases):
+        return site_stats(cases)
     found = predicted = 0
     for case in cases:
         start, end, _ = choose_window(case.document, case.cursor, case.edits)
         found += start < case.window_end and end > case.window_start
         predicted += predict(case.window, case.edits) == case.output
     return {"cases": len(cases), "window_contains_site": found, "rules_predict_whole_edit": predicted}
+
+
+def site_stats(cases) -> dict:
+    """Cross-file cases: whether the search finds the true site in the other file (the window it
+    picks there overlaps the true one), and whether a file of the workspace snapshot
+    (workspace-httpx.jsonl, the other paths) has a site for the same edit, so that a search
+    reaching it first would answer there."""
+    from proposers.edit_rules import predict
+    from service.next_edit import OtherDocument, find_site, site_in
+
+    with open(SHARED / "workspace-httpx.jsonl", encoding="utf-8") as handle:
+        workspace = [json.loads(line) for line in handle if line.strip()]
+    found = predicted = alone = 0
+    for case in cases:
+        window = site_in(case.document, case.edits)
+        found += window is not None and window[0] < case.window_end and window[1] > case.window_start
+        predicted += predict(case.window, case.edits) == case.output
+        path = case.id.split(":", 1)[1].split("/from:")[0]
+        others = [OtherDocument(w["path"], w["text"], None) for w in workspace if not path.endswith(w["path"])]
+        alone += find_site(others, case.edits) is None
+    return {
+        "cases": len(cases),
+        "site_found_in_the_file": found,
+        "no_other_workspace_file_has_a_site": alone,
+        "workspace_files": len(workspace),
+        "rules_predict_whole_edit": predicted,
+    }
 
 
 def replay(args) -> dict:
@@ -82,7 +112,7 @@ def replay(args) -> dict:
     raw = load_target(args)
     target = ReplayTarget(raw, vocab_limit=raw.tokenizer.vocab_size if args.shape else None)
     renderer = PromptRenderer(raw.tokenizer, raw.prompt_format)
-    cases = load(SHARED / "edits-httpx.jsonl", args.cases)
+    cases = load(SHARED / "edits-httpx.jsonl", args.cases, cross_file=args.cross_file)
     end_id = min(raw.eos_token_ids)
     assembly = ProposerAssembly(target, shipped_draft=False, models=())  # auto: lookups only
     rows: dict[str, list[dict]] = {name: [] for name in CONFIGS}
@@ -170,7 +200,7 @@ def real(args) -> dict:
 
     raw = load_target(args)
     renderer = PromptRenderer(raw.tokenizer, raw.prompt_format)
-    cases = load(SHARED / "edits-httpx.jsonl", args.cases)
+    cases = load(SHARED / "edits-httpx.jsonl", args.cases, cross_file=args.cross_file)
     assembly = ProposerAssembly(raw, shipped_draft=False, models=())
     rows = []
     for number, case in enumerate(cases):
@@ -218,7 +248,8 @@ def setup(args, raw) -> dict:
         "batch": 1,
         "max_draft": 64,
         "machine": platform.processor() or platform.machine(),
-        "workload": "edits-httpx next-edit pairs (bench/next_edit_workload.py)",
+        "workload": "edits-httpx next-edit pairs (bench/next_edit_workload.py)"
+        + (", cross-file" if args.cross_file else ""),
     }
 
 
@@ -230,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", default=None, help="a random checkpoint of this shape (bench/shapes.py)")
     parser.add_argument("--cache", default="/tmp/codespec-shapes", help="where --shape checkpoints are kept")
     parser.add_argument("--cases", type=int, default=None, help="the first N cases (default: all)")
+    parser.add_argument("--cross-file", action="store_true", help="the user's edit in one file, the site in another")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     report = replay(args) if args.mode == "replay" else real(args)

@@ -8,6 +8,11 @@ two places), a criterion that reads the data only, not the proposer's rules. For
 repeats an earlier one, a case is the document with the earlier hunk applied (the user's edit), the
 cursor where that edit ended, and the editable window around the later hunk (its lines and
 ``CONTEXT_LINES`` on each side) with that hunk applied as the recorded output.
+
+*Cross-file* cases (:func:`cross_file_cases`) pair hunks of two files of one commit the same way:
+the user's edit is a hunk of one file, the request is at the hunk of the other file that repeats
+it, in that file as it was before the commit (the next site the service must find in another
+file).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class NextEditCase:
     window_start: int  # code point offsets of the editable window in ``document``
     window_end: int
     output: str  # the window with the second hunk applied
+    edit_path: str = ""  # the file the user's edit was made in, when it is not ``document`` (cross-file)
 
     @property
     def window(self) -> str:
@@ -115,6 +121,48 @@ def cases_of(record_id: str, before: str, after: str, per_record: int = 4) -> It
         made += 1
 
 
+def cross_file_cases(records: Sequence[dict], per_pair: int = 2) -> list[NextEditCase]:
+    """For each commit's ordered pair of files (A, B): B's hunks that repeat a change of one of A's,
+    at most ``per_pair`` of them; the document is B before the commit, the cursor at the site."""
+    by_commit: dict[str, list[dict]] = {}
+    for record in records:
+        by_commit.setdefault(str(record["id"]).split(":", 1)[0], []).append(record)
+    cases: list[NextEditCase] = []
+    for files in by_commit.values():
+        split = [(r, r["before"].splitlines(keepends=True), r["after"].splitlines(keepends=True)) for r in files]
+        hunks = [_hunks(old, new) for _, old, new in split]
+        for a, (record_a, old_a, new_a) in enumerate(split):
+            for b, (record_b, old_b, new_b) in enumerate(split):
+                if a == b:
+                    continue
+                made = 0
+                for index, second in enumerate(hunks[b]):
+                    first = next((h for h in hunks[a] if h.changes & second.changes), None)
+                    if first is None or made >= per_pair:
+                        continue
+                    lo, hi = max(0, second.i1 - CONTEXT_LINES), min(len(old_b), second.i2 + CONTEXT_LINES)
+                    edit_before, edit_after = "".join(old_a[first.i1 : first.i2]), "".join(new_a[first.j1 : first.j2])
+                    start = len("".join(old_b[:lo]))
+                    cases.append(
+                        NextEditCase(
+                            id=f"{record_b['id']}/from:{str(record_a['id']).split(':', 1)[1]}/{index}",
+                            kind=_kind(edit_before, edit_after),
+                            document=record_b["before"],
+                            cursor=len("".join(old_b[: second.i1])),
+                            edit_before=edit_before,
+                            edit_after=edit_after,
+                            window_start=start,
+                            window_end=start + len("".join(old_b[lo:hi])),
+                            output="".join(
+                                [*old_b[lo : second.i1], *new_b[second.j1 : second.j2], *old_b[second.i2 : hi]]
+                            ),
+                            edit_path=str(record_a["id"]).split(":", 1)[1],
+                        )
+                    )
+                    made += 1
+    return cases
+
+
 def build(records: Iterable[dict], per_record: int = 4) -> list[NextEditCase]:
     cases: list[NextEditCase] = []
     for record in records:
@@ -122,10 +170,10 @@ def build(records: Iterable[dict], per_record: int = 4) -> list[NextEditCase]:
     return cases
 
 
-def load(path: Path, limit: int | None = None, per_record: int = 4) -> list[NextEditCase]:
+def load(path: Path, limit: int | None = None, per_record: int = 4, cross_file: bool = False) -> list[NextEditCase]:
     with open(path, encoding="utf-8") as handle:
         records = [json.loads(line) for line in handle if line.strip()]
-    cases = build(records, per_record)
+    cases = cross_file_cases(records) if cross_file else build(records, per_record)
     return cases[:limit] if limit is not None else cases
 
 

@@ -9,8 +9,11 @@ so verifying it takes a forward or two; the output is still the target's own (lo
 other change to the document drops the speculation.
 
 The recent edits are the workspace's (a rename made in one file is repeated in the next). When
-their rules find no site in the document asked about, the other open documents are searched, then
-the files the workspace index holds: the answer then names that document. An open one is answered
+their rules find no site in the document asked about and the client said it can take an edit in
+another document (``otherDocuments: true`` in the request, which codespec's own clients send;
+Copilot's clients, such as copilot-lsp, draw an answer in the buffer that asked), the other open
+documents are searched, then the files the workspace index holds: the answer then names that
+document. An open one is answered
 with its version (the client jumps there and shows the edit); a file the editor has not opened,
 read from disk, with version null: the client opens it and asks there, and that request finds this
 answer ready as its speculation, so it costs a forward or two.
@@ -92,9 +95,9 @@ class NextEdits:
         edits = self.history.recent()  # the workspace's: the edit may have been made in another file
         self.inflight.cancel(uri)  # a newer request supersedes the older one at once
         ticket = self.asked[uri] = self.asked.get(uri, 0) + 1
-        elsewhere = functools.partial(self._elsewhere, ls, uri)
+        others = self._elsewhere(ls, uri) if raw.get("otherDocuments") is True else None
         # window search and rules are pure Python over the documents: off the event loop
-        request, plan = await asyncio.to_thread(self._request, ls, uri, text, cursor, edits, version, elsewhere())
+        request, plan = await asyncio.to_thread(self._request, ls, uri, text, cursor, edits, version, others)
         if not plan.window:
             return []  # the cursor's line alone is longer than a window (minified code)
         speculated = await self._speculated(plan.uri, plan.text, plan)

@@ -572,6 +572,7 @@ function M.next_edit(bufnr)
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
   local st = { client = client, version = buffer_version(bufnr), tick = vim.b[bufnr].changedtick }
   params.textDocument.version = st.version
+  params.otherDocuments = true -- an edit in another file is taken (a hint, then go_to_elsewhere)
   next_edits[bufnr] = st
   local ok, id = call(client, 'request', 'textDocument/copilotInlineEdit', params, function(err, result)
     if next_edits[bufnr] ~= st then

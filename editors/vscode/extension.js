@@ -122,6 +122,7 @@ async function suggestNextEdit() {
   const result = await client.sendRequest('textDocument/copilotInlineEdit', {
     textDocument: { uri: document.uri.toString(), version },
     position: client.code2ProtocolConverter.asPosition(editor.selection.active),
+    otherDocuments: true, // an edit in another file is taken (goToNextEdit)
   });
   if (ask !== nextEditAsk) return; // superseded by a newer request
   const edit = result && result.edits && result.edits[0];

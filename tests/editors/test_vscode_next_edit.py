@@ -80,6 +80,7 @@ def test_next_edits_in_a_file_not_open_then_in_another_tab(vscode):
     mark = len(vscode.trace.messages())
     request, edit = ask(vscode, mark)
     assert request["params"]["textDocument"]["uri"] == (workspace / "shapes.py").as_uri()
+    assert request["params"]["otherDocuments"] is True  # the extension takes an edit in another file
     assert edit["textDocument"] == {"uri": report_uri, "version": None}
     status(vscode, "next edit in report.py")
     vscode.shot("next-edit-elsewhere")

@@ -65,7 +65,7 @@ H.run(function(seen)
   vim.cmd('CodespecNextEdit')
   local request = next_request(0)
   seen.asked = { version = request.params.textDocument.version, position = request.params.position,
-    changedtick = vim.b[bufnr].changedtick }
+    changedtick = vim.b[bufnr].changedtick, other_documents = request.params.otherDocuments }
   request.answer(nil, { edits = { rename_edit(request.params.textDocument.version) } })
   H.wait_for('the preview', function() return codespec.next_edit_status(bufnr).edit end)
   seen.preview = { marks = marks(bufnr), lines = vim.api.nvim_buf_get_lines(bufnr, 0, -1, true) }

@@ -99,8 +99,10 @@ def position_of(text: str, offset: int) -> dict:
     return {"line": line, "character": offset - (text.rfind("\n", 0, offset) + 1)}
 
 
-async def ask(client, uri: str, version: int, position: dict) -> list:
+async def ask(client, uri: str, version: int, position: dict, other_documents: bool = True) -> list:
     params = {"textDocument": {"uri": uri, "version": version}, "position": position}
+    if other_documents:
+        params["otherDocuments"] = True  # as codespec's own clients say they take such an edit
     result = await asyncio.wait_for(
         client.protocol.send_request_async("textDocument/copilotInlineEdit", params), WAIT_S
     )
@@ -152,6 +154,11 @@ async def test_the_next_site_is_found_in_the_open_file_then_on_disk_and_asked_th
     history, renamed = replay_history(shapes, SHAPES, changes)
     assert renamed == text and OLD not in text
     cursor = position_of(text, text.rindex(NEW) + len(NEW))
+
+    # 0. a client that did not say it takes edits in other documents (copilot-lsp draws any
+    # answer in the buffer that asked) gets none there
+    unasked = await ask(client, shapes, version, cursor, other_documents=False)
+    assert all(edit.textDocument.uri == shapes for edit in unasked)
 
     # 1. report.py is open: the answer names it, with its version, and is the model's own
     expected = expected_answer(shapes, report, 1, history, text)

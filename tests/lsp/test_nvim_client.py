@@ -374,6 +374,7 @@ def test_neovim_next_edit_preview_accept_reject_and_stale_replies(tmp_path):
     lines = NEXT_EDIT_SOURCE.splitlines()
     renamed = [line.replace("fetch", "fetch_all") if index == 1 else line for index, line in enumerate(lines)]
     assert seen["asked"]["position"]["line"] == 1 and seen["asked"]["version"] >= 2
+    assert seen["asked"]["other_documents"] is True  # it takes an edit in another file (below)
 
     # the replaced word highlighted, the line as it would become below it; the buffer untouched
     added, removed = seen["preview"]["marks"]  # by position: the virtual lines' mark is at column 0
