@@ -146,7 +146,7 @@ class Decoding:
             self.reason = "deadline"
             return None
         uncached = self.sequence[len(self.cache) :]
-        if prompt_room is not None and prompt_room <= 0 and len(uncached) > SMALL_TAIL:
+        if self.holds(prompt_room):
             return HOLD
         if self.prefill_chunk is not None and len(uncached) > self.prefill_chunk:  # 0. a prompt chunk first
             return StepPlan(uncached[: self.prefill_chunk], 1, EMPTY_DRAFT, prefill=True)
@@ -167,6 +167,18 @@ class Decoding:
         self._proposed = time.perf_counter()
         # 2. One target forward over the uncached tokens plus the draft: K+1 scored positions.
         return StepPlan([*uncached, *draft.token_ids], len(draft) + 1, draft)
+
+    def holds(self, prompt_room: int | None) -> bool:
+        """Whether :meth:`propose` with ``prompt_room`` gives :data:`HOLD` (the scheduler leaves a
+        request that waits for prompt room out of the batch it prices drafts against)."""
+        return prompt_room is not None and prompt_room <= 0 and len(self.sequence) - len(self.cache) > SMALL_TAIL
+
+    def prompt_rows_next(self) -> int:
+        """Prompt rows the next step runs (:attr:`StepPlan.prompt_rows` of the plan it will get)."""
+        uncached = len(self.sequence) - len(self.cache)
+        if self.prefill_chunk is not None and uncached > self.prefill_chunk:
+            return self.prefill_chunk
+        return max(0, uncached - 1)
 
     def advance(self, plan: StepPlan, target_logits: torch.Tensor) -> list[Event]:
         """Verify ``plan``'s draft against ``target_logits`` [K+1, V] (the forward already wrote the

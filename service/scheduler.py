@@ -145,10 +145,13 @@ class Scheduler:
         typing = any(job.request.interactive and job.decoding is not None for job in self.active)
         running = [job for job in self.active if not (typing and self._yields(job))]
         # what each request's draft is priced against: the others' tokens from the same forward
-        expected = {job: job.decoding.recent_tokens for job in running if job.decoding is not None}
+        # (not those the prompt budget holds this cycle: they are not in it)
+        held = self._held(running)
+        served = [job for job in running if job not in held]
+        expected = {job: job.decoding.recent_tokens for job in served if job.decoding is not None}
         everyone = sum(expected.values())
-        all_rows = sum(job.last_rows for job in running)
-        row_cost = self.row_cost.fit() if self.row_cost.fitted and len(running) > 1 else None
+        all_rows = sum(job.last_rows for job in served)
+        row_cost = self.row_cost.fit() if self.row_cost.fitted and len(served) > 1 else None
         # prompt rows are handed out in priority order: what a user waits on, then by arrival, a
         # document's background prefill last; the forward keeps the batch's own order
         place = {job: index for index, job in enumerate(self.active)}
@@ -166,7 +169,7 @@ class Scheduler:
                     plan = StepPlan(chunk, 1, EMPTY_DRAFT, prefill=True)
                 else:
                     share = BatchShare(
-                        len(running), everyone - expected.get(job, 0.0), all_rows - job.last_rows, row_cost
+                        len(served), everyone - expected.get(job, 0.0), all_rows - job.last_rows, row_cost
                     )
                     plan = job.decoding.propose(share, prompt_room=room)
             except Exception as error:  # a failed request must not take the service down
@@ -195,6 +198,23 @@ class Scheduler:
                     self.drop(job, error)
                     continue
                 self._deliver(job, events)
+
+    def _held(self, running: list[Job]) -> set[Job]:
+        """The requests this cycle's prompt budget will hold, handed out as the cycle hands it out
+        (by ``_prompt_priority``; ``Decoding.holds`` is the rule ``propose`` applies)."""
+        room, held = self.prompt_budget, set()
+        for job in sorted(running, key=self._prompt_priority):
+            if job.request.kind is RequestKind.PREFILL:
+                if room <= 0:
+                    held.add(job)
+                else:
+                    room -= min(PREFILL_CHUNK, len(job.prefill_ids) - len(job.cache))
+            elif job.decoding is not None:
+                if job.decoding.holds(room):
+                    held.add(job)
+                else:
+                    room -= job.decoding.prompt_rows_next()
+        return held
 
     @staticmethod
     def _prompt_priority(job: Job) -> tuple[bool, bool]:

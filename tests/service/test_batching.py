@@ -332,3 +332,38 @@ def test_background_prompts_share_cycles_within_the_prompt_budget(server_target)
     assert together == alone
     chunks_a_cycle = [sum(1 for cache in caches if cycle.get(cache, 0) >= 64) for cycle in cycles]
     assert max(chunks_a_cycle) == 2  # shared, and within the budget
+
+
+def test_a_request_held_for_prompt_room_is_not_priced_as_part_of_the_forward(server_target, monkeypatch):
+    """A draft is priced against the requests its forward serves: one the prompt budget holds this
+    cycle is not among them (BatchShare.requests is the forward's size)."""
+    from codespec.decode import HOLD, Decoding
+    from codespec.draft import ALONE
+
+    target = RecordingTarget(server_target)
+    service = EngineService(target, proposer="none", max_draft=8)
+    service.prompt_chunk = 64
+    service.scheduler.prompt_budget = 64  # one chunk a cycle
+    calls: list[tuple[int, int, int]] = []  # (forward index, the share's requests, the cache) per step planned
+    original = Decoding.propose
+
+    def recording(self, batch=ALONE, prompt_room=None):
+        plan = original(self, batch, prompt_room)
+        if plan is not None and plan is not HOLD:
+            calls.append((len(target.cycles), batch.requests, id(self.cache)))
+        return plan
+
+    monkeypatch.setattr(Decoding, "propose", recording)
+    short = GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=200, proposer="none", cache_key="c")
+    long_a = GenerationRequest(prompt=CODE * 2, max_tokens=8, proposer="none", cache_key="a")
+    long_b = GenerationRequest(prompt=CODE[::-1] * 2, max_tokens=8, proposer="none", cache_key="b")
+    try:
+        jobs = [service.submit(request) for request in (short, long_a, long_b)]
+        for job in jobs:
+            job.wait(WAIT_S)
+    finally:
+        service.close()
+    assert any(len(cycle) == 2 for cycle in target.cycles)  # b held while a prefilled beside c
+    for forward, requests, cache in calls:
+        if forward < len(target.cycles) and cache in map(id, target.cycles[forward]):
+            assert requests == len(target.cycles[forward]), (forward, requests, len(target.cycles[forward]))
