@@ -111,6 +111,8 @@ class NextEdits:
         if found is None or not current or document.version != version or not self._unchanged(ls, plan):
             return []  # no finished answer, or a document moved on (or was closed and reopened)
         if plan.version is None:  # a file the client will open and ask about: this is that answer
+            for ready in [u for u, held in self.speculations.items() if held.ready is not None]:
+                del self.speculations[ready]  # only the newest is followed: memory stays bounded
             self._drop(plan.uri)
             self.speculations[plan.uri] = Speculation(plan.text, plan.window, None, result.text)
         elif ls.options.completion.next_edit_speculate:
