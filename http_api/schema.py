@@ -181,7 +181,7 @@ def _call(data: dict, *max_tokens_keys: str) -> CallOptions:
     options = data.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise invalid("stream_options", "stream_options must be an object", "invalid_type")
-    include_usage = bool(options) and _bool(options, "include_usage")
+    include_usage = _bool(options, "include_usage") if options else False
     sampling = _checked(schema.sampling, data, *max_tokens_keys)
     # OpenAI's stop: absent means none (no cursor stop rule at this door)
     sampling = dataclasses.replace(sampling, stop=sampling.stop or ())

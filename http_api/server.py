@@ -18,6 +18,8 @@ import hmac
 import logging
 import socket
 import time
+from collections.abc import Callable
+from typing import Any
 
 from codespec.errors import CodespecError
 from http_api.routes import Generation, HttpDoor, send_json
@@ -207,18 +209,20 @@ def build_app(
             error_body(f"internal error ({type(error).__name__}); see the server log", "server_error"), status_code=500
         )
 
+    # each handler takes the exception it is registered for (Starlette types them all as Exception)
+    handlers: dict[Any, Callable[..., Any]] = {
+        ApiError: api_error,
+        HTTPException: http_error,
+        ClientDisconnect: gone,
+        Exception: internal,
+    }
     app = Starlette(
         routes=[
             Route("/v1/models", models, methods=["GET"]),
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         ],
-        exception_handlers={
-            ApiError: api_error,
-            HTTPException: http_error,
-            ClientDisconnect: gone,
-            Exception: internal,
-        },
+        exception_handlers=handlers,
     )
     guard = Guard(app, token, limits.allowed_origins)
     guard.door = door

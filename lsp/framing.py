@@ -231,9 +231,9 @@ class FrameReader:
     async def next(self) -> Message | Problem | None:
         while True:
             if self._skip is not None:
-                out = await self._skip_step()
+                out = await self._skip_step(self._skip)
             elif self._garbage is not None:
-                out = await self._garbage_step()
+                out = await self._garbage_step(self._garbage)
             else:
                 out = await self._frame_step()
             if out is _EOF:
@@ -380,14 +380,17 @@ class FrameReader:
             has_id,
         )
 
-    async def _skip_step(self):
-        skip = self._skip
+    async def _skip_step(self, skip: _Skip):
         limit = self.max_bytes
         while True:
             left = skip.total - skip.seen
             cut = self._header_inside(0, min(len(self.buf), left))
             ended = cut is not None
-            take = cut if ended else min(left, len(self.buf) if len(self.buf) >= left else max(0, len(self.buf) - TAIL))
+            take = (
+                cut
+                if cut is not None
+                else min(left, len(self.buf) if len(self.buf) >= left else max(0, len(self.buf) - TAIL))
+            )
             if len(skip.head) < HEAD_BYTES:
                 skip.head += self.buf[: min(take, HEAD_BYTES - len(skip.head))]
             del self.buf[:take]
@@ -423,8 +426,7 @@ class FrameReader:
             has_id,
         )
 
-    async def _garbage_step(self):
-        garbage = self._garbage
+    async def _garbage_step(self, garbage: _Garbage):
         judged = -1
         while True:
             match = NEXT_HEADER.search(self.buf)

@@ -53,6 +53,9 @@ class Door(Protocol):
     service: Any  # service.engine.EngineService
     encoding: str
 
+    @property
+    def engine(self) -> Any: ...  # the service, started (service.engine.EngineService)
+
     def offset_of(self, text: str, position: types.Position) -> int: ...
 
 
@@ -105,7 +108,7 @@ class NextEdits:
             return []  # superseded (or the document closed) while the window was chosen or waited on
         if speculated is not None:  # the answer for this state, asked ahead: the draft
             request = dataclasses.replace(request, reference=speculated)
-        result = await self.inflight.run(ls.service, uri, request)  # a newer request supersedes this one
+        result = await self.inflight.run(ls.engine, uri, request)  # a newer request supersedes this one
         found = suggestion(plan, result.text, result.reason)
         current = ls.documents.documents.get(uri) is document and document.text is text
         if found is None or not current or document.version != version or not self._unchanged(ls, plan):
@@ -232,7 +235,7 @@ class NextEdits:
             return  # the user asked again meanwhile, or closed the file: this is no longer the next step
         request = dataclasses.replace(request, ahead=True)  # nobody waits on it: it runs as background work
         try:
-            job = AsyncJob(ls.service, request)
+            job = AsyncJob(ls.engine, request)
         except Exception as error:  # a speculation is only a hint: never fail over it
             log.info("next-edit speculation not submitted: %s", error)
             return

@@ -95,11 +95,12 @@ def strict_scalars(converter) -> None:
     """cattrs turns ``5`` into ``"5"`` for a str field, ``"7"`` or ``7.9`` into ``7`` for an int and
     ``"false"`` into True: a wrong type must be an error naming the field instead."""
 
-    def check(kind: type, name: str):
-        def hook(value, _type):
+    def check(kind: type | tuple[type, ...], name: str):
+        def hook(value: Any, _type):
             if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
                 raise TypeError(f"expected {name}, got {type(value).__name__}")
-            return float(value) if kind is not bool and name == "a number" else value
+            checked: Any = value  # an int or a float when it is "a number"
+            return float(checked) if kind is not bool and name == "a number" else checked
 
         return hook
 

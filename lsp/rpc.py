@@ -74,7 +74,7 @@ class RequestFutures(dict):
     here (``_execute_handler``); iterating the live dict then raised "dictionary changed size
     during iteration" and the shutdown request failed."""
 
-    def items(self):  # type: ignore[override]
+    def items(self):
         return list(super().items())
 
 
@@ -284,7 +284,7 @@ class CodespecProtocol(LanguageServerProtocol):
                 "dropped a malformed response %s: %s", clip(value.get("id"), 60), describe_structure_error(error)
             )
             return
-        self.handle_message(message)
+        self.handle_message(message)  # type: ignore[arg-type]  # an error response: pygls's RPCError in lsprotocol's type
 
     def _cancel(self, value: dict, has_id: bool) -> None:
         params = value.get("params")

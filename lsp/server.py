@@ -91,6 +91,14 @@ class CodespecServer(LanguageServer):
         self.indexed_files = 0
         self._lines: tuple[str, str, LineIndex] | None = None  # the last text's line index
 
+    @property
+    def engine(self) -> EngineService:
+        """The engine service, for handlers: ``initialize`` starts it, and ``lsp.rpc`` refuses any
+        other request before (ServerNotInitialized)."""
+        if self.service is None:
+            raise CodespecError("the engine is not started: initialize first")
+        return self.service
+
     # ---- transport --------------------------------------------------------------------------
     def start_io(self, stdin=None, stdout=None) -> None:
         """Serve LSP over stdio until the input ends or the client says exit: pygls's loop, with
@@ -105,8 +113,10 @@ class CodespecServer(LanguageServer):
         reader = FrameReader(
             BlockingSource(stdin or sys.stdin.buffer), lambda: self.options.transport.max_message_bytes
         )
+        protocol = self.protocol
+        assert isinstance(protocol, CodespecProtocol)  # protocol_cls above
         try:
-            asyncio.run(serve_frames(reader, self.protocol, self._stop_event))
+            asyncio.run(serve_frames(reader, protocol, self._stop_event))
         except BrokenPipeError:
             log.error("the connection to the client is lost; shutting down")
         except (KeyboardInterrupt, SystemExit):
@@ -347,7 +357,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         request = edit_logic.edit_request(
             plan, cache_key=f"edit:{uri}", uri=uri, cursor=plan.start, edits=recent, origin="lsp"
         )
-        result = await AsyncJob(ls.service, request, on_delta).result()
+        result = await AsyncJob(ls.engine, request, on_delta).result()
         return edit_logic.edit_response(edit_id, raw["range"], result)
 
     @server.feature(NEXT_EDIT_METHOD)
@@ -364,7 +374,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
     @server.feature(STATS_METHOD)
     @client_errors
     async def stats(ls: CodespecServer, params: Any) -> dict:
-        service = ls.service
+        service = ls.engine
         open_texts = {uri: document.text for uri, document in ls.documents.documents.items()}
 
         def collect() -> dict:  # on the engine thread: queued index updates have been applied
@@ -393,12 +403,12 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
                 f"codespec.accepted: the text is {len(text)} characters; an accepted "
                 f"completion is at most {MAX_ACCEPTED_CHARS}"
             )
-        await asyncio.wrap_future(ls.service.record_history("accepted", text, uri))
+        await asyncio.wrap_future(ls.engine.record_history("accepted", text, uri))
 
     @server.command(REINDEX_COMMAND)
     @client_errors
     async def reindex(ls: CodespecServer, *args: Any) -> None:
-        if ls.service.index is None:
+        if ls.engine.index is None:
             ls.tell_user("codespec: the workspace index is off or unavailable", types.MessageType.Info)
             return
         if ls.indexing is not None and not ls.indexing.done():
@@ -412,7 +422,7 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
     async def clear_history(ls: CodespecServer, *args: Any) -> None:
         ls.edit_history.clear()
         ls.next_edits.clear()
-        await asyncio.wrap_future(ls.service.clear_history())
+        await asyncio.wrap_future(ls.engine.clear_history())
 
     return server
 
@@ -434,7 +444,7 @@ async def complete_at(
         text,
         offset,
         options,
-        ls.service.windows_for(options),
+        ls.engine.windows_for(options),
         invoked=invoked,
         uri=uri,
         cache_key=uri,
@@ -442,7 +452,7 @@ async def complete_at(
         origin="lsp",
     )
     cancel_warm(ls, uri)  # this request prefills what it needs itself
-    result = await ls.inflight.run(ls.service, uri, request)  # a newer request supersedes this one
+    result = await ls.inflight.run(ls.engine, uri, request)  # a newer request supersedes this one
     completion = trim_completion(result.text, context)
     if result.reason == "cancelled" or not completion:
         return None

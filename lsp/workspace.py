@@ -37,8 +37,12 @@ class Server(Protocol):
     warm_timers: dict[str, asyncio.TimerHandle]
     indexed_files: int
     roots: list
-    client_capabilities: types.ClientCapabilities
-    work_done_progress: Any  # pygls's progress helper
+
+    @property
+    def client_capabilities(self) -> types.ClientCapabilities: ...
+
+    @property
+    def work_done_progress(self) -> Any: ...  # pygls's progress helper
 
 
 def schedule_warm(ls: Server, document) -> None:

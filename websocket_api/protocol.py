@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from service import schema
 from service.jsonpeek import FOUND, peek_id
@@ -91,7 +91,12 @@ def parse_message(raw: str | bytes, max_bytes: int) -> Message:
     kind = data.get("type")
     if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
         raise ProtocolError("invalid_request", "id must be a string or an integer")
-    parsers = {"complete": _complete, "edit": _edit, "cancel": _cancel, "stats": _stats}
+    parsers: dict[str, Callable[[dict], Message]] = {
+        "complete": _complete,
+        "edit": _edit,
+        "cancel": _cancel,
+        "stats": _stats,
+    }
     if kind not in parsers:
         raise ProtocolError(
             "unknown_type", f"unknown message type {kind!r}; expected one of {', '.join(parsers)}", request_id
@@ -107,6 +112,10 @@ def parse_message(raw: str | bytes, max_bytes: int) -> Message:
         raise ProtocolError("invalid_position", str(error), request_id) from None
 
 
+@overload
+def _text(data: dict, key: str, required: Literal[True]) -> str: ...
+@overload
+def _text(data: dict, key: str, required: bool = False) -> str | None: ...
 def _text(data: dict, key: str, required: bool = False) -> str | None:
     value = data.get(key)
     if value is None:
@@ -142,7 +151,7 @@ def _split_document(data: dict) -> tuple[str, str]:
     position = data.get("position")
     if not isinstance(position, dict):
         raise ProtocolError("invalid_request", "position must be an object {line, character}")
-    offset = LineIndex(document).offset(position.get("line"), position.get("character"))
+    offset = LineIndex(document).offset(position.get("line"), position.get("character"))  # type: ignore[arg-type]  # checked there
     return document[:offset], document[offset:]
 
 
