@@ -54,10 +54,12 @@ INVALID_PARAMS = -32602
 
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 HEADER_LINE = re.compile(rb"(" + _TOKEN + rb")[ \t]*:[ \t]*(.*?)[ \t]*\r?\n\Z", re.S)
-# Where the next message starts: an LSP header line. It cannot occur inside valid JSON (it would need
-# a raw line break inside a string, or letters outside one), so finding one inside a body means the
-# body was shorter than its Content-Length.
-NEXT_HEADER = re.compile(rb"content-(?:length|type)[ \t]*:[^\r\n]*\r?\n", re.I)
+# Where the next message starts: an LSP header line. It cannot occur inside valid JSON, so finding one
+# inside a body means the body was shorter than its Content-Length. Its words can (a document quoting
+# an HTTP header), and with the next message's header in the buffer "Content-Type: ...<rest of the
+# body>Content-Length: 52\r\n" would read as one line: a header's value holds no quote, brace or
+# bracket, which ends any match that starts inside a JSON string at the string's closing quote.
+NEXT_HEADER = re.compile(rb"content-(?:length|type)[ \t]*:[^\r\n\"{}\[\]]*\r?\n", re.I)
 GLUED_HEADER = re.compile(rb"content-(?:length|type)[ \t]*:", re.I)  # an LSP header after bytes without a line break
 
 

@@ -244,3 +244,15 @@ def test_shutdown_can_cancel_requests_whose_callbacks_drop_them():
     for _msg_id, future in futures.items():  # what pygls's lsp_shutdown does
         future.cancel()
     assert not futures
+
+
+def test_a_body_that_quotes_a_header_is_read_whole_when_the_next_message_follows_it():
+    """A document holding the text "Content-Type: application/json" (an HTTP client's tests) is
+    JSON-escaped in its didOpen, but the words are there: with the next message's header in the
+    same read, they once passed for that header, and the body was cut there (a parse error)."""
+    text = 'headers = {"Content-Type: application/json", "content-length: 12"}\nx = 1\n'
+    opened = {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"text": text}}
+    for chunks in ([frame(opened) + OK], [frame(opened)[:40], frame(opened)[40:] + OK]):
+        frames = asyncio.run(read_all(chunks))
+        assert summary(frames) == [("message", None), ("message", 9)], frames
+        assert frames[0].value["params"]["text"] == text
