@@ -11,6 +11,15 @@ first-token time, and how often an edit came back; then, after ``--think-ms``, a
 cursor at its end, as the editors do) and asks again: **after accept** is that second answer's
 time, which the server's speculation (lsp/next_edits.py) has prepared. The first ``--warm-up``
 cases are not counted.
+
+``--cross-file``: the cross-file cases (the user's edit in one file, the next site in another,
+``cross_file_cases``). Every case's other file is written to the workspace, which the server
+indexes at start; per case the edited lines are opened as a document of their own, the edit is
+sent, and the next edit is asked with ``otherDocuments: true``. Reported: the time to that answer,
+whether it names the case's own file (or a copy of it: cases share files; the others' files
+compete, as a workspace's do), and the
+time of the request the client makes once it has opened the file the answer names (``didOpen``,
+then the request at the edit's start), which finds the answer ready.
 """
 
 from __future__ import annotations
@@ -147,6 +156,133 @@ async def bench(args) -> dict:
     }
 
 
+async def bench_cross_file(args) -> dict:
+    from lsprotocol import types
+    from pygls.lsp.client import LanguageClient
+
+    from bench.next_edit_workload import load
+    from codespec.stats import percentile
+    from service.indexing import uri_to_path
+    from service.positions import position_at
+
+    cases = load(SHARED / "edits-httpx.jsonl", args.cases + args.warm_up, cross_file=True)
+    root = Path(tempfile.mkdtemp(prefix="codespec-next-edit-cross-"))
+    for number, case in enumerate(cases):
+        (root / f"site{number}.py").write_text(case.document, encoding="utf-8")
+    client = LanguageClient("codespec-bench", "1")
+    await client.start_io(sys.executable, "-m", "commands.cli", "serve")
+    options: dict = {"device": "cpu", "limits": {"deadlineMs": 60_000}, "index": {"path": str(root / ".index.db")}}
+    if args.model:
+        options["model"] = args.model
+    indexed = asyncio.get_running_loop().create_future()
+
+    @client.feature("$/progress")
+    def progress(ls, params):
+        value = params.value
+        kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+        if kind == "end" and not indexed.done():
+            indexed.set_result(True)
+
+    @client.feature("window/workDoneProgress/create")
+    def create(ls, params):
+        return None
+
+    await client.initialize_async(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=True)),
+            root_uri=root.as_uri(),
+            initialization_options=options,
+        )
+    )
+    client.initialized(types.InitializedParams())
+    await asyncio.wait_for(indexed, 120)
+    rows = []
+    for number, case in enumerate(cases):
+        uri = (root / f"edit{number}.py").as_uri()  # not on disk: an unsaved buffer of the edited lines
+        client.text_document_did_open(
+            types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "python", 1, case.edit_before))
+        )
+        sent = time.perf_counter()
+        client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(version=2, uri=uri),
+                [types.TextDocumentContentChangeWholeDocument(text=case.edit_after)],
+            )
+        )
+        cursor = position_at(case.edit_after, len(case.edit_after.rstrip("\n")))
+        result = await client.protocol.send_request_async(
+            "textDocument/copilotInlineEdit",
+            {
+                "textDocument": {"uri": uri, "version": 2},
+                "position": {"line": cursor.line, "character": cursor.character},
+                "otherDocuments": True,
+            },
+        )
+        answer_ms = (time.perf_counter() - sent) * 1e3
+        named = result.edits[0].textDocument.uri if result.edits else None
+        reopen_ms, same, own, again = None, None, None, None
+        if named is not None and uri_to_path(named) is not None and uri_to_path(named).is_file():
+            own = uri_to_path(named).read_text(encoding="utf-8") == case.document  # or an identical copy
+        if named is not None and named != uri and result.edits[0].textDocument.version is None:
+            edit = result.edits[0]
+            text = uri_to_path(named).read_text(encoding="utf-8")
+            sent = time.perf_counter()
+            client.text_document_did_open(
+                types.DidOpenTextDocumentParams(types.TextDocumentItem(named, "python", 1, text))
+            )
+            again = await client.protocol.send_request_async(
+                "textDocument/copilotInlineEdit",
+                {"textDocument": {"uri": named, "version": 1}, "position": _position(edit.range.start)},
+            )
+            reopen_ms = (time.perf_counter() - sent) * 1e3
+            same = bool(again.edits) and (again.edits[0].text, _position(again.edits[0].range.start)) == (
+                edit.text,
+                _position(edit.range.start),
+            )
+            again = [(e.text, _position(e.range.start)) for e in again.edits]
+            client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=named)))
+        client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=uri)))
+        if number < args.warm_up:
+            continue
+        rows.append(
+            {
+                "id": case.id,
+                "answer_ms": answer_ms,
+                "named": "none" if named is None else "asking" if named == uri else ("own" if own else "other"),
+                "reopen_ms": reopen_ms,
+                "reopen_same_edit": same,
+                "first": [(e.text, _position(e.range.start)) for e in result.edits],
+                "again": again,
+            }
+        )
+        print(f"case {number + 1}/{len(cases)}: {answer_ms:.0f} ms, {rows[-1]['named']}", file=sys.stderr, flush=True)
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+
+    def stat(key: str) -> dict:
+        values = [row[key] for row in rows if row[key] is not None]
+        return {"p50": round(percentile(values, 50), 1), "p95": round(percentile(values, 95), 1)} if values else {}
+
+    return {
+        "model": args.model or "shipped",
+        "mode": "cross-file",
+        "cases": len(rows),
+        "answer_ms": stat("answer_ms"),
+        "named_own_file": sum(row["named"] == "own" for row in rows),
+        "named_another_file": sum(row["named"] == "other" for row in rows),
+        "named_the_asking_document": sum(row["named"] == "asking" for row in rows),
+        "no_edit": sum(row["named"] == "none" for row in rows),
+        "reopen_ms": stat("reopen_ms"),
+        "reopen_same_edit": sum(bool(row["reopen_same_edit"]) for row in rows),
+        "rows": rows,
+    }
+
+
+def _position(position) -> dict:
+    return {"line": position.line, "character": position.character}
+
+
 def _range(rng):
     from lsprotocol import types
 
@@ -173,9 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-up", type=int, default=3)
     parser.add_argument("--think-ms", type=int, default=300, help="pause before accepting a suggestion")
     parser.add_argument("--no-speculate", action="store_true", help="the server does not speculate")
+    parser.add_argument("--cross-file", action="store_true", help="the next site in another file (module docstring)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    report = asyncio.run(bench(args))
+    report = asyncio.run(bench_cross_file(args) if args.cross_file else bench(args))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "rows"}, indent=1))

@@ -65,6 +65,7 @@ class Speculation:
     window: str  # the window the speculated request rewrites
     job: AsyncJob | None  # the request asked ahead, or None when ``ready`` holds its answer
     ready: str | None = None  # an answer made already (for a file the client is about to open)
+    start: int = -1  # where ``window`` starts in ``text`` (a ready answer's request keeps its window)
 
 
 class NextEdits:
@@ -99,8 +100,15 @@ class NextEdits:
         self.inflight.cancel(uri)  # a newer request supersedes the older one at once
         ticket = self.asked[uri] = self.asked.get(uri, 0) + 1
         others = self._elsewhere(ls, uri) if raw.get("otherDocuments") is True else None
+        # asked inside the window of an answer made ready for this text: that window, so the answer
+        # is the draft (the client asks where the edit starts, not where the window does)
+        made = self.speculations.get(uri)
+        fixed = None
+        if made is not None and made.ready is not None and made.text == text:
+            if made.start <= cursor <= made.start + len(made.window):
+                fixed = (made.start, made.start + len(made.window))
         # window search and rules are pure Python over the documents: off the event loop
-        request, plan = await asyncio.to_thread(self._request, ls, uri, text, cursor, edits, version, others)
+        request, plan = await asyncio.to_thread(self._request, ls, uri, text, cursor, edits, version, others, fixed)
         if not plan.window:
             return []  # the cursor's line alone is longer than a window (minified code)
         speculated = await self._speculated(plan.uri, plan.text, plan)
@@ -117,7 +125,7 @@ class NextEdits:
             for ready in [u for u, held in self.speculations.items() if held.ready is not None]:
                 del self.speculations[ready]  # only the newest is followed: memory stays bounded
             self._drop(plan.uri)
-            self.speculations[plan.uri] = Speculation(plan.text, plan.window, None, result.text)
+            self.speculations[plan.uri] = Speculation(plan.text, plan.window, None, result.text, plan.start)
         elif ls.options.completion.next_edit_speculate:
             task = asyncio.create_task(self._speculate(ls, plan.uri, plan.text, found, edits, plan.version))
             self._tasks.add(task)  # kept until done (the loop holds tasks weakly)
@@ -187,7 +195,9 @@ class NextEdits:
         return target is not None and target.version == plan.version and target.text == plan.text
 
     @staticmethod
-    def _request(ls: Door, uri: str, text: str, cursor: int, edits: list[RecordedEdit], version, elsewhere=None):
+    def _request(
+        ls: Door, uri: str, text: str, cursor: int, edits: list[RecordedEdit], version, elsewhere=None, window=None
+    ):
         options = ls.options.completion
         prompt_format = options.next_edit_format
         if prompt_format == "auto":
@@ -202,6 +212,7 @@ class NextEdits:
             budget=options.next_edit_tokens,
             origin="lsp",
             elsewhere=None if elsewhere is None else lambda: elsewhere,
+            fixed_window=window,
         )
 
     async def _speculated(self, uri: str, text: str, plan: NextEditPlan) -> str | None:

@@ -217,14 +217,19 @@ def next_edit_request(
     sampling: Sampling = Sampling(),
     origin: str = "",
     elsewhere: Callable[[], Iterable[OtherDocument]] | None = None,
+    fixed_window: tuple[int, int] | None = None,
 ) -> tuple[GenerationRequest, NextEditPlan]:
     """The request for the next edit after ``edits`` (oldest first) in ``text`` at ``cursor``;
     ``prompt_format``: "zeta" or "rewrite"; ``budget``: tokens on top of the window's length;
     ``elsewhere``: the other documents to search when the rules find no site in this one (called
-    only then); the plan names the document its window is in."""
+    only then); the plan names the document its window is in. ``fixed_window``: (start, end)
+    offsets of the editable window, when it is known already (the one an earlier answer was for)."""
     recent = list(edits)[-RECENT_EDITS:]
     pairs = rule_inputs(recent)
-    start, end, moved, found = _locate(text, cursor, pairs)
+    if fixed_window is not None:
+        (start, end), moved, found = fixed_window, False, True
+    else:
+        start, end, moved, found = _locate(text, cursor, pairs)
     if not found and pairs and elsewhere is not None and (site := find_site(elsewhere(), pairs)) is not None:
         other, start, end = site
         text, cursor, uri, version, path, moved = other.text, start, other.uri, other.version, None, True

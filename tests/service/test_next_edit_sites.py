@@ -136,3 +136,29 @@ def test_files_are_read_as_the_editor_would_open_them(tmp_path):
     assert _read_file(binary.as_uri(), 1000) is None
     assert _read_file((tmp_path / "missing.py").as_uri(), 1000) is None
     assert _read_file("untitled:Untitled-1", 1000) is None
+
+
+def test_a_known_window_is_kept_wherever_the_cursor_is_in_it():
+    """The request made where an answer's edit starts (lines below its window's centre) keeps the
+    window that answer was made for, so the ready answer drafts it."""
+    text = "".join(f"line_{i} = fetch({i})\n" for i in range(30))
+    start = text.index("line_10")
+    end = text.index("line_19")
+    cursor = text.index("line_18")
+    edits = EditHistory()
+    edits.record("file:///w/a.py", "x = fetch(1)\n", 4, 9, "fetch_all")
+    _, chosen = next_edit_request(
+        text, cursor, edits.recent(), uri="file:///w/b.py", version=1, prompt_format="rewrite", budget=8
+    )
+    assert chosen.start != start  # left alone, the window centres on the cursor's line
+    _, kept = next_edit_request(
+        text,
+        cursor,
+        edits.recent(),
+        uri="file:///w/b.py",
+        version=1,
+        prompt_format="rewrite",
+        budget=8,
+        fixed_window=(start, end),
+    )
+    assert (kept.start, kept.end, kept.window) == (start, end, text[start:end]) and not kept.moved
