@@ -13,10 +13,10 @@ their rules find no site in the document asked about and the client said it can 
 another document (``otherDocuments: true`` in the request, which codespec's own clients send;
 Copilot's clients, such as copilot-lsp, draw an answer in the buffer that asked), the other open
 documents are searched, then the files the workspace index holds: the answer then names that
-document. An open one is answered
-with its version (the client jumps there and shows the edit); a file the editor has not opened,
-read from disk, with version null: the client opens it and asks there, and that request finds this
-answer ready as its speculation, so it costs a forward or two.
+document. An open one is answered with its version (the client jumps there and shows the edit); a
+file the editor has not opened, read from disk, with version null: the client opens it and asks
+there, and that request finds this answer ready (its window kept, the answer its draft), so it
+costs a forward or two.
 """
 
 from __future__ import annotations
