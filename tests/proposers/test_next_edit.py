@@ -92,6 +92,29 @@ def test_the_workload_pairs_hunks_that_repeat_one_change(next_edit_cases):
         assert case.window_start <= case.window_end <= len(case.document)
 
 
+def test_cross_file_cases_pair_hunks_of_two_files_of_one_commit():
+    import json
+
+    from bench.next_edit_workload import cross_file_cases, word_changes
+
+    with open(WORKLOADS / "edits-httpx.jsonl", encoding="utf-8") as handle:
+        records = {record["id"]: record for record in map(json.loads, handle)}
+    cases = cross_file_cases(list(records.values()))
+    assert len(cases) >= 30 and {"rename", "other"} <= {case.kind for case in cases}
+    for case in cases:
+        site, _, edited = case.id.rpartition("/")[0].partition("/from:")
+        commit = site.split(":", 1)[0]
+        assert edited == case.edit_path and site != f"{commit}:{edited}"  # two files
+        record = records[site]
+        assert case.document == record["before"]  # the other file as it was before the commit
+        window = case.document[case.window_start : case.window_end]
+        assert window in record["before"] and case.output != window
+        # the user's edit is a hunk of the other file of that commit
+        edited_record = records[f"{commit}:{edited}"]
+        assert case.edit_before in edited_record["before"] and case.edit_after in edited_record["after"]
+        assert word_changes(case.edit_before, case.edit_after)
+
+
 def test_next_edit_drafting_beats_the_copy_pointer_on_renames(shipped, next_edit_cases):
     """Model-free replay of the true next edit (proposers.lookup_sim): the pointer over the
     predicted window needs fewer forwards than the pointer over the window itself."""
