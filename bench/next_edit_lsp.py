@@ -40,7 +40,6 @@ async def bench(args) -> dict:
     from pygls.lsp.client import LanguageClient
 
     from bench.next_edit_workload import load
-    from codespec.stats import percentile
     from service.positions import position_at
 
     cases = load(SHARED / "edits-httpx.jsonl", args.cases + args.warm_up)
@@ -132,26 +131,19 @@ async def bench(args) -> dict:
             }
         )
         print(f"case {number + 1}/{len(cases)}: {answer_ms:.0f} ms", file=sys.stderr, flush=True)
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
-
-    def stat(key: str) -> dict:
-        values = [row[key] for row in rows if row[key] is not None]
-        return {"p50": round(percentile(values, 50), 1), "p95": round(percentile(values, 95), 1)}
-
+    await _stop(client)
     return {
         "model": args.model or "shipped",
         "speculate": not args.no_speculate,
         "think_ms": args.think_ms,
         "backend": "pytorch fp32 (cpu)" if not str(args.model or "").endswith(".gguf") else "llama.cpp",
         "cases": len(rows),
-        "answer_ms": stat("answer_ms"),
-        "engine_ms": stat("engine_ms"),
-        "ttft_ms": stat("ttft_ms"),
-        "prompt_tokens": stat("prompt_tokens"),
+        "answer_ms": _stat(rows, "answer_ms"),
+        "engine_ms": _stat(rows, "engine_ms"),
+        "ttft_ms": _stat(rows, "ttft_ms"),
+        "prompt_tokens": _stat(rows, "prompt_tokens"),
         "with_an_edit": sum(row["edits"] > 0 for row in rows),
-        "after_accept_ms": stat("after_accept_ms"),
+        "after_accept_ms": _stat(rows, "after_accept_ms"),
         "rows": rows,
     }
 
@@ -161,7 +153,6 @@ async def bench_cross_file(args) -> dict:
     from pygls.lsp.client import LanguageClient
 
     from bench.next_edit_workload import load
-    from codespec.stats import percentile
     from service.indexing import uri_to_path
     from service.positions import position_at
 
@@ -256,27 +247,34 @@ async def bench_cross_file(args) -> dict:
             }
         )
         print(f"case {number + 1}/{len(cases)}: {answer_ms:.0f} ms, {rows[-1]['named']}", file=sys.stderr, flush=True)
-    await client.shutdown_async(None)
-    client.exit(None)
-    await client.stop()
-
-    def stat(key: str) -> dict:
-        values = [row[key] for row in rows if row[key] is not None]
-        return {"p50": round(percentile(values, 50), 1), "p95": round(percentile(values, 95), 1)} if values else {}
-
+    await _stop(client)
     return {
         "model": args.model or "shipped",
         "mode": "cross-file",
         "cases": len(rows),
-        "answer_ms": stat("answer_ms"),
+        "answer_ms": _stat(rows, "answer_ms"),
         "named_own_file": sum(row["named"] == "own" for row in rows),
         "named_another_file": sum(row["named"] == "other" for row in rows),
         "named_the_asking_document": sum(row["named"] == "asking" for row in rows),
         "no_edit": sum(row["named"] == "none" for row in rows),
-        "reopen_ms": stat("reopen_ms"),
+        "reopen_ms": _stat(rows, "reopen_ms"),
         "reopen_same_edit": sum(bool(row["reopen_same_edit"]) for row in rows),
         "rows": rows,
     }
+
+
+async def _stop(client) -> None:
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+
+
+def _stat(rows: list[dict], key: str) -> dict:
+    """p50 and p95 of ``key`` over the rows that have it."""
+    from codespec.stats import percentile
+
+    values = [row[key] for row in rows if row[key] is not None]
+    return {"p50": round(percentile(values, 50), 1), "p95": round(percentile(values, 95), 1)} if values else {}
 
 
 def _position(position) -> dict:
