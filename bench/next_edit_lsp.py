@@ -212,11 +212,11 @@ async def bench_cross_file(args) -> dict:
         answer_ms = (time.perf_counter() - sent) * 1e3
         named = result.edits[0].textDocument.uri if result.edits else None
         reopen_ms, same, own, again = None, None, None, None
-        if named is not None and uri_to_path(named) is not None and uri_to_path(named).is_file():
-            own = uri_to_path(named).read_text(encoding="utf-8") == case.document  # or an identical copy
-        if named is not None and named != uri and result.edits[0].textDocument.version is None:
+        on_disk = uri_to_path(named) if named is not None else None
+        text = on_disk.read_text(encoding="utf-8") if on_disk is not None and on_disk.is_file() else None
+        own = text == case.document if text is not None else None  # its own file, or an identical copy
+        if named is not None and text is not None and named != uri and result.edits[0].textDocument.version is None:
             edit = result.edits[0]
-            text = uri_to_path(named).read_text(encoding="utf-8")
             sent = time.perf_counter()
             client.text_document_did_open(
                 types.DidOpenTextDocumentParams(types.TextDocumentItem(named, "python", 1, text))
