@@ -148,7 +148,7 @@ def _inside(path: str, roots: Sequence[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
 
 
-def _read_text(path: Path, max_bytes: int) -> tuple[str | None, str | None]:
+def read_text(path: Path, max_bytes: int) -> tuple[str | None, str | None]:
     """The file's text, or why not. A file that vanished, changed kind (a FIFO would block the
     read forever) or lost its permissions since the directory was listed is one skip, not an
     error: editors save by rename, so a scan meets this routinely."""
@@ -202,7 +202,7 @@ def _ignore_file(path: Path, real_roots: Sequence[str]) -> str | None:
 
 
 def _read_found(path: Path, max_file_bytes: int) -> Found | Skipped:
-    text, reason = _read_text(path, max_file_bytes)
+    text, reason = read_text(path, max_file_bytes)
     if reason is not None:
         log.info("index: skip %s: %s", path, reason)
         return Skipped(path, reason)

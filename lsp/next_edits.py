@@ -34,7 +34,7 @@ from lsprotocol import types
 from lsp.documents import DocumentStore
 from service import edit as edit_logic
 from service.edit_history import EditHistory, RecordedEdit
-from service.indexing import uri_to_path
+from service.indexing import read_file
 from service.jobs import AsyncJob, NewestJobs
 from service.next_edit import FINISHED, NextEditPlan, OtherDocument, next_edit_request, suggestion
 from service.options import ServerOptions
@@ -175,13 +175,13 @@ class NextEdits:
         limit = ls.options.index.max_document_bytes
         opened = dict(ls.documents.documents)
         nearest = [d for d in reversed(opened.values()) if d.uri != uri and not d.too_large(limit)]
-        index = getattr(ls.service, "index", None)
+        index = ls.engine.index
 
         def documents() -> Iterator[OtherDocument]:
             yield from (OtherDocument(d.uri, d.text, d.version) for d in nearest)
             for other, text in index.texts() if index is not None else ():
                 if other not in opened and other != uri and len(text) <= limit:
-                    yield OtherDocument(other, text, None, read=functools.partial(_read_file, other, limit))
+                    yield OtherDocument(other, text, None, read=functools.partial(read_file, other, limit))
 
         return documents()
 
@@ -201,7 +201,7 @@ class NextEdits:
         options = ls.options.completion
         prompt_format = options.next_edit_format
         if prompt_format == "auto":
-            prompt_format = "zeta" if "zeta" in str(getattr(ls.service.target, "name", "")).lower() else "rewrite"
+            prompt_format = "zeta" if "zeta" in str(getattr(ls.engine.target, "name", "")).lower() else "rewrite"
         return next_edit_request(
             text,
             cursor,
@@ -261,18 +261,6 @@ class NextEdits:
     def _cancel(speculation: Speculation) -> None:
         if speculation.job is not None:
             speculation.job.cancel()
-
-
-def _read_file(uri: str, limit: int) -> str | None:
-    """A file's text as the editor would open it, or None (not a file, too large, not UTF-8)."""
-    path = uri_to_path(uri)
-    try:
-        if path is None or not path.is_file() or path.stat().st_size > limit:
-            return None
-        with open(path, encoding="utf-8", newline="") as handle:  # \r\n kept: offsets as the editor's
-            return handle.read()
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 __all__ = ["Door", "NextEdits", "Speculation"]

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from index.discovery import read_text
 from index.persist import default_index_path
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,13 @@ def uri_to_path(uri: str) -> Path | None:
     if parsed.scheme not in ("file", ""):
         return None
     return Path(unquote(parsed.path))
+
+
+def read_file(uri: str, max_bytes: int) -> str | None:
+    """A workspace file's text as the scan reads it (line ends kept), or None (not a file,
+    oversize, binary): for a next edit in a file the editor has not opened."""
+    path = uri_to_path(uri)
+    return None if path is None else read_text(path, max_bytes)[0]
 
 
 class Scan(concurrent.futures.Future):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
-from lsp.next_edits import NextEdits, Speculation, _read_file
+from lsp.next_edits import NextEdits, Speculation
 from proposers.edit_rules import anchors
 from service.edit_history import EditHistory
+from service.indexing import read_file
 from service.next_edit import PROBES, NextEditPlan, OtherDocument, find_site, next_edit_request, site_in
 
 RENAME = [("    x = fetch(url)\n", "    x = fetch_all(url)\n")]
@@ -126,16 +127,16 @@ def test_a_ready_answer_for_a_file_is_the_draft_of_the_request_made_once_it_is_o
     assert ready == "fetch_all(1)\n" and other is None and left == {}
 
 
-def test_files_are_read_as_the_editor_would_open_them(tmp_path):
+def test_files_are_read_as_the_scan_reads_them(tmp_path):
     crlf = tmp_path / "crlf.py"
     crlf.write_bytes(b"a = fetch(1)\r\nb = 2\r\n")
-    assert _read_file(crlf.as_uri(), 1000) == "a = fetch(1)\r\nb = 2\r\n"  # offsets count the \r
-    assert _read_file(crlf.as_uri(), 5) is None  # over the size limit
+    assert read_file(crlf.as_uri(), 1000) == "a = fetch(1)\r\nb = 2\r\n"  # offsets count the \r
+    assert read_file(crlf.as_uri(), 5) is None  # over the size limit
     binary = tmp_path / "blob.py"
     binary.write_bytes(b"\xff\xfe\x00fetch(")
-    assert _read_file(binary.as_uri(), 1000) is None
-    assert _read_file((tmp_path / "missing.py").as_uri(), 1000) is None
-    assert _read_file("untitled:Untitled-1", 1000) is None
+    assert read_file(binary.as_uri(), 1000) is None
+    assert read_file((tmp_path / "missing.py").as_uri(), 1000) is None
+    assert read_file("untitled:Untitled-1", 1000) is None
 
 
 def test_a_known_window_is_kept_wherever_the_cursor_is_in_it():
