@@ -50,7 +50,6 @@ class Door(Protocol):
 
     documents: DocumentStore
     options: ServerOptions
-    service: Any  # service.engine.EngineService
     encoding: str
 
     @property
