@@ -5,7 +5,9 @@ structure (a shallow pyahocorasick trie of reversed n-grams over sorted position
 """
 
 from index.history import HistoryRecord
-from index.store import Continuation, IndexReport, WorkspaceIndex
+from index.ranking import Continuation
+from index.scan import IndexReport
+from index.store import WorkspaceIndex
 from index.tokens import TokenizerAdapter
 
 __all__ = ["Continuation", "HistoryRecord", "IndexReport", "TokenizerAdapter", "WorkspaceIndex"]

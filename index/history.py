@@ -88,3 +88,51 @@ class HistoryBuffer:
                 raise AssertionError(f"{self.source}: stray separator inside an entry")
         elif len(self.tokens):
             raise AssertionError(f"{self.source}: tokens without entries")
+
+
+HISTORY_KINDS = ("accepted", "generated", "replaced")
+
+
+class SessionHistory:
+    """The history buffers of every kind, one per kind (a kind not listed gets one on first use).
+
+    Not thread-safe: :class:`index.store.WorkspaceIndex` calls it under its lock."""
+
+    def __init__(self, dtype: np.dtype, sep: int, max_tokens: int) -> None:
+        self.dtype, self.sep, self.max_tokens = dtype, sep, max_tokens
+        self.buffers = {kind: HistoryBuffer(kind, dtype, sep, max_tokens) for kind in HISTORY_KINDS}
+
+    def append(self, kind: str, token_ids: np.ndarray, entry: HistoryEntry) -> None:
+        if kind not in self.buffers:
+            self.buffers[kind] = HistoryBuffer(kind, self.dtype, self.sep, self.max_tokens)
+        self.buffers[kind].append(token_ids, entry)
+
+    def records(self, kind: str | None = None) -> list[HistoryRecord]:
+        """The kept entries (of one ``kind``, or all), oldest first across kinds."""
+        if kind is None:
+            buffers = list(self.buffers.values())
+        else:
+            buffers = [self.buffers[kind]] if kind in self.buffers else []
+        dated = [(entry.tick, record) for buffer in buffers for entry, record in zip(buffer.entries, buffer.records())]
+        return [record for _, record in sorted(dated, key=lambda pair: pair[0])]
+
+    def clear(self) -> None:
+        self.buffers = {kind: HistoryBuffer(kind, self.dtype, self.sep, self.max_tokens) for kind in self.buffers}
+
+    def matches(
+        self, reversed_context, max_ngram: int, min_ngram: int, cap: int
+    ) -> list[tuple[int, HistoryBuffer, np.ndarray]]:
+        """(match length, buffer, the newest ``cap`` positions) of every kind that matches."""
+        found = []
+        for buffer in self.buffers.values():
+            match = buffer.match(reversed_context, max_ngram, min_ngram)
+            if match.length:
+                found.append((match.length, buffer, match.positions[-cap:]))
+        return found
+
+    def check(self) -> None:
+        for buffer in self.buffers.values():
+            buffer.check()
+
+    def nbytes(self) -> int:
+        return sum(buffer.tokens.nbytes for buffer in self.buffers.values())

@@ -22,6 +22,17 @@ FREQUENCY_PREFIX = 8  # continuations agreeing on this many leading tokens count
 
 
 @dataclass(frozen=True)
+class Continuation:
+    """A draft the index found: what followed a match of the context somewhere it holds."""
+
+    token_ids: tuple[int, ...]  # the continuation after the match
+    match_len: int  # tokens of context matched
+    source: str  # document uri, or "history:<kind>"
+    position: int  # token offset of the continuation start in that source
+    score: float  # higher ranks earlier; mirrors the order of index.ranking (within one lookup)
+
+
+@dataclass(frozen=True)
 class Occurrence:
     source: str  # document uri or "history:<kind>"
     position: int  # token offset of the continuation start in that source
@@ -95,4 +106,27 @@ def occurrences_at(source, positions: np.ndarray, max_len: int, same, cursor: in
             source.changed,
         )
         for p in positions.tolist()
+    ]
+
+
+def continuations(
+    found: Sequence[tuple[int, object, np.ndarray]],
+    max_len: int,
+    same,
+    cursor: int | None,
+    max_candidates: int,
+    newest: int,
+) -> list[Continuation]:
+    """The ranked drafts from each source's matches ``(match length, source, positions)``: only
+    the sources with the longest match compete (length is never weighed against locality)."""
+    if not found:
+        return []
+    best = max(length for length, _, _ in found)
+    occurrences = []
+    for length, source, positions in found:
+        if length == best:
+            occurrences.extend(occurrences_at(source, positions, max_len, same, cursor))
+    return [
+        Continuation(r.occurrence.continuation, best, r.occurrence.source, r.occurrence.position, r.score)
+        for r in rank(occurrences, max_candidates, newest)
     ]

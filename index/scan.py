@@ -1,18 +1,21 @@
-"""The lock-free steps of a workspace scan: find files, decide what each needs, tokenize.
+"""A workspace scan: find files, decide what each needs, tokenize, sort, install.
 
-:meth:`index.store.WorkspaceIndex.index_workspace` runs these without holding the index's lock
-(they read files, hash and tokenize: the slow part) and takes the lock only to snapshot the
-resident documents and to install the result.
+:func:`run` (behind :meth:`index.store.WorkspaceIndex.index_workspace`) does the slow part
+(reading files, hashing, tokenizing, sorting) without the index's lock; the index's own
+:class:`ScanSite` steps take the lock only to snapshot the resident documents, to read stored
+tokens a batch at a time and to install the result.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from index.discovery import Found, Skipped, discover
+from index.ingest import ScanCancelled
 from index.levels import Doc
 from index.persist import StoredDocument, content_hash
 from index.tokens import TokenizerAdapter
@@ -34,7 +37,7 @@ class IndexReport:
     tokens: int = 0
     seconds: float = 0.0  # wall time of the whole call
     tokenize_seconds: float = 0.0  # of which: the tokenizer
-    table_seconds: float = 0.0  # of which: sorting positions and building the trie
+    table_seconds: float = 0.0  # of which: the table (positions sorted and the trie built, or read back)
 
 
 def find_files(roots: Sequence[Path], exclude: Sequence[str], max_file_bytes: int, report: IndexReport) -> list[Found]:
@@ -66,10 +69,34 @@ def classify(
     return to_load, to_tokenize
 
 
-def reuse(rows: Sequence[StoredDocument], to_load: Mapping[str, tuple[Found, str]], tick: int) -> list[Doc]:
-    return [
-        Doc(row.uri, to_load[row.uri][0].text, row.token_ids, row.version, to_load[row.uri][1], tick) for row in rows
-    ]
+def documents(
+    found: Sequence[Found],
+    to_load: Mapping[str, tuple[Found, str]],
+    to_tokenize: list[tuple[Found, str]],
+    load: Callable[[list[str]], list[StoredDocument]],
+    adapter: TokenizerAdapter,
+    tick: int,
+    report: IndexReport,
+    progress: Callable[[int], None],
+) -> list[Doc]:
+    """The scanned files as documents, in discovery order (the same workspace gives the same table):
+    tokens read back through ``load`` (one batch of uris per call) where the database has this
+    content, the rest tokenized."""
+    docs: list[Doc] = []
+    if to_load:
+        rows: list[StoredDocument] = []
+        wanted = list(to_load)
+        for batch_start in range(0, len(wanted), BATCH_FILES):
+            batch = load(wanted[batch_start : batch_start + BATCH_FILES])
+            rows += batch
+            progress(len(batch))
+        docs = [Doc(r.uri, to_load[r.uri][0].text, r.token_ids, r.version, to_load[r.uri][1], tick) for r in rows]
+        report.reused = len(rows)
+        to_tokenize = to_tokenize + [to_load[u] for u in set(to_load) - {r.uri for r in rows}]  # rows gone meanwhile
+    docs += tokenize(adapter, to_tokenize, tick, report, progress)
+    rank = {item.uri: n for n, item in enumerate(found)}
+    docs.sort(key=lambda d: rank[d.uri])
+    return docs
 
 
 def tokenize(
@@ -93,3 +120,67 @@ def tokenize(
             progress(len(batch))
     report.tokenize_seconds += time.perf_counter() - started
     return docs
+
+
+class ScanSite(Protocol):
+    """What a scan needs of the index it fills (each step takes the index's lock itself)."""
+
+    def scan_snapshot(self) -> tuple[dict[str, Doc], dict[str, str], int]: ...
+    def load_stored(self, uris: list[str]) -> list[StoredDocument]: ...
+    def scan_table(self, fresh: list[Doc]) -> tuple[str, Any]: ...
+    def install_scan(
+        self,
+        roots: Sequence[Path],
+        seen: set[str],
+        resident: Mapping[str, Doc],
+        fresh: list[Doc],
+        table: Any,
+        report: IndexReport,
+    ) -> None: ...
+
+
+def run(
+    site: ScanSite,
+    roots: Sequence[Path],
+    exclude: Sequence[str],
+    max_file_bytes: int,
+    adapter: TokenizerAdapter,
+    progress: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> IndexReport:
+    """One scan of ``roots`` into ``site`` (see :meth:`index.store.WorkspaceIndex.index_workspace`)."""
+
+    def check_cancel() -> None:
+        if cancel is not None and cancel():
+            raise ScanCancelled("workspace scan cancelled")
+
+    started = time.perf_counter()
+    report = IndexReport()
+    found = find_files(roots, exclude, max_file_bytes, report)
+    check_cancel()
+    resident, stored, tick = site.scan_snapshot()
+    to_load, to_tokenize = classify(found, resident, stored, report)
+    done = [report.unchanged]
+
+    def advance(count: int) -> None:
+        done[0] += count
+        if progress:
+            progress(done[0], report.files)
+        check_cancel()
+
+    fresh = documents(found, to_load, to_tokenize, site.load_stored, adapter, tick, report, advance)
+    table = None
+    if fresh:
+        table_started = time.perf_counter()
+        table = site.scan_table(fresh)  # the sort: no lock held
+        report.table_seconds = time.perf_counter() - table_started
+    check_cancel()
+    site.install_scan(roots, {item.uri for item in found}, resident, fresh, table, report)  # removed, tokens
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def stale(roots: Sequence[Path], seen: set[str], uris: Iterable[str]) -> set[str]:
+    """The ``uris`` under ``roots`` not ``seen`` by a scan."""
+    prefixes = [Path(r).absolute().as_uri().rstrip("/") + "/" for r in roots]
+    return {u for u in uris if u not in seen and any(u.startswith(p) for p in prefixes)}

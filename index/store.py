@@ -27,7 +27,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import EllipsisType
 from typing import Any
@@ -35,11 +34,10 @@ from typing import Any
 import numpy as np
 
 from index import scan
-from index.history import HistoryBuffer, HistoryEntry, HistoryRecord
-from index.ingest import ScanCancelled
+from index.history import HistoryEntry, HistoryRecord, SessionHistory
 from index.levels import Doc, LevelSet, check_document
-from index.persist import content_hash
-from index.ranking import occurrences_at, rank
+from index.persist import StoredDocument, content_hash
+from index.ranking import Continuation, continuations
 from index.retokenize import splice
 from index.scan import IndexReport
 from index.tokens import TokenizerAdapter
@@ -47,19 +45,7 @@ from index.writebehind import WriteBehindDB
 
 log = logging.getLogger("codespec.index")
 
-HISTORY_KINDS = ("accepted", "generated", "replaced")
 PER_SOURCE_CAP = 32  # occurrences per source considered for ranking (nearest / newest first)
-
-
-@dataclass(frozen=True)
-class Continuation:
-    """A draft the index found: what followed a match of the context somewhere it holds."""
-
-    token_ids: tuple[int, ...]  # the continuation after the match
-    match_len: int  # tokens of context matched
-    source: str  # document uri, or "history:<kind>"
-    position: int  # token offset of the continuation start in that source
-    score: float  # higher ranks earlier; mirrors the order of index.ranking (within one lookup)
 
 
 class WorkspaceIndex:
@@ -101,9 +87,7 @@ class WorkspaceIndex:
             self._lock,
             background_tokens,
         )
-        self._history = {
-            k: HistoryBuffer(k, self.adapter.dtype, self.adapter.sep, history_tokens) for k in HISTORY_KINDS
-        }
+        self._history = SessionHistory(self.adapter.dtype, self.adapter.sep, history_tokens)
         self._stats: dict[str, list[int]] = {}
         self._pending_stats: dict[str, list[int]] = {}
         self._last_flush = time.monotonic()
@@ -111,7 +95,7 @@ class WorkspaceIndex:
             self._stats = {s: [d, a] for s, (d, a) in self.db.load_stats().items()}
             for row in self.db.load_history(history_tokens):
                 tokens = row.token_ids if row.token_ids is not None else self.adapter.encode_array(row.text)
-                self._history_buffer(row.kind).append(tokens, HistoryEntry(row.uri, row.time, self._tick()))
+                self._history.append(row.kind, tokens, HistoryEntry(row.uri, row.time, self._tick()))
 
     # -- documents ------------------------------------------------------------------------------
     def add_document(self, uri: str, text: str, version: int = 0, tokens: np.ndarray | None = None) -> None:
@@ -234,7 +218,7 @@ class WorkspaceIndex:
         with self._lock:
             tokens = self.adapter.encode_array(text)
             when = time.time()
-            self._history_buffer(kind).append(tokens, HistoryEntry(uri, when, self._tick()))
+            self._history.append(kind, tokens, HistoryEntry(uri, when, self._tick()))
             if self.db is not None and len(tokens):
                 self.db.add_history(kind, text, uri, when, tokens)
 
@@ -242,20 +226,12 @@ class WorkspaceIndex:
         """The session history kept for lookups (of one ``kind``, or all), oldest first, each
         with its document and time; after a restart, as reloaded from the database."""
         with self._lock:
-            if kind is None:
-                buffers = list(self._history.values())
-            else:
-                buffers = [self._history[kind]] if kind in self._history else []
-            dated = [
-                (entry.tick, record) for buffer in buffers for entry, record in zip(buffer.entries, buffer.records())
-            ]
-            return [record for _, record in sorted(dated, key=lambda pair: pair[0])]
+            return self._history.records(kind)
 
     def clear_history(self) -> None:
         """Forget all session history (memory and database); documents stay."""
         with self._lock:
-            for kind, buffer in list(self._history.items()):
-                self._history[kind] = HistoryBuffer(kind, self.adapter.dtype, self.adapter.sep, buffer.max_tokens)
+            self._history.clear()
             if self.db is not None:
                 self.db.clear_history()
 
@@ -302,22 +278,8 @@ class WorkspaceIndex:
             found: list[tuple[int, Any, np.ndarray]] = self._levels.match(
                 reversed_context, same, cursor, PER_SOURCE_CAP, cursor if skip is ... else skip
             )
-            for buffer in self._history.values():
-                match = buffer.match(reversed_context, self.max_ngram, self.min_ngram)
-                if match.length:
-                    found.append((match.length, buffer, match.positions[-PER_SOURCE_CAP:]))
-            if not found:
-                return []
-            best = max(length for length, _, _ in found)
-            occurrences = []
-            for length, source, positions in found:
-                if length == best:
-                    occurrences.extend(occurrences_at(source, positions, max_len, same, cursor))
-            ranked = rank(occurrences, max_candidates, self._clock)
-            return [
-                Continuation(r.occurrence.continuation, best, r.occurrence.source, r.occurrence.position, r.score)
-                for r in ranked
-            ]
+            found += self._history.matches(reversed_context, self.max_ngram, self.min_ngram, PER_SOURCE_CAP)
+            return continuations(found, max_len, same, cursor, max_candidates, self._clock)
 
     # -- workspace ------------------------------------------------------------------------------
     def index_workspace(
@@ -345,93 +307,72 @@ class WorkspaceIndex:
         tokenizer = self.adapter if adapter is None else adapter
         if tokenizer.fingerprint != self.adapter.fingerprint:
             raise ValueError("index_workspace: the adapter does not tokenize like the index's")
-
-        def check_cancel() -> None:
-            if cancel is not None and cancel():
-                raise ScanCancelled("workspace scan cancelled")
-
         with self._scan_lock:
-            started = time.perf_counter()
-            report = IndexReport()
-            found = scan.find_files(roots, exclude, max_file_bytes, report)
-            check_cancel()
-            with self._lock:
-                resident = dict(self._docs)
-                stored = self.db.document_hashes() if self.db is not None else {}
-                tick = self._tick()  # one workspace scan: same recency, so frequency decides
-            to_load, to_tokenize = scan.classify(found, resident, stored, report)
-            done = [report.unchanged]
+            return scan.run(self, roots, exclude, max_file_bytes, tokenizer, progress, cancel)
 
-            def advance(count: int) -> None:
-                done[0] += count
-                if progress:
-                    progress(done[0], report.files)
-                check_cancel()
+    # the scan's steps under the lock (index.scan.ScanSite); everything between them runs without it
+    def scan_snapshot(self) -> tuple[dict[str, Doc], dict[str, str], int]:
+        """The resident documents, the stored content hashes and one recency for the whole scan
+        (the same recency, so frequency decides)."""
+        with self._lock:
+            stored = self.db.document_hashes() if self.db is not None else {}
+            return dict(self._docs), stored, self._tick()
 
-            fresh: list[Doc] = []
-            if to_load:
-                rows = []
-                wanted = list(to_load)
-                for batch_start in range(0, len(wanted), scan.BATCH_FILES):
-                    assert self.db is not None  # documents to load come from the database
-                    with self._lock:  # the reader connection is used under the lock: one batch per hold
-                        batch = list(self.db.load_documents(wanted[batch_start : batch_start + scan.BATCH_FILES]))
-                    rows += batch
-                    advance(len(batch))
-                fresh = scan.reuse(rows, to_load, tick)
-                report.reused = len(rows)
-                to_tokenize += [to_load[u] for u in set(to_load) - {r.uri for r in rows}]  # rows gone meanwhile
-            fresh += scan.tokenize(tokenizer, to_tokenize, tick, report, advance)
-            rank = {item.uri: n for n, item in enumerate(found)}
-            fresh.sort(key=lambda d: rank[d.uri])  # discovery order: the same workspace gives the same table
+    def load_stored(self, uris: list[str]) -> list[StoredDocument]:
+        assert self.db is not None  # documents to load come from the database
+        with self._lock:  # the reader connection is used under the lock: one batch per hold
+            return list(self.db.load_documents(uris))
+
+    def scan_table(self, fresh: list[Doc]) -> tuple[str, Any]:
+        """The level for ``fresh``: read back when stored (under the lock), else sorted (without it)."""
+        fingerprint = self._levels.fingerprint(fresh)
+        with self._lock:
+            stored_table = self._levels.stored_table(fingerprint, fresh)
+        return fingerprint, self._levels.build(fresh, stored_table)
+
+    def install_scan(
+        self,
+        roots: Sequence[Path],
+        seen: set[str],
+        resident: Mapping[str, Doc],
+        fresh: list[Doc],
+        table: Any,
+        report: IndexReport,
+    ) -> None:
+        """Install the scanned documents (a document changed through the API while the scan ran
+        keeps its buffer) and remove those under ``roots`` it did not see."""
+        if self.db is not None:
+            self.db.wait()  # earlier writes commit before the lock is taken, not while it is held
+        with self._lock:
+            # read before this scan's own writes are queued, so no read below waits for them
+            stored_now = self.db.document_hashes() if self.db is not None else {}
+            dead = set()
+            for slot, doc in enumerate(fresh):
+                current = self._docs.get(doc.uri)
+                if current is not None and (current is not resident.get(doc.uri) or current.from_editor):
+                    dead.add(slot)  # changed through the API while we scanned: the buffer wins
+                else:
+                    self._install(doc, overlay=False)
             if fresh:
-                fingerprint = self._levels.fingerprint(fresh)
-                with self._lock:
-                    stored_table = self._levels.stored_table(fingerprint, fresh)
-                table_started = time.perf_counter()
-                built = self._levels.build(fresh, stored_table)  # the sort: no lock held
-                report.table_seconds = time.perf_counter() - table_started
-            check_cancel()
+                fingerprint, built = table
+                self._levels.install(fresh, built, fingerprint, dead)
+            editor = {u for u, d in self._docs.items() if d.from_editor}  # e.g. a new file not saved yet
+            stale = scan.stale(roots, seen | editor, list(self._docs) + list(stored_now))
+            for uri in stale:
+                self.remove_document(uri)
             if self.db is not None:
-                self.db.wait()  # earlier writes commit before the lock is taken, not while it is held
-            with self._lock:
-                # read before this scan's own writes are queued, so no read below waits for them
-                stored_now = self.db.document_hashes() if self.db is not None else {}
-                dead = set()
-                for slot, doc in enumerate(fresh):
-                    current = self._docs.get(doc.uri)
-                    if current is not None and (current is not resident.get(doc.uri) or current.from_editor):
-                        dead.add(slot)  # changed through the API while we scanned: the buffer wins
-                    else:
-                        self._install(doc, overlay=False)
-                if fresh:
-                    self._levels.install(fresh, built, fingerprint, dead)
-                report.removed = self._prune(roots, {item.uri for item in found}, stored_now)
-                if self.db is not None:
-                    self.db.save_documents(
-                        [
-                            (d.uri, d.hash, d.version, d.text, d.tokens)
-                            for n, d in enumerate(fresh)
-                            if d.unsaved and n not in dead
-                        ]
-                    )
-                for doc in fresh:
-                    doc.unsaved = False
-                report.tokens = sum(len(d.tokens) for d in self._docs.values())
-                self._maintain()
-            report.seconds = time.perf_counter() - started
-            return report
-
-    def _prune(self, roots: Sequence[Path], seen: set[str], stored: Iterable[str] = ()) -> int:
-        """Remove documents under ``roots`` not ``seen`` by the scan, resident or ``stored``."""
-        prefixes = [Path(r).absolute().as_uri().rstrip("/") + "/" for r in roots]
-        editor = {u for u, d in self._docs.items() if d.from_editor}  # e.g. a new file not saved yet
-        seen = seen | editor
-        stale = {u for u in self._docs if u not in seen and any(u.startswith(p) for p in prefixes)}
-        stale |= {u for u in stored if u not in seen and any(u.startswith(p) for p in prefixes)}
-        for uri in stale:
-            self.remove_document(uri)
-        return len(stale)
+                self.db.save_documents(
+                    [
+                        (d.uri, d.hash, d.version, d.text, d.tokens)
+                        for n, d in enumerate(fresh)
+                        if d.unsaved and n not in dead
+                    ]
+                )
+            for doc in fresh:
+                doc.unsaved = False
+            report.removed = len(stale)
+            report.tokens = sum(len(d.tokens) for d in self._docs.values())  # before the memory budget evicts
+            self._maintain()
 
     # -- upkeep ---------------------------------------------------------------------------------
     def health(self) -> dict:
@@ -449,8 +390,7 @@ class WorkspaceIndex:
             self._levels.check(self._docs)
             for uri, doc in self._docs.items():
                 check_document(uri, doc, self.adapter if deep else None)
-            for buffer in self._history.values():
-                buffer.check()
+            self._history.check()
             evictable = sum(1 for d in self._docs.values() if not d.from_editor)  # the last one used may stay
             if (
                 self.memory_budget_tokens is not None
@@ -492,7 +432,7 @@ class WorkspaceIndex:
         """Bytes held by token arrays, sorted tables, tries and texts (an estimate for reports)."""
         with self._lock:
             texts = sum(len(d.text) for d in self._docs.values() if d.text is not None)
-            return self._levels.nbytes() + texts + sum(b.tokens.nbytes for b in self._history.values())
+            return self._levels.nbytes() + texts + self._history.nbytes()
 
     def __enter__(self) -> WorkspaceIndex:
         return self
@@ -508,13 +448,6 @@ class WorkspaceIndex:
     def _touch(self, doc: Doc) -> None:
         doc.tick = self._tick()
         self._docs.move_to_end(doc.uri)
-
-    def _history_buffer(self, kind: str) -> HistoryBuffer:
-        if kind not in self._history:
-            self._history[kind] = HistoryBuffer(
-                kind, self.adapter.dtype, self.adapter.sep, self._history["accepted"].max_tokens
-            )
-        return self._history[kind]
 
     def _install(self, doc: Doc, overlay: bool = True) -> None:
         old = self._docs.pop(doc.uri, None)

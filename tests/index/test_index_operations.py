@@ -32,7 +32,7 @@ operations = st.lists(
 def brute_force_longest(index, context, max_ngram, min_ngram):
     """Longest suffix match of ``context`` over resident documents and history, by definition."""
     sequences = [index.document_tokens(u) for u in index.documents()]
-    sequences += [[t for t in b.tokens.tolist()] for b in index._history.values()]
+    sequences += [[t for t in b.tokens.tolist()] for b in index._history.buffers.values()]
     best = 0
     for tokens in sequences:
         for end in range(1, len(tokens)):  # continuation starts at `end`
@@ -98,7 +98,7 @@ def test_random_operations(tmp_path_factory, index_tokenizer, ops, with_db, back
             assert (found[0].match_len if found else 0) == expected
             for candidate in found:  # each candidate really follows a match of that length
                 if candidate.source.startswith("history:"):
-                    source = index._history[candidate.source.split(":")[1]].tokens.tolist()
+                    source = index._history.buffers[candidate.source.split(":")[1]].tokens.tolist()
                 else:
                     source = index.document_tokens(candidate.source)
                 p, k = candidate.position, candidate.match_len
