@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench.shapes import SHAPE_NAMES
 from codespec.config import SERVE_MAX_DRAFT
@@ -17,7 +18,7 @@ from codespec.errors import CodespecError
 DEFAULT_CONFIGS = "greedy,context,reference,index,auto,hf-greedy,hf-pld"
 
 # Profiles fill in what the command line left unset.
-PROFILES = {
+PROFILES: dict[str, dict[str, Any]] = {
     # <= 10 minutes on a 2-core CPU: a spread-out subsample, edits windowed around their change
     # (a spread-out subsample of about 2,400 output tokens per workload: a few long edits or many
     # short completions), long records windowed around their change, one torch thread (stable on a

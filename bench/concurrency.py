@@ -153,7 +153,7 @@ def run(args) -> dict:
     }
     try:
         client = OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=TOKEN, timeout=3600, max_retries=0)
-        alone = None
+        alone: dict = {}  # the one-client level of this round (measured first)
         for round_number in range(args.rounds):
             for clients in [1, *[level for level in levels if level != 1]]:
                 before = service.snapshot()["batching"]

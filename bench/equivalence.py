@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -80,7 +81,8 @@ def logit_gap(target, prefix: Sequence[int], token_a: int, token_b: int) -> tupl
 def check(target, prompts: Sequence[Sequence[int]], max_new: int, draft_lens: Sequence[int], seed: int = 0) -> dict:
     vocab = target.vocab_size
     limits_plain = GenerationLimits(max_new_tokens=max_new, max_draft_len=0)
-    runs, mismatches = 0, []
+    runs = 0
+    mismatches: list[dict[str, Any]] = []
     forwards = {"plain": 0, "speculative": 0}
     for number, prompt in enumerate(prompts):
         plain = generate_all(target, prompt, NoDraft(), SamplingParams(), limits_plain)
@@ -107,7 +109,7 @@ def check(target, prompts: Sequence[Sequence[int]], max_new: int, draft_lens: Se
                     )
                     row.update(gap=gap, relative_gap=gap / spread if spread else None)
                 mismatches.append(row)
-    gaps = [row["gap"] for row in mismatches if "gap" in row]
+    gaps = [float(row["gap"]) for row in mismatches if "gap" in row]
     return {
         "runs": runs,
         "identical": runs - len(mismatches),

@@ -178,6 +178,7 @@ def run(args) -> dict:
             else:
                 proposer_name, _, kind = name.removeprefix("codespec-").partition("/")
                 target = torch_target if kind == "torch-fp32" else replayed[kind]
+                assert target is not None  # a configuration is run only where its target was built
                 for each in (torch_target, *replayed.values()):
                     if each is not None:
                         each.recordings = type(each.recordings)()

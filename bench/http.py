@@ -29,6 +29,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from service.engine import EngineService
 
 CONFIGS = ("prediction", "no prediction", "plain")
 TOKEN = "bench-http"
@@ -38,6 +42,10 @@ def percentile(values, q: float) -> float | None:
     from codespec.stats import percentile as pct
 
     return pct(list(values), q) if values else None
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return round(value, digits) if value is not None else None
 
 
 class TimedService:
@@ -132,7 +140,7 @@ def run(args) -> dict:
     try:  # the HTTP client the openai package depends on (httpx2 in recent releases, httpx before)
         import httpx2
     except ImportError:
-        import httpx as httpx2
+        import httpx as httpx2  # type: ignore[no-redef]
 
     from bench.workload import load_cases
     from http_api import parse_chat, start_http_server
@@ -146,7 +154,7 @@ def run(args) -> dict:
     service = load_service(options)
     timed = TimedService(service)
     loop = LoopThread("bench-http")
-    server = loop.run(start_http_server(timed, Listen(TOKEN), options))
+    server = loop.run(start_http_server(cast(EngineService, timed), Listen(TOKEN), options))  # it forwards all else
     url = f"http://127.0.0.1:{server.port}"
     door = server.door
     rows = []
@@ -226,8 +234,8 @@ def summarize(rows: list[dict], args) -> dict:
             "tokens_per_s_p50": round(
                 statistics.median(r["usage"]["completion_tokens"] / r["elapsed_s"] for r in results), 1
             ),
-            "ttft_ms_p50": round(percentile(ttft, 50), 1),
-            "ttft_ms_p95": round(percentile(ttft, 95), 1),
+            "ttft_ms_p50": _round(percentile(ttft, 50), 1),
+            "ttft_ms_p95": _round(percentile(ttft, 95), 1),
             "accepted_prediction_tokens": sum(d["accepted_prediction_tokens"] for d in details),
             "rejected_prediction_tokens": sum(d["rejected_prediction_tokens"] for d in details),
             "engine_accepted_draft_tokens": sum(
@@ -254,12 +262,12 @@ def summarize(rows: list[dict], args) -> dict:
     overhead = [(http - direct) * 1e3 for row in rows for http, direct in zip(row["http_s"], row["direct_s"])]
     delays = [d * 1e3 for row in rows for c in CONFIGS for d in row[c]["chunk_delays"]]
     out["http_overhead"] = {
-        "direct_ms_p50": round(percentile([s * 1e3 for row in rows for s in row["direct_s"]], 50), 2),
-        "http_ms_p50": round(percentile([s * 1e3 for row in rows for s in row["http_s"]], 50), 2),
-        "per_request_ms_p50": round(percentile(overhead, 50), 2),
-        "per_request_ms_p95": round(percentile(overhead, 95), 2),
-        "per_chunk_ms_p50": round(percentile(delays, 50), 3),
-        "per_chunk_ms_p95": round(percentile(delays, 95), 3),
+        "direct_ms_p50": _round(percentile([s * 1e3 for row in rows for s in row["direct_s"]], 50), 2),
+        "http_ms_p50": _round(percentile([s * 1e3 for row in rows for s in row["http_s"]], 50), 2),
+        "per_request_ms_p50": _round(percentile(overhead, 50), 2),
+        "per_request_ms_p95": _round(percentile(overhead, 95), 2),
+        "per_chunk_ms_p50": _round(percentile(delays, 50), 3),
+        "per_chunk_ms_p95": _round(percentile(delays, 95), 3),
         "chunks": len(delays),
     }
     return out

@@ -182,10 +182,10 @@ def main(argv=None) -> int:
         history_text = (STDLIB / "_pydecimal.py").read_text()
         for kind in ("accepted", "generated", "replaced"):
             start = 0
-            while len(index._history[kind].tokens) < index._history[kind].max_tokens - 4000:
+            while len(index._history.buffers[kind].tokens) < index._history.buffers[kind].max_tokens - 4000:
                 index.add_history(kind, history_text[start : start + 2000])
                 start = (start + 2000) % len(history_text)
-        figures["history_tokens"] = sum(len(b.tokens) for b in index._history.values())
+        figures["history_tokens"] = sum(len(b.tokens) for b in index._history.buffers.values())
 
         # Lookups: contexts taken at random positions of random documents (hits), plus misses.
         rng = random.Random(0)

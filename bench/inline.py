@@ -138,7 +138,10 @@ async def bench(args) -> dict:
         record.setdefault("forwards", []).append(last.target_forwards)
         if last.prompt_tokens:
             record.setdefault("prompt_reuse", []).append(last.cached_prompt_tokens / last.prompt_tokens)
-        text_out = items[0].insert_text if items else ""
+        if isinstance(items, types.InlineCompletionList):
+            items = items.items
+        insert = items[0].insert_text if items else ""
+        text_out = insert.value if isinstance(insert, types.StringValue) else insert
         lines["multi-line" if "\n" in text_out.rstrip("\n") else "one-line"] += 1
 
     def open_document(uri: str, text: str) -> None:

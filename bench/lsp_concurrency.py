@@ -138,7 +138,8 @@ async def run(args) -> dict:
                 )
             )
             found = items.items if isinstance(items, types.InlineCompletionList) else items or []
-            return found[0].insert_text if found else ""
+            insert = found[0].insert_text if found else ""
+            return insert.value if isinstance(insert, types.StringValue) else insert
         finally:
             client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=uri)))
 

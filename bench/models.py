@@ -14,16 +14,20 @@ import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.shapes import PUBLISHED, SHAPE_NAMES
 from codespec.errors import CodespecError
+
+if TYPE_CHECKING:
+    from codespec.model import TargetModel
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class BenchModels:
-    target: object  # codespec.model.TargetModel
+    target: TargetModel
     draft_path: str | None  # for the codespec draft proposer
     draft_hf: object | None  # the same draft as a transformers model, for hf-assisted
     description: str

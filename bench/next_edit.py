@@ -28,6 +28,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "workloads"
 CONFIGS = ("none", "reference", "next-edit", "auto")
@@ -161,7 +162,7 @@ def summarize(rows: dict[str, list[dict]]) -> dict:
     for kind in ["all", *kinds]:
         chosen = {name: [r for r in rows[name] if kind in ("all", r["kind"])] for name in rows}
         plain = chosen["none"]
-        section: dict[str, dict] = {}
+        section: dict[str, Any] = {}
         for name, items in chosen.items():
             section[name] = {
                 "cases": len(items),

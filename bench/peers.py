@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from bench.measure import MemoryProbe, RunResult
 from bench.replay import Recording, ReplayLogitsProcessor, VocabularyLimit
@@ -163,7 +164,7 @@ class HFConfig:
         processors = LogitsProcessorList([ReplayLogitsProcessor(recording)] if recording is not None else [])
         if recording is None and self.vocab_limit is not None:
             processors.append(VocabularyLimit(self.vocab_limit))
-        kwargs = dict(
+        kwargs: dict[str, Any] = dict(
             max_new_tokens=max_new_tokens,
             eos_token_id=self.eos_token_ids or None,
             pad_token_id=self.eos_token_ids[0] if self.eos_token_ids else None,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import statistics
 import sys
@@ -81,6 +82,14 @@ class PartTimer:
         return timed
 
 
+def _restore(owner, name: str, previous) -> None:
+    """Put back what ``owner.name`` was: ``previous`` in the instance, or (None) the class's."""
+    if previous is not None:
+        setattr(owner, name, previous)
+    else:
+        delattr(owner, name)
+
+
 @contextlib.contextmanager
 def instrumented(model, cache, timer: PartTimer) -> Iterator[None]:
     """Time the parts of ``model``'s forward (module forwards, the attention and mask functions, the
@@ -96,13 +105,13 @@ def instrumented(model, cache, timer: PartTimer) -> Iterator[None]:
             part = "LM head" if module is head else "body linears"
             had = "forward" in vars(module)
             previous = module.forward
-            module.forward = timer.wrap(part, previous)
-            undo.append(lambda m=module, p=previous, h=had: setattr(m, "forward", p) if h else delattr(m, "forward"))
+            module.forward = timer.wrap(part, previous)  # type: ignore[method-assign]  # undone below
+            undo.append(functools.partial(_restore, module, "forward", previous if had else None))
     implementation = model.config._attn_implementation
     attention = ALL_ATTENTION_FUNCTIONS[implementation]
     masks = AttentionMaskInterface._global_mapping
     AttentionInterface.register("codespec_profiled", timer.wrap("attention", attention))
-    AttentionMaskInterface.register("codespec_profiled", masks.get(implementation, masks["sdpa"]))
+    AttentionMaskInterface.register("codespec_profiled", masks.get(implementation, masks["sdpa"]))  # type: ignore[arg-type]  # transformers types the map by value
     model.config._attn_implementation = "codespec_profiled"
     undo.append(lambda: setattr(model.config, "_attn_implementation", implementation))
     modeling = sys.modules[type(model).__module__]
@@ -110,7 +119,7 @@ def instrumented(model, cache, timer: PartTimer) -> Iterator[None]:
         if hasattr(modeling, name):
             original = getattr(modeling, name)
             setattr(modeling, name, timer.wrap("mask", original))
-            undo.append(lambda n=name, o=original: setattr(modeling, n, o))
+            undo.append(functools.partial(setattr, modeling, name, original))
     update = cache.hf_cache.update
     cache.hf_cache.update = timer.wrap("KV cache", update)
     undo.append(lambda: delattr(cache.hf_cache, "update"))

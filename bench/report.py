@@ -167,15 +167,15 @@ def markdown(
             "| clients | requests | req/s | latency p50 ms | latency p95 ms | TTFT p50 ms | TTFT p95 ms | errors |",
             "|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        for level in load["levels"]:
+        for row in load["levels"]:
             out.append(
-                f"| {level['concurrency']} | {level['requests']} | {_fmt(level['requests_per_s'], '{:.2f}')} | "
-                f"{_fmt(level['latency_ms_p50'], '{:.0f}')} | {_fmt(level['latency_ms_p95'], '{:.0f}')} | "
-                f"{_fmt(level['ttft_ms_p50'], '{:.0f}')} | {_fmt(level['ttft_ms_p95'], '{:.0f}')} | {level['errors']} |"
+                f"| {row['concurrency']} | {row['requests']} | {_fmt(row['requests_per_s'], '{:.2f}')} | "
+                f"{_fmt(row['latency_ms_p50'], '{:.0f}')} | {_fmt(row['latency_ms_p95'], '{:.0f}')} | "
+                f"{_fmt(row['ttft_ms_p50'], '{:.0f}')} | {_fmt(row['ttft_ms_p95'], '{:.0f}')} | {row['errors']} |"
             )
-        ran = {}
-        for level in load["levels"]:
-            for name, count in (level.get("proposers") or {}).items():
+        ran: dict[str, int] = {}
+        for row in load["levels"]:
+            for name, count in (row.get("proposers") or {}).items():
                 ran[name] = ran.get(name, 0) + count
         out += ["", f"Requests per proposer, as the server reported them: {ran}.", ""]
     if plots_note:

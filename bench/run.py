@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from bench.measure import MemoryProbe, RunResult
 from bench.replay import Recording
+from bench.workload import BenchCase
 from codespec.config import GenerationLimits, SamplingParams
 from codespec.stats import RequestStats, percentile
 
@@ -45,7 +46,7 @@ METRIC_KEYS = (
 # -- pure functions ------------------------------------------------------------------------------
 def interleaved_order(requests: int, configs: Sequence[str]) -> list[tuple[int, str]]:
     """(request, configuration) pairs: all configurations of request r, rotated by r, then r + 1."""
-    order = []
+    order: list[tuple[int, str]] = []
     for request in range(requests):
         shift = request % len(configs) if configs else 0
         order.extend((request, name) for name in [*configs[shift:], *configs[:shift]])
@@ -196,7 +197,7 @@ class RunSettings:
 class Prepared:
     """A case tokenized for one run: its prompt, and in replay the recording to force."""
 
-    case: object
+    case: BenchCase
     prompt_ids: list[int]
     recording: Recording | None
     max_new_tokens: int

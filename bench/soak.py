@@ -119,7 +119,10 @@ def lsp_notification(rng, state: LspState) -> tuple[str, Any]:
     text = state.documents[uri]
     if roll < 0.65:
         start, end = position(rng, text), position(rng, text)
-        change = {"range": {"start": start, "end": end}, "text": random_text(rng, rng.choice([0, 1, 5, 40]))}
+        change: dict[str, Any] = {
+            "range": {"start": start, "end": end},
+            "text": random_text(rng, rng.choice([0, 1, 5, 40])),
+        }
         if rng.random() < 0.2:
             change = {"text": random_text(rng, 200)}
             state.documents[uri] = change["text"]
@@ -279,7 +282,8 @@ def check_lsp_batch(server: StdioServer, sends: list[Send], tally: Tally, answer
                 tally.duplicates += 1
                 tally.failures.append(("duplicate", kind, msg_id))
             error = got[0].get("error")
-            code = error.get("code") if isinstance(error, dict) else "result"
+            error = error if isinstance(error, dict) else {}
+            code = error.get("code", "result")
             tally.errors[str(code)] = tally.errors.get(str(code), 0) + 1
             if code == -32603:  # an internal error is a bug, even when it is an answer
                 tally.internal += 1

@@ -39,6 +39,7 @@ class StdioServer:
     # ---- io -----------------------------------------------------------------------------------
     def _read(self) -> None:
         out = self.process.stdout
+        assert out is not None  # started with stdout=PIPE
         try:
             while True:
                 length = None
@@ -51,6 +52,8 @@ class StdioServer:
                     name, _, value = line.decode("ascii").partition(":")
                     if name.strip().lower() == "content-length":
                         length = int(value)
+                if length is None:
+                    raise RuntimeError("the server sent a message without Content-Length")
                 message = json.loads(out.read(length))
                 if "method" in message and "id" in message:  # a request to the client
                     self.send({"jsonrpc": "2.0", "id": message["id"], "result": None})
@@ -70,9 +73,11 @@ class StdioServer:
                 self._cond.notify_all()
 
     def send_bytes(self, data: bytes) -> None:
+        stdin = self.process.stdin
+        assert stdin is not None  # started with stdin=PIPE
         with self._write_lock:
-            self.process.stdin.write(data)
-            self.process.stdin.flush()
+            stdin.write(data)
+            stdin.flush()
 
     def send(self, message: dict) -> None:
         self.send_bytes(frame(message))

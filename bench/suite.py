@@ -7,6 +7,7 @@ where ``configs`` aggregates every workload (each workload's own table is under
 
 from __future__ import annotations
 
+import functools
 import logging
 import platform
 import time
@@ -125,7 +126,7 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = print) -> dict:
         codespec_configs = built.codespec(index)
         runners = make_runners(configs, target, codespec_configs, built.hf(), first, probe)
         _warm_up(runners, prepared[0])
-        results = run_interleaved(prepared, runners, lambda line, stem=path.stem: say(f"  {stem}: {line}"))
+        results = run_interleaved(prepared, runners, functools.partial(_say_for, say, path.stem))
         report["workloads"][path.stem] = {
             "records": len(prepared),
             "kind": prepared[0].case.kind,
@@ -209,6 +210,10 @@ def _warm_up(runners: dict, item: Prepared) -> None:
         run(short)
 
 
+def _say_for(say, stem: str, line: str) -> None:
+    say(f"  {stem}: {line}")
+
+
 def _table(results: dict[str, list], sampling: bool) -> dict:
     baseline = results.get(BASELINE)
     return {name: summarize(rows, baseline, sampling) for name, rows in results.items()}
@@ -219,7 +224,7 @@ def _sweeps(
 ) -> list[dict]:
     """One point per extra value of each swept parameter, on a few requests, configurations
     ``SWEEP_CONFIGS`` (those of the run), everything else as in the main run."""
-    points: list[tuple[str, object, RunSettings, int | None]] = []
+    points: list[tuple[str, float, RunSettings, int | None]] = []
     for value in plan.draft_len[1:]:
         points.append(("draft_len", value, replace(first, draft_len=value), None))
     for value in plan.max_new_tokens[1:]:
@@ -242,16 +247,16 @@ def _sweeps(
         points.append(("context_chars", chars, first, chars))
     names = [n for n in built.configs if n in SWEEP_CONFIGS]
     sweeps = []
-    for parameter, value, settings, chars in points:
+    for parameter, point_value, settings, point_chars in points:
         from bench.workload import load_cases
 
         for workload, cases in workload_cases.items():
-            if chars is not None:
+            if point_chars is not None:
                 path = next(p for p in plan.workloads if p.stem == workload)
                 cases = load_cases(
                     path,
                     plan.max_requests,
-                    chars,
+                    point_chars,
                     plan.stride,
                     plan.token_budget,
                     settings.max_new_tokens,
@@ -259,7 +264,7 @@ def _sweeps(
                 )
             cases = cases[: plan.sweep_requests] if plan.sweep_requests else cases
             prepared = _prepare_all(target, cases, settings, end_ids)
-            say(f"bench: sweep {parameter}={value} on {workload}: {len(prepared)} requests x {len(names)}")
+            say(f"bench: sweep {parameter}={point_value} on {workload}: {len(prepared)} requests x {len(names)}")
             runners = make_runners(
                 names, target, built.codespec(built.index_for(cases), names), built.hf(), settings, probe
             )
@@ -267,7 +272,7 @@ def _sweeps(
             sweeps.append(
                 {
                     "parameter": parameter,
-                    "value": value,
+                    "value": point_value,
                     "workload": workload,
                     "records": len(prepared),
                     "configs": _table(results, not settings.sampling.greedy),
@@ -310,7 +315,7 @@ def _setup(plan: BenchPlan, models, configs, first: RunSettings) -> dict:
 def _cpu_count() -> int:
     import os
 
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _cpu_model() -> str:

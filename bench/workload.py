@@ -91,7 +91,8 @@ def window_completion(prefix: str, suffix: str, max_chars: int | None) -> tuple[
 
 
 def _head(lines: list[str], max_chars: int) -> str:
-    kept, size = [], 0
+    kept: list[str] = []
+    size = 0
     for line in lines:
         if size + len(line) > max_chars and kept:
             break
@@ -169,7 +170,8 @@ def load_cases(
 
     records = read_jsonl(path)
     picked = list(enumerate(records, 1))[:: max(stride, 1)]
-    cases, spent = [], 0.0
+    cases: list = []
+    spent = 0.0
     for number, record in picked:
         case = case_from_record(record, path.stem, f"{path} record {number}", max_chars, renderer)
         if not case.output:

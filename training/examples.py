@@ -57,8 +57,8 @@ class ExampleMaker:
     def row(self, kind: str, length: int, vocab: int = 64) -> Row:
         if kind == "natural":
             start = self.rng.randrange(0, len(self.stream) - length - 1)
-            ids = self.stream[start : start + length + 1]
-            return Row(ids, list(ids))
+            window = self.stream[start : start + length + 1]
+            return Row(window, list(window))
         ids: list[int] = []
         targets: list[int] = []
         while len(ids) < length + 1:
@@ -135,7 +135,8 @@ class ExampleMaker:
         lines = self.rng.choice(self.file_lines)
         start = self.rng.randrange(len(lines))
         count = self.rng.randint(2, 25)
-        chunk, size = [], 0
+        chunk: list[str] = []
+        size = 0
         for line in lines[start : start + count]:
             if size + len(line) > max_chars and chunk:
                 break

@@ -28,14 +28,14 @@ from training.trainer import batch, make_optimizer, optimizer_step, target_loss
 class RescueConfig:
     seed: int = 0
     steps: int = 500
-    batch: tuple = (8, 512)  # rows, tokens per row
+    batch: tuple[int, int] = (8, 512)  # rows, tokens per row
     mixture: tuple = (("identity", 0.35), ("rewrite", 0.10), ("copy", 0.30), ("natural", 0.10), ("fim", 0.15))
     copy_span: tuple = (10, 160)  # held-out functions are up to ~130 tokens
     copy_vocab: int = 4096  # synthetic copy rows in the mixture use the most frequent tokens
     # First re-form the copy circuit on pure synthetic copy over a small vocabulary (as the main
     # run's curriculum did): (vocab, mean-loss goal, step cap) per stage, no early-exit loss.
     warm_stages: tuple = ((64, 0.4, 300), (512, 0.4, 200))
-    warm_batch: tuple = (32, 128)
+    warm_batch: tuple[int, int] = (32, 128)
     warm_span: tuple = (10, 60)
     warm_lr: float = 1e-3
     # Then generalise it: the copy map is learned per token (a 64- or 512-token circuit copies nothing

@@ -78,7 +78,10 @@ def run_recipe(name: str, pipeline, out: Path, cap_s: float, device: str, smoke:
     overrides, rescue_steps = RECIPES[name]
     torch.set_num_threads(1)
     log_file = open(out / "sweep.log", "a", buffering=1, encoding="utf-8")
-    say = lambda message: log_file.write(f"[{time.strftime('%H:%M:%S')}] {name}: {message}\n")  # noqa: E731
+
+    def say(message: str) -> None:
+        log_file.write(f"[{time.strftime('%H:%M:%S')}] {name}: {message}\n")
+
     started = time.perf_counter()
     stop = lambda: time.perf_counter() - started > cap_s  # noqa: E731
     target, draft = pipeline.target.to(device), pipeline.draft.to(device)

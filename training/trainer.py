@@ -48,8 +48,8 @@ class TrainConfig:
     mix_steps: int = 3200  # steps of the mixture after the copy curriculum and the bridge
     total_steps: int = 0  # set when the curriculum ends (curriculum + bridge + mix_steps)
     copy_stages: tuple = ((64, 0.4, 1500), (512, 0.4, 400), (4096, 0.5, 300))  # vocab, loss goal, step cap
-    copy_batch: tuple = (32, 128)  # rows, tokens per row
-    mix_batch: tuple = (8, 512)
+    copy_batch: tuple[int, int] = (32, 128)  # rows, tokens per row
+    mix_batch: tuple[int, int] = (8, 512)
     # Copy work stays in the mixture from the start: a natural-code-heavy mixture erased the copy
     # circuit the curriculum formed (0% of held-out functions copied), and restoring it afterwards
     # cost a third of the budget. Recipe chosen by a side-by-side search (training/sweep.py).
@@ -119,8 +119,7 @@ def build_llama(shape: Shape, vocab_size: int, eos_id: int, max_context: int, se
         bos_token_id=None,
         eos_token_id=eos_id,
         pad_token_id=None,
-        tie_word_embeddings=TIE_EMBEDDINGS,
-        rope_theta=10000.0,
+        tie_word_embeddings=TIE_EMBEDDINGS,  # RoPE theta: the default, 10,000
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
@@ -268,6 +267,7 @@ def train(
             kinds, weights = zip(*config.mixture)
             ids, targets = batch(maker, rng, list(kinds), list(weights), *config.mix_batch, 4096, device)
         mixing = mix_start is not None and result.bridge_steps >= len(bridge) and step >= mix_start
+        mixed = step - mix_start if mix_start is not None else -1  # steps into the mixture (while mixing: >= 0)
         set_lr(target_opt, lr)
 
         with autocast():
@@ -280,8 +280,8 @@ def train(
         draft_ce = torch.tensor(float("nan"))
         # The draft skips the copy curriculum (it is a plain small LM) and trains on every
         # draft_every-th mixture batch.
-        if mixing and (step - mix_start) % config.draft_every == 0:
-            draft_step = (step - mix_start) // config.draft_every
+        if mixing and mixed % config.draft_every == 0:
+            draft_step = mixed // config.draft_every
             set_lr(draft_opt, lr * min(1.0, (draft_step + 1) / config.warmup_steps))
             with autocast():
                 draft_logits = draft(input_ids=ids).logits  # [B, T, V]
@@ -322,7 +322,7 @@ def train(
             log(json.dumps(entry))
         stopping = mixing and stop()
         if mixing and probe is not None and config.probe_every:
-            mix_step = step + 1 - mix_start
+            mix_step = mixed + 1
             if mix_step % config.probe_every == 0 or step + 1 == config.total_steps or stopping:
                 score = probe(target)
                 result.probes.append((mix_step, round(score, 4)))
