@@ -157,6 +157,8 @@ class FrameReader:
     ``fill``: an async callable returning the next bytes available (b"" at the end of input).
     ``max_bytes``: the Content-Length limit, an int or a callable read at each header (the server's
     option may change once the client's initializationOptions arrive).
+    ``hold``: given a whole body, what to return instead of decoding it, or None to decode it
+    (``lsp.held``: large document notifications are decoded after the messages behind them).
     """
 
     def __init__(
@@ -165,8 +167,10 @@ class FrameReader:
         max_bytes: int | Callable[[], int] = DEFAULT_MAX_MESSAGE_BYTES,
         initial: bytes = b"",
         stall_s: float = STALL_S,
+        hold: Callable[[bytes], Any] | None = None,
     ) -> None:
         self._fill = fill
+        self._hold = hold
         self._max_bytes = max_bytes
         self.buf = bytearray(initial)
         self.eof = False
@@ -231,6 +235,7 @@ class FrameReader:
 
     # ---- frames ---------------------------------------------------------------------------
     async def next(self) -> Message | Problem | None:
+        """The next frame (or what ``hold`` made of it), None at the end of the input."""
         while True:
             if self._skip is not None:
                 out = await self._skip_step(self._skip)
@@ -348,8 +353,14 @@ class FrameReader:
             if cut is not None:
                 return self._short(bytes(self.buf[:cut]), length, cut)
             if len(self.buf) >= length:
-                data = bytes(self.buf[:length])
-                del self.buf[:length]
+                if len(self.buf) == length:  # the usual case for a large body: no copy
+                    data, self.buf = bytes(self.buf), bytearray()
+                else:
+                    data = bytes(memoryview(self.buf)[:length])  # one copy, not two
+                    del self.buf[:length]
+                held = self._hold(data) if self._hold is not None else None
+                if held is not None:
+                    return held
                 decoded = decode(data)
                 if isinstance(decoded, Problem) and decoded.code == PARSE_ERROR and ends_open(data):
                     self._quiet = True  # a Content-Length too small left the rest of the body behind

@@ -47,6 +47,7 @@ from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, JsonRPCRe
 from pygls.protocol.language_server import lsp_method
 
 from lsp.framing import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, FrameReader, Message, Problem, id_of
+from lsp.held import HeldFrames, HeldNotification
 from lsp.params import ParamsTooDeep, describe_structure_error, sanitize, strict_scalars
 from service.logsafe import clip
 
@@ -87,6 +88,11 @@ class CodespecProtocol(LanguageServerProtocol):
         self._request_futures = RequestFutures()
         self.initialize_seen = False
         self.replaced_surrogates = 0  # strings whose lone surrogates were replaced (for tests, stats)
+        self.held_frames = 0  # large document notifications decoded after later messages (lsp.held)
+
+    def busy(self) -> bool:
+        """Whether a request (or a notification's coroutine) is running."""
+        return bool(self._request_futures)
 
     # ---- sending ----------------------------------------------------------------------------
     def reply_error(self, msg_id: Any, code: int, message: str) -> None:
@@ -396,9 +402,18 @@ class CodespecProtocol(LanguageServerProtocol):
 
 
 async def serve_frames(reader: FrameReader, protocol: CodespecProtocol, stop_event: threading.Event) -> None:
-    """The read loop of a connection: frames to the protocol until the input ends or the server stops."""
+    """The read loop of a connection: frames to the protocol until the input ends or the server stops.
+    A reader built with ``hold=lsp.held.holdable`` hands over large document notifications
+    undecoded; they are dispatched after the messages behind them that do not depend on them."""
+    held = HeldFrames(protocol.receive, protocol.busy)
     while not stop_event.is_set():
         frame = await reader.next()
         if frame is None:
+            held.release()
             break
+        if isinstance(frame, HeldNotification):
+            protocol.held_frames += 1
+            held.hold(frame)
+            continue
+        held.before(frame)
         protocol.receive(frame)

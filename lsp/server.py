@@ -38,6 +38,7 @@ from pygls.lsp.server import LanguageServer
 from codespec.errors import CodespecError
 from lsp.documents import Debouncer, DocumentNotOpen, DocumentStore
 from lsp.framing import FrameReader
+from lsp.held import holdable
 from lsp.next_edits import NextEdits
 from lsp.rpc import SERVER_NOT_INITIALIZED, CodespecProtocol, serve_frames
 from lsp.sources import BlockingSource
@@ -111,7 +112,9 @@ class CodespecServer(LanguageServer):
         self._stop_event = threading.Event()
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
         reader = FrameReader(
-            BlockingSource(stdin or sys.stdin.buffer), lambda: self.options.transport.max_message_bytes
+            BlockingSource(stdin or sys.stdin.buffer),
+            lambda: self.options.transport.max_message_bytes,
+            hold=holdable,
         )
         protocol = self.protocol
         assert isinstance(protocol, CodespecProtocol)  # protocol_cls above
@@ -390,6 +393,8 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
 
         snapshot = await service.acall(collect)
         snapshot["documents_open"] = len(open_texts)
+        protocol = ls.protocol
+        snapshot["held_frames"] = protocol.held_frames if isinstance(protocol, CodespecProtocol) else 0
         snapshot["pending_index_updates"] = sorted(ls.debouncer.pending) if ls.debouncer else []
         snapshot["workspace_files_indexed"] = ls.indexed_files
         snapshot["history"] = [{"kind": kind, "uri": uri, "text": text} for kind, uri, text in service.recent_history]

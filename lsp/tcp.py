@@ -47,6 +47,7 @@ async def serve_tcp(server, host: str, port: int, ready: Callable[[int], None] |
     nothing depends on the private fields pygls's own ``start_tcp`` keeps them in.
     """
     from lsp.framing import DEFAULT_MAX_MESSAGE_BYTES, FrameReader
+    from lsp.held import holdable
     from lsp.rpc import serve_frames
     from lsp.sources import stream_source
     from service import logsafe
@@ -69,7 +70,7 @@ async def serve_tcp(server, host: str, port: int, ready: Callable[[int], None] |
         connections.add(writer)
         server.protocol.set_writer(writer)
         try:
-            frames = FrameReader(stream_source(reader), max_bytes, initial=first_line)
+            frames = FrameReader(stream_source(reader), max_bytes, initial=first_line, hold=holdable)
             await serve_frames(frames, server.protocol, stop_event)
         finally:
             connections.discard(writer)

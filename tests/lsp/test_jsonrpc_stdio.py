@@ -326,6 +326,37 @@ def test_a_huge_document_is_served_without_the_index(server):
     server.send({"jsonrpc": "2.0", "method": "textDocument/didClose", "params": {"textDocument": {"uri": uri}}})
 
 
+def test_a_large_open_is_decoded_after_the_keystroke_behind_it_and_before_what_needs_it(server):
+    """lsp.held: a large didOpen of another document, then a keystroke's inline completion and a
+    request about the large document, in one write: all answered, the last one on its text."""
+    big_uri = server.uri.replace("doc.py", "held.py")
+    text = "x = 1\n" * 60_000 + "def tail_marker():\n"  # 360 kB
+    open_big = {
+        "jsonrpc": "2.0",
+        "method": "textDocument/didOpen",
+        "params": {"textDocument": {"uri": big_uri, "languageId": "python", "version": 1, "text": text}},
+    }
+    typed = {
+        "jsonrpc": "2.0",
+        "id": "held-typed",
+        "method": "textDocument/inlineCompletion",
+        "params": inline_params(textDocument={"uri": server.uri}, position={"line": 3, "character": 4}),
+    }
+    on_big = {
+        "jsonrpc": "2.0",
+        "id": "held-on-big",
+        "method": "textDocument/completion",
+        "params": {"textDocument": {"uri": big_uri}, "position": {"line": 60_000, "character": 17}},
+    }
+    msg_id, stats = stats_request()
+    server.send_bytes(b"".join(frame(m) for m in (open_big, typed, on_big)) + stats)
+    assert "result" in answer(server, "held-typed")
+    assert "result" in answer(server, "held-on-big")  # not "document not open": released before it
+    snapshot = answer(server, msg_id)["result"]
+    assert snapshot["held_frames"] >= 1 and big_uri in [entry["uri"] for entry in snapshot["documents"]]
+    server.send({"jsonrpc": "2.0", "method": "textDocument/didClose", "params": {"textDocument": {"uri": big_uri}}})
+
+
 # ---- logs -----------------------------------------------------------------------------------
 def test_logs_and_errors_clip_what_they_quote(server):
     log_before = len(server.stderr_text())
