@@ -6,7 +6,9 @@ prompt's text: an edit request's code is its own prediction) and the workspace i
 vLLM does not say, the drafter measures: how many of last step's drafts each sequence accepted
 (the tokens sampled for it, less one) and what a step cost (the time between two calls: the
 target forward, sampling and the scheduler, for that many rows), which prices each draft the way
-codespec's scheduler prices drafts in a shared forward (``BatchShare``).
+codespec's scheduler prices drafts in a shared forward (``BatchShare``). With a workspace index,
+what each sequence generated goes into the index's session history when its row leaves the batch
+(as codespec's own engine records each request's output), so later requests draft from it too.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Followed:
     recent_tokens: float = 1.0  # tokens its last step emitted (what the others price a longer draft against)
     last_rows: int = 1  # rows its last step put in the forward
     shared: bool = False  # its last step's forward also ran other sequences' rows
+    output: list[int] = field(default_factory=list)  # what vLLM sampled for it so far
+    recorded: bool = False  # its output went into the index's session history
 
 
 @dataclass
@@ -54,6 +58,7 @@ class DrafterStats:
     drafted: int = 0
     accepted: int = 0
     emitted: int = 0  # tokens the drafted-for steps emitted (accepted + one each)
+    recorded: int = 0  # outputs put in the index's session history
     proposal_s: float = 0.0
     by_depth: list[int] = field(default_factory=list)  # by_depth[i]: steps that accepted more than i drafts
 
@@ -65,6 +70,7 @@ class DrafterStats:
             "with_code": self.with_code,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "recorded": self.recorded,
             "tokens_per_row_step": round(self.emitted / self.rows, 3) if self.rows else None,
             "proposal_ms_per_step": round(1000 * self.proposal_s / self.steps, 3) if self.steps else None,
             "acceptance_by_depth": self.by_depth[:16],
@@ -97,6 +103,7 @@ class BatchDrafter:
         self._step_cost = LinearCost("flat", decay=0.95)  # a step's seconds ~ a + b * rows
         self._returned_at: float | None = None
         self._rows_out = 0  # rows the drafts of the last call put in the next forward
+        self._live: dict[int, Followed] = {}  # the sequences of the last step, by id
         self._logged_at = clock()
 
     def step(self, rows: Sequence[Row | None]) -> list[list[int]]:
@@ -111,7 +118,13 @@ class BatchDrafter:
             self._step_cost.add(self._rows_out, step_s)
         live = [(row, state) for row, state in zip(rows, states) if row is not None and state is not None]
         for row, state in live:
+            state.output.extend(int(t) for t in row.tokens[len(row.tokens) - row.sampled :])
             self._observe(row, state, step_s)
+        now = {id(state): state for _, state in live}
+        for key, state in self._live.items():
+            if key not in now:  # its row left the batch: finished (or preempted, then recorded as far as it got)
+                self._record(state)
+        self._live = now
         everyone = sum(state.recent_tokens for _, state in live)
         all_rows = sum(state.last_rows for _, state in live)
         row_cost = self._step_cost.fit() if self._step_cost.fitted and len(live) > 1 else None
@@ -210,8 +223,22 @@ class BatchDrafter:
         return Followed(proposer, prompt_len, bool(code))
 
     def _forget(self, state: Followed) -> None:
+        self._record(state)
         state.proposer.end()
         self.assembly.release(state.proposer)
+
+    def _record(self, state: Followed) -> None:
+        """Put what the sequence generated in the index's session history (once)."""
+        if state.recorded or self.index is None or not state.output:
+            return
+        state.recorded = True
+        try:
+            text = self.tokenizer.decode(state.output, skip_special_tokens=True)
+            if text.strip():
+                self.index.add_history("generated", text)
+                self.stats.recorded += 1
+        except Exception:  # history is a hint for drafting: never cost vLLM its step
+            log.exception("codespec: recording a generated output failed")
 
 
 def open_index(tokenizer: Any, options: DrafterOptions):

@@ -118,3 +118,41 @@ def test_auto_drafts_for_a_full_batch_when_the_measured_step_cost_says_drafts_pa
     assert summary["drafted"] > 0 and summary["tokens_per_row_step"] > 4, summary
     (learned,) = drafter.policy_summary()  # what vLLM's log shows: auto's view of acceptance and cost
     assert learned["acceptance"]["reference"][0] > 0.5 and learned["drafted_ms"][1] > 0
+
+
+class CompletionEngine(ScriptedEngine):
+    """A completion: a plain prompt (no code to rewrite) whose known continuation is ``answer``."""
+
+    def __init__(self, tokenizer, prompt: str, answer: str) -> None:
+        self.tokens = tokenizer.encode(prompt)
+        self.prompt_len = len(self.tokens)
+        self.answer = tokenizer.encode(answer)
+        self.tokens.append(self.answer[0])
+        self.sampled = 1
+
+
+def test_what_a_sequence_generated_drafts_for_later_ones_through_the_session_history():
+    """With an index, a sequence's output goes into its session history when its row leaves the
+    batch (as codespec's engine records each request's output); a later request drafts from it."""
+    from index import WorkspaceIndex
+
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    index = WorkspaceIndex(tokenizer)
+    drafter = BatchDrafter(tokenizer, 16, 4096, DrafterOptions(proposer="index"), index=index)
+    answer = "totals = summarize_invoices(records, include_tax=True, currency='EUR', rounding=2)\n"
+    accepted = []
+    for prompt in ("# the first request\n", "# a later request\n"):
+        engine = CompletionEngine(tokenizer, prompt, answer)
+        before = drafter.stats.accepted
+        while not engine.done:
+            (draft,) = drafter.step([engine.row()])
+            engine.verify(draft)
+        drafter.step([])  # the next step: its row has left the batch
+        accepted.append(drafter.stats.accepted - before)
+    recorded = [(entry.kind, tokenizer.decode(entry.token_ids)) for entry in index.history_entries()]
+    # the tokens sampled at a request's last step never reach a proposer (its row is gone by then)
+    assert len(recorded) == 2 and all(kind == "generated" and answer.startswith(text) for kind, text in recorded)
+    assert all(len(text) > len(answer) // 2 for _, text in recorded), recorded
+    assert drafter.stats.recorded == 2
+    assert accepted[0] == 0 and accepted[1] >= len(tokenizer.encode(answer)) - 8, accepted  # all but its start, end
+    index.close()
