@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Protocol
 from codespec.config import GenerationLimits, SamplingParams
 from codespec.draft import ALONE, EMPTY_DRAFT, BatchShare, Draft, NoDraft, Outcome, ProposeContext, Proposer
 from codespec.errors import InvalidRequestError
-from codespec.kv import common_prefix_len
 from codespec.sampling import make_generator
 from codespec.stats import RequestStats, StepRecord
-from codespec.target import Cache, Target
+from codespec.target import Cache, Target, common_prefix_len
 from codespec.text import TextStream
 from codespec.verify import verify
 

@@ -32,7 +32,7 @@ class RaggedBatch:
     """The caches of one ragged forward, seen by transformers' attention modules as one cache."""
 
     def __init__(self, caches: Sequence[Any], lengths: Sequence[int], device: torch.device) -> None:
-        self.caches = list(caches)  # codespec.kv.KVCache, one per sequence
+        self.caches = list(caches)  # codespec.model.KVCache, one per sequence
         self.lengths = list(lengths)  # new tokens of each sequence this forward
         self.starts = [sum(self.lengths[:i]) for i in range(len(self.lengths))]
         self.cached = [len(cache) for cache in self.caches]  # positions each held before the forward

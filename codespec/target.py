@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class Cache(Protocol):
-    """One sequence's KV state and the token ids it covers (``codespec.kv.KVCache``).
+    """One sequence's KV state and the token ids it covers (``codespec.model.KVCache``, ``codespec.llama_cpp_target.LlamaCache``).
 
     The invariant every backend keeps: the state is exactly what a fresh prefill of ``token_ids``
     would give, so ``rollback(n)`` followed by a forward equals prefilling ``token_ids[:n]`` then
@@ -38,6 +38,15 @@ class Cache(Protocol):
         ...
 
     def reset(self) -> None: ...
+
+
+def common_prefix_len(left: Sequence[int], right: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    limit = min(len(left), len(right))
+    index = 0
+    while index < limit and left[index] == right[index]:
+        index += 1
+    return index
 
 
 @runtime_checkable

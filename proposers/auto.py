@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
-from codespec.kv import common_prefix_len
+from codespec.target import common_prefix_len
 from proposers.costs import ForwardCosts, LinearCost, VerifyCost, verify_seconds
 from proposers.draft_model import ModelDrafter
 from proposers.index_lookup import IndexLookup

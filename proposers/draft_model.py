@@ -2,7 +2,7 @@
 
 The drafting loop (``ModelDrafter``) is shared with early exit; only the forward differs.
 
-KV contract (the same as the target's, codespec/kv.py): the drafter's cache holds keys/values for
+KV contract (the same as the target's, codespec.target.Cache): the drafter's cache holds keys/values for
 exactly ``cache.token_ids``, and those ids are always a prefix of the engine's sequence *or* of the
 sequence plus this step's draft. After drafting K tokens the cache holds ``sequence + draft[:K-1]``
 (the last draft token is not fed), or all K when drafting stopped early on low confidence (the
@@ -28,9 +28,8 @@ import torch
 
 from codespec.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext
 from codespec.errors import CodespecError
-from codespec.kv import common_prefix_len
 from codespec.sampling import process_logits, sample
-from codespec.target import Cache
+from codespec.target import Cache, common_prefix_len
 from proposers.setup import ProposerSetup
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}

@@ -337,7 +337,7 @@ class EngineService:
 
     def _start(self, job: Job) -> None:
         from codespec.decode import Decoding
-        from codespec.kv import common_prefix_len
+        from codespec.target import common_prefix_len
 
         request = job.request
         if job.cancelled:
@@ -378,7 +378,7 @@ class EngineService:
         self.scheduler.active.append(job)
 
     def _start_prefill(self, job: Job, prompt_ids: list[int]) -> None:
-        from codespec.kv import common_prefix_len
+        from codespec.target import common_prefix_len
 
         job.cache = self._caches.take(job.request.cache_key)
         job.cached_len = common_prefix_len(job.cache.token_ids, prompt_ids)

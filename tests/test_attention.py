@@ -6,7 +6,7 @@ import torch
 
 from bench.shapes import random_llama
 from codespec.attention import NAME, STOCK, stock_attention, use_native_gqa
-from codespec.kv import KVCache
+from codespec.model import KVCache
 
 
 def logits_of(model, prompt: list[int], drafts: list[list[int]]) -> list[torch.Tensor]:

@@ -97,7 +97,7 @@ def test_growing_layer_gives_the_dynamic_layers_logits_bit_for_bit():
     from transformers import DynamicCache
 
     from codespec.cache_layer import GrowingLayer
-    from codespec.kv import KVCache
+    from codespec.model import KVCache
 
     model = random_llama((64, 2, 4, 2, 128), vocab_size=97, init_std=0.2)
     generator = torch.Generator().manual_seed(2)

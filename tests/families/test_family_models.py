@@ -1,6 +1,6 @@
 """What the families' architectures ask of the engine: early exit through each family's final norm
 and (tied) head, qkv bias, the draft model's vocabulary check, and KV caches of sliding-window
-layers that roll back exactly (codespec/kv.py keeps every position for them)."""
+layers that roll back exactly (codespec/model.py KVCache keeps every position for them)."""
 
 from __future__ import annotations
 
