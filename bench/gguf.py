@@ -84,12 +84,14 @@ def llama_cpp_run(model, prompt_ids: list[int], recording, end_id: int, max_new:
     return output, times
 
 
-def codespec_run(target, prompt_ids, proposer, max_new: int) -> tuple[list[int], list[float], dict]:
+def codespec_run(
+    target, prompt_ids, proposer, max_new: int, max_draft: int = 64
+) -> tuple[list[int], list[float], dict]:
     from codespec.config import GenerationLimits, SamplingParams
     from codespec.decode import Finished, StepEvent, generate
 
     output, times, stats = [], [], {}
-    limits = GenerationLimits(max_new, (), max_draft_len=64 if proposer is not None else 0)
+    limits = GenerationLimits(max_new, (), max_draft_len=max_draft if proposer is not None else 0)
     for event in generate(target, prompt_ids, proposer, SamplingParams(), limits):
         if isinstance(event, StepEvent):
             now = time.perf_counter()

@@ -127,7 +127,7 @@ def replay(args) -> dict:
         for name in [*CONFIGS[shift:], *CONFIGS[:shift]]:
             proposer = None if name == "none" else assembly.create(name, request)
             start = time.perf_counter()
-            output, times, stats = codespec_run(target, prompt_ids, proposer, len(output_ids) + 1)
+            output, times, stats = codespec_run(target, prompt_ids, proposer, len(output_ids) + 1, args.max_draft)
             end = time.perf_counter()
             if output[: len(output_ids)] != list(output_ids):
                 raise SystemExit(f"{case.id}: {name} did not emit the recorded edit (replay is broken)")
@@ -219,7 +219,7 @@ def real(args) -> dict:
         for name in ("reference", "next-edit", "auto"):
             proposer = assembly.create(name, request)
             got = generate_all(
-                raw, prompt_ids, proposer, SamplingParams(), GenerationLimits(budget, (), max_draft_len=64)
+                raw, prompt_ids, proposer, SamplingParams(), GenerationLimits(budget, (), max_draft_len=args.max_draft)
             )
             row[f"{name}_identical"] = list(got.token_ids) == list(plain.token_ids)
             assembly.release(proposer)
@@ -247,7 +247,7 @@ def setup(args, raw) -> dict:
         "backend": "llama.cpp (cpu)" if gguf else "pytorch fp32 (cpu)",
         "threads": raw.threads if gguf else torch.get_num_threads(),
         "batch": 1,
-        "max_draft": 64,
+        "max_draft": args.max_draft,
         "machine": platform.processor() or platform.machine(),
         "workload": "edits-httpx next-edit pairs (bench/next_edit_workload.py)"
         + (", cross-file" if args.cross_file else ""),
@@ -263,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default="/tmp/codespec-shapes", help="where --shape checkpoints are kept")
     parser.add_argument("--cases", type=int, default=None, help="the first N cases (default: all)")
     parser.add_argument("--cross-file", action="store_true", help="the user's edit in one file, the site in another")
+    parser.add_argument("--max-draft", type=int, default=64, help="K: the most draft tokens one forward verifies")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     report = replay(args) if args.mode == "replay" else real(args)
