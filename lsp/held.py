@@ -1,28 +1,35 @@
-"""Large document notifications, read but decoded after the messages behind them.
+"""Large didOpen notifications, read but decoded after the messages behind them.
 
 A client that opens a 5 MB file while the user types sends that didOpen ahead of the keystroke's
 didChange and inline completion. Decoding it (JSON, then pygls' types) takes the event loop
 10-15 ms and the engine's interpreter with it, and the keystroke waited behind it
-(docs/lsp-bench.md, "A 5 MB file opened while typing"). A didOpen or full-text didChange of
-another document changes nothing that request reads, so such a frame is held undecoded and
-dispatched later, in order, at the first of:
+(docs/lsp-bench.md, "A 5 MB file opened while typing"). Opening another document changes nothing
+a completion in this one reads (that document is not in the index until it is opened and its
+indexing debounced), so such a frame is held undecoded and dispatched later, in order, at the
+first of:
 
-- a message that may depend on it: one about the same document, or any message that is not a
-  text-document message, a cancel or a response (a command, a workspace change, shutdown);
+- any message but those that may go ahead of it (``GOES_AHEAD``: completions, and didOpen /
+  didChange / didClose / didSave, of another document; cancels; responses). Everything else may
+  read every open document or the workspace's edit history (a next edit, a command, a workspace
+  change, shutdown) and waits for it; so does a message about the held document itself;
 - the server being idle: no request running, checked every ``CHECK_S`` after it arrived;
 - ``MAX_HOLD_S`` after it arrived, busy or not, and the end of the input.
 
-The frame is recognised without decoding it: the document text is the one long string, so the
-other keys lie in its first or last ``WINDOW`` bytes, and a key is found by a pattern whose
-opening quote no backslash precedes (every quote inside a JSON string is escaped). Anything not
-recognised with certainty (an ``"id"``, two ``"uri"`` keys, a body that does not end as an
-object) is decoded at once, as every other frame is. At most ``MAX_HELD_BYTES`` are held.
+Only didOpen is held: a didChange is an edit, and the edit history's order across documents is
+what next edits read. A frame is recognised without decoding it: the document text is the one long
+string, so the other keys lie in its first or last ``WINDOW`` bytes; a key is found by a pattern
+whose opening quote no backslash precedes (every quote inside a JSON string is escaped), and the
+structure around the text must open in the first window and close exactly at the body's end in
+the last (a body cut short, as by a Content-Length counted in characters, is decoded at once and
+answered as before). Anything not recognised with certainty is decoded at once, as every other
+frame is. At most ``MAX_HELD_BYTES`` are held.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -30,20 +37,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lsp.framing import Message, Problem, decode
+from service.jsonpeek import JSON_STRING_BYTES
+
+log = logging.getLogger(__name__)
 
 HOLD_BYTES = 256 << 10  # smaller frames decode in about a millisecond: never held
 WINDOW = 4096  # bytes at each end of a held frame where its keys other than the text must lie
 CHECK_S = 0.05  # how often a held frame checks whether the server is idle
 MAX_HOLD_S = 1.0
 MAX_HELD_BYTES = 64 << 20
-HOLDABLE = frozenset({"textDocument/didOpen", "textDocument/didChange"})
+HOLDABLE = frozenset({"textDocument/didOpen"})
 GOES_AHEAD = frozenset({"$/cancelRequest", "$/setTrace"})  # touch no document
+GOES_AHEAD_OF_OTHERS = frozenset(  # about one document, and reading no other open one
+    {
+        "textDocument/inlineCompletion",
+        "textDocument/completion",
+        "textDocument/didOpen",
+        "textDocument/didChange",
+        "textDocument/didClose",
+        "textDocument/didSave",
+    }
+)
 
 _METHOD = re.compile(rb'(?<!\\)"method"\s*:\s*"([^"\\]{1,200})"')
 _URI = re.compile(rb'(?<!\\)"uri"\s*:\s*"((?:[^"\\]|\\.){1,8192})"')
 _ID = re.compile(rb'(?<!\\)"id"\s*:')
-_LAST_QUOTE = re.compile(rb'(?<!\\)"(?=[^"]*\Z)')
-_CLOSING = re.compile(rb"\s*(?::\s*[-+.\w]+\s*)?[\s,}\]]*\}\s*\Z")  # after a string: a scalar, closers
+_UNESCAPED_QUOTE = re.compile(rb'(?<!\\)"')
+_SCALAR = re.compile(rb'[^\s{}\[\],:"]+')
 
 
 @dataclass(frozen=True)
@@ -68,14 +88,70 @@ def holdable(data: bytes) -> HeldNotification | None:
     if len(methods) != 1 or len(uris) != 1:
         return None
     method = methods[0].decode("ascii", "replace")
-    last_quote = _LAST_QUOTE.search(data, len(data) - WINDOW)
-    if method not in HOLDABLE or last_quote is None or not _CLOSING.match(data, last_quote.end()):
-        return None  # not a document notification, or a body that does not end as an object
+    if method not in HOLDABLE or not _whole(data):
+        return None  # not a didOpen, or a body whose structure does not close at its end
     try:
         uri = json.loads(b'"' + uris[0] + b'"')
     except ValueError:
         return None
     return HeldNotification(method, uri, data)
+
+
+def _depth_at_long_string(data: bytes) -> int | None:
+    """How deep in objects and arrays the one string that does not end in the first window
+    starts (the text), or None when the first window holds no such string or is not JSON."""
+    depth, pos = 0, 0
+    while pos < WINDOW:
+        char = data[pos : pos + 1]
+        if char in b" \t\r\n,:":
+            pos += 1
+        elif char in b"{[":
+            depth, pos = depth + 1, pos + 1
+        elif char in b"}]":
+            depth, pos = depth - 1, pos + 1
+            if depth <= 0:
+                return None
+        elif char == b'"':
+            match = JSON_STRING_BYTES.match(data, pos, WINDOW)
+            if match is None:
+                return depth  # the long string starts here
+            pos = match.end()
+        else:
+            match = _SCALAR.match(data, pos, WINDOW)
+            if match is None:
+                return None
+            pos = match.end()
+    return None
+
+
+def _whole(data: bytes) -> bool:
+    """Whether what follows the long string closes the structure it opened in, exactly at the end."""
+    depth = _depth_at_long_string(data)
+    closing = _UNESCAPED_QUOTE.search(data, len(data) - WINDOW)  # the long string's closing quote
+    if depth is None or closing is None:
+        return False
+    pos = closing.end()
+    while pos < len(data):
+        char = data[pos : pos + 1]
+        if char in b" \t\r\n,:":
+            pos += 1
+        elif char in b"{[":
+            depth, pos = depth + 1, pos + 1
+        elif char in b"}]":
+            depth, pos = depth - 1, pos + 1
+            if depth == 0:
+                return not data[pos:].strip()
+        elif char == b'"':
+            match = JSON_STRING_BYTES.match(data, pos)
+            if match is None:
+                return False
+            pos = match.end()
+        else:
+            match = _SCALAR.match(data, pos)
+            if match is None:
+                return False
+            pos = match.end()
+    return False
 
 
 def _frame_uri(value: dict) -> Any:
@@ -113,14 +189,22 @@ class HeldFrames:
         for frame in held:
             self._receive(decode(frame.data))
 
+    def close(self) -> None:
+        """The connection's read loop is over without reaching the end of its input (the server
+        stops): nothing is dispatched any more, and no timer fires later."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._held = []
+
     def _depends(self, value: Any) -> bool:
         if not isinstance(value, dict) or "method" not in value:
             return False  # a response to the server's own request
         method = value["method"]
         if method in GOES_AHEAD:
             return False
-        if not isinstance(method, str) or not method.startswith("textDocument/"):
-            return True
+        if method not in GOES_AHEAD_OF_OTHERS:
+            return True  # may read every open document or the edit history: the held ones first
         return _frame_uri(value) in {held.uri for held in self._held}
 
     def _check(self) -> None:
@@ -129,5 +213,8 @@ class HeldFrames:
             return
         if self._busy() and time.monotonic() - self._held[0].arrived < MAX_HOLD_S:
             self._timer = asyncio.get_running_loop().call_later(CHECK_S, self._check)
-        else:
+            return
+        try:
             self.release()
+        except Exception:  # on a timer, nobody is above to take it: the read loop goes on
+            log.exception("dispatching a held didOpen failed")

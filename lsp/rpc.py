@@ -403,17 +403,20 @@ class CodespecProtocol(LanguageServerProtocol):
 
 async def serve_frames(reader: FrameReader, protocol: CodespecProtocol, stop_event: threading.Event) -> None:
     """The read loop of a connection: frames to the protocol until the input ends or the server stops.
-    A reader built with ``hold=lsp.held.holdable`` hands over large document notifications
+    A reader built with ``hold=lsp.held.holdable`` hands over large didOpen notifications
     undecoded; they are dispatched after the messages behind them that do not depend on them."""
     held = HeldFrames(protocol.receive, protocol.busy)
-    while not stop_event.is_set():
-        frame = await reader.next()
-        if frame is None:
-            held.release()
-            break
-        if isinstance(frame, HeldNotification):
-            protocol.held_frames += 1
-            held.hold(frame)
-            continue
-        held.before(frame)
-        protocol.receive(frame)
+    try:
+        while not stop_event.is_set():
+            frame = await reader.next()
+            if frame is None:
+                held.release()  # the end of the input: what was held is dispatched, in order
+                break
+            if isinstance(frame, HeldNotification):
+                protocol.held_frames += 1
+                held.hold(frame)
+                continue
+            held.before(frame)
+            protocol.receive(frame)
+    finally:
+        held.close()  # stopped, or the loop failed: no timer fires into a server that is gone

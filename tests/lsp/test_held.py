@@ -8,7 +8,7 @@ import json
 import pytest
 
 from lsp import held as held_module
-from lsp.framing import Message, Problem
+from lsp.framing import FrameReader, Message, Problem
 from lsp.held import HeldFrames, HeldNotification, holdable
 
 TEXT = 'def f(x):\n    return "a\\\\b" + x  # quotes " and backslashes \\\n' * 8_000  # ~500 kB
@@ -40,12 +40,6 @@ def test_a_large_did_open_is_recognised_whatever_its_key_order():
     assert found is not None and found.uri == "file:///nvim.py"
     escaped = body(did_open("file:///x/y.py")).replace(b"file:///x/y.py", b"file:\\/\\/\\/x\\/y.py")  # "\/"
     assert holdable(escaped).uri == "file:///x/y.py"
-    change = {
-        "jsonrpc": "2.0",
-        "method": "textDocument/didChange",
-        "params": {"textDocument": {"uri": "file:///c.py", "version": 2}, "contentChanges": [{"text": TEXT}]},
-    }
-    assert holdable(body(change)).method == "textDocument/didChange"
 
 
 def test_keys_quoted_inside_the_text_are_not_taken_for_the_messages_own():
@@ -56,7 +50,16 @@ def test_keys_quoted_inside_the_text_are_not_taken_for_the_messages_own():
 
 @pytest.mark.parametrize(
     "case",
-    ["small", "a request", "another method", "cut short", "two uris", "not a document notification"],
+    [
+        "small",
+        "a request",
+        "another method",
+        "a didChange",
+        "cut short",
+        "one byte short",
+        "two uris",
+        "not a document notification",
+    ],
 )
 def test_what_is_not_certainly_a_document_notification_is_decoded_at_once(case):
     message = did_open("file:///big.py")
@@ -66,6 +69,12 @@ def test_what_is_not_certainly_a_document_notification_is_decoded_at_once(case):
         message["id"] = 4
     elif case == "another method":
         message["method"] = "textDocument/didSave"
+    elif case == "a didChange":  # an edit: the edit history's order across documents must hold
+        message = {
+            "jsonrpc": "2.0",
+            "method": "textDocument/didChange",
+            "params": {"textDocument": {"uri": "file:///c.py", "version": 2}, "contentChanges": [{"text": TEXT}]},
+        }
     elif case == "two uris":
         message["params"]["uri"] = "file:///other.py"
     elif case == "not a document notification":
@@ -73,6 +82,8 @@ def test_what_is_not_certainly_a_document_notification_is_decoded_at_once(case):
     data = body(message)
     if case == "cut short":  # a Content-Length too small: the body ends inside the text
         data = data[: len(data) // 2]
+    elif case == "one byte short":  # counted in characters, with one two-byte character in the text
+        data = data[:-1]
     assert holdable(data) is None
 
 
@@ -95,6 +106,7 @@ async def test_later_messages_about_other_documents_go_ahead_and_dependent_ones_
             {"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {"textDocument": {"uri": "file:///a.py"}}}
         ),
         request("textDocument/inlineCompletion", "file:///a.py"),
+        request("textDocument/completion", "file:///a.py"),
         message({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 1}}),
         message({"jsonrpc": "2.0", "id": 9, "result": None}),  # the client's answer to a server request
     ):
@@ -103,9 +115,45 @@ async def test_later_messages_about_other_documents_go_ahead_and_dependent_ones_
     frames.before(request("textDocument/completion", "file:///big.py"))
     assert len(received) == 1 and isinstance(received[0], Message)
     assert received[0].value["params"]["textDocument"]["text"] == TEXT
-    frames.hold(holdable(body(did_open("file:///second.py"))))
-    frames.before(message({"jsonrpc": "2.0", "id": 2, "method": "workspace/executeCommand", "params": {}}))
-    assert [m.value["params"]["textDocument"]["uri"] for m in received] == ["file:///big.py", "file:///second.py"]
+    for reads_everything in (
+        message({"jsonrpc": "2.0", "id": 2, "method": "workspace/executeCommand", "params": {}}),
+        request("textDocument/copilotInlineEdit", "file:///a.py"),  # the workspace's edits, other documents
+        request("codespec/edit", "file:///a.py"),
+    ):
+        frames.hold(holdable(body(did_open("file:///second.py"))))
+        frames.before(reads_everything)
+    uris = [m.value["params"]["textDocument"]["uri"] for m in received]
+    assert uris == ["file:///big.py"] + ["file:///second.py"] * 3
+
+
+async def test_a_body_cut_short_is_answered_once_as_before():
+    """A Content-Length one byte short of a large didOpen: the body is not held but decoded and
+    answered as broken, and the byte left behind is passed over quietly (lsp.framing's rule)."""
+    big = body(did_open("file:///big.py"))
+    follow = body({"jsonrpc": "2.0", "id": 5, "method": "codespec/stats", "params": {}})
+    data = b"Content-Length: %d\r\n\r\n" % (len(big) - 1) + big
+    data += b"Content-Length: %d\r\n\r\n" % len(follow) + follow
+    chunks = iter([data[i : i + 65536] for i in range(0, len(data), 65536)])
+
+    async def fill() -> bytes:
+        return next(chunks, b"")
+
+    reader = FrameReader(fill, max_bytes=64 << 20, hold=holdable)
+    frames = []
+    while (frame := await reader.next()) is not None:
+        frames.append(frame)
+    assert [type(frame).__name__ for frame in frames] == ["Problem", "Message"]
+    assert frames[1].value["id"] == 5
+
+
+async def test_a_read_loop_that_stops_drops_its_held_frames_and_their_timer(monkeypatch):
+    monkeypatch.setattr(held_module, "CHECK_S", 0.01)
+    received: list = []
+    frames = HeldFrames(received.append, busy=lambda: False)
+    frames.hold(holdable(body(did_open("file:///big.py"))))
+    frames.close()
+    await asyncio.sleep(0.05)
+    assert received == []
 
 
 async def test_a_held_frame_is_released_when_the_server_is_idle_or_after_the_longest_hold(monkeypatch):
