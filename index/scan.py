@@ -37,7 +37,7 @@ class IndexReport:
     tokens: int = 0
     seconds: float = 0.0  # wall time of the whole call
     tokenize_seconds: float = 0.0  # of which: the tokenizer
-    table_seconds: float = 0.0  # of which: the table (positions sorted and the trie built, or read back)
+    table_seconds: float = 0.0  # of which: sorting positions and building the trie
 
 
 def find_files(roots: Sequence[Path], exclude: Sequence[str], max_file_bytes: int, report: IndexReport) -> list[Found]:
@@ -127,7 +127,7 @@ class ScanSite(Protocol):
 
     def scan_snapshot(self) -> tuple[dict[str, Doc], dict[str, str], int]: ...
     def load_stored(self, uris: list[str]) -> list[StoredDocument]: ...
-    def scan_table(self, fresh: list[Doc]) -> tuple[str, Any]: ...
+    def scan_table(self, fresh: list[Doc], report: IndexReport) -> tuple[str, Any]: ...
     def install_scan(
         self,
         roots: Sequence[Path],
@@ -171,9 +171,7 @@ def run(
     fresh = documents(found, to_load, to_tokenize, site.load_stored, adapter, tick, report, advance)
     table = None
     if fresh:
-        table_started = time.perf_counter()
-        table = site.scan_table(fresh)  # the sort: no lock held
-        report.table_seconds = time.perf_counter() - table_started
+        table = site.scan_table(fresh, report)  # the sort: no lock held (table_seconds)
     check_cancel()
     site.install_scan(roots, {item.uri for item in found}, resident, fresh, table, report)  # removed, tokens
     report.seconds = time.perf_counter() - started

@@ -76,17 +76,8 @@ class WorkspaceIndex:
         self._clock = 0
         self._docs: OrderedDict[str, Doc] = OrderedDict()  # resident documents, least recently used first
         self._evicted: dict[str, tuple[str, int]] = {}  # uri -> (text, version) when evicted without a database
-        self._levels = LevelSet(
-            self.adapter,
-            max_ngram,
-            min_ngram,
-            trie_depth,
-            overlay_tokens,
-            self.db,
-            hot_documents,
-            self._lock,
-            background_tokens,
-        )
+        levels = (max_ngram, min_ngram, trie_depth, overlay_tokens)
+        self._levels = LevelSet(self.adapter, *levels, self.db, hot_documents, self._lock, background_tokens)
         self._history = SessionHistory(self.adapter.dtype, self.adapter.sep, history_tokens)
         self._stats: dict[str, list[int]] = {}
         self._pending_stats: dict[str, list[int]] = {}
@@ -323,12 +314,15 @@ class WorkspaceIndex:
         with self._lock:  # the reader connection is used under the lock: one batch per hold
             return list(self.db.load_documents(uris))
 
-    def scan_table(self, fresh: list[Doc]) -> tuple[str, Any]:
+    def scan_table(self, fresh: list[Doc], report: IndexReport) -> tuple[str, Any]:
         """The level for ``fresh``: read back when stored (under the lock), else sorted (without it)."""
         fingerprint = self._levels.fingerprint(fresh)
         with self._lock:
             stored_table = self._levels.stored_table(fingerprint, fresh)
-        return fingerprint, self._levels.build(fresh, stored_table)
+        started = time.perf_counter()
+        built = self._levels.build(fresh, stored_table)
+        report.table_seconds = time.perf_counter() - started
+        return fingerprint, built
 
     def install_scan(
         self,
