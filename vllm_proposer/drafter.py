@@ -45,8 +45,8 @@ class Followed:
     recent_tokens: float = 1.0  # tokens its last step emitted (what the others price a longer draft against)
     last_rows: int = 1  # rows its last step put in the forward
     shared: bool = False  # its last step's forward also ran other sequences' rows
-    output: list[int] = field(default_factory=list)  # what vLLM sampled for it so far
-    recorded: bool = False  # its output went into the index's session history
+    output: list[int] = field(default_factory=list)  # what vLLM sampled for it, not yet in the history
+    seen: int = 0  # its length at the last step it ran in
 
 
 @dataclass
@@ -104,6 +104,7 @@ class BatchDrafter:
         self._returned_at: float | None = None
         self._rows_out = 0  # rows the drafts of the last call put in the next forward
         self._live: dict[int, Followed] = {}  # the sequences of the last step, by id
+        self._special = frozenset(getattr(tokenizer, "all_special_ids", None) or ())  # an output ends at one
         self._logged_at = clock()
 
     def step(self, rows: Sequence[Row | None]) -> list[list[int]]:
@@ -118,7 +119,11 @@ class BatchDrafter:
             self._step_cost.add(self._rows_out, step_s)
         live = [(row, state) for row, state in zip(rows, states) if row is not None and state is not None]
         for row, state in live:
-            state.output.extend(int(t) for t in row.tokens[len(row.tokens) - row.sampled :])
+            new_from = len(row.tokens) - row.sampled
+            if state.seen and new_from != state.seen:  # a sequence that grew by more (a follow-up turn)
+                self._record(state)  # what it had generated so far is one entry
+            state.output.extend(int(t) for t in row.tokens[new_from:])
+            state.seen = len(row.tokens)
             self._observe(row, state, step_s)
         now = {id(state): state for _, state in live}
         for key, state in self._live.items():
@@ -228,12 +233,14 @@ class BatchDrafter:
         self.assembly.release(state.proposer)
 
     def _record(self, state: Followed) -> None:
-        """Put what the sequence generated in the index's session history (once)."""
-        if state.recorded or self.index is None or not state.output:
+        """Put what the sequence generated since it was last recorded in the index's session
+        history, up to its first special token (tokens vLLM accepted past the end are not output)."""
+        output, state.output = state.output, []
+        end = next((n for n, token in enumerate(output) if token in self._special), len(output))
+        if self.index is None or not end:
             return
-        state.recorded = True
         try:
-            text = self.tokenizer.decode(state.output, skip_special_tokens=True)
+            text = self.tokenizer.decode(output[:end], skip_special_tokens=True)
             if text.strip():
                 self.index.add_history("generated", text)
                 self.stats.recorded += 1

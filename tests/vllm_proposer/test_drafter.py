@@ -156,3 +156,25 @@ def test_what_a_sequence_generated_drafts_for_later_ones_through_the_session_his
     assert drafter.stats.recorded == 2
     assert accepted[0] == 0 and accepted[1] >= len(tokenizer.encode(answer)) - 8, accepted  # all but its start, end
     index.close()
+
+
+def test_a_follow_up_turn_records_each_answer_apart_and_nothing_past_the_end():
+    """A chat's next turn extends the previous one's sequence (prompt, answer, new message): the
+    drafter follows it as the same sequence, and each answer is its own history entry, cut at the
+    first special token (tokens vLLM accepted past the end of an answer are not output)."""
+    from index import WorkspaceIndex
+
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    index = WorkspaceIndex(tokenizer)
+    drafter = BatchDrafter(tokenizer, 4, 4096, DrafterOptions(proposer="index"), index=index)
+    first, second = "totals = summarize(records)\n", "average = mean(totals)\n"
+    sequence = tokenizer.encode("# turn one: the totals\n")
+    for answer, then in ((first, "# turn two: the average\n"), (second, "")):
+        tokens = tokenizer.encode(answer) + [tokenizer.eos_token_id] + tokenizer.encode("junk = 1\n")
+        for token in tokens:
+            sequence = [*sequence, token]
+            drafter.step([Row(np.array(sequence), 1)])
+        sequence = [*sequence, *tokenizer.encode(then)]  # the next turn's prompt, with no step between
+    drafter.step([])
+    assert [tokenizer.decode(entry.token_ids) for entry in index.history_entries()] == [first, second]
+    index.close()
