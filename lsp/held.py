@@ -97,11 +97,11 @@ def holdable(data: bytes) -> HeldNotification | None:
     return HeldNotification(method, uri, data)
 
 
-def _depth_at_long_string(data: bytes) -> int | None:
-    """How deep in objects and arrays the one string that does not end in the first window
-    starts (the text), or None when the first window holds no such string or is not JSON."""
-    depth, pos = 0, 0
-    while pos < WINDOW:
+def _walk(data: bytes, pos: int, end: int, depth: int) -> tuple[str, int, int]:
+    """JSON structure from ``pos`` to ``end`` at ``depth`` (strings skipped whole): ("open", depth,
+    pos) at a string that does not end before ``end``, ("closed", depth, pos) just after a closer
+    that brings the depth to 0 or below, ("bad", ...) at what is not JSON, else ("end", depth, end)."""
+    while pos < end:
         char = data[pos : pos + 1]
         if char in b" \t\r\n,:":
             pos += 1
@@ -110,48 +110,24 @@ def _depth_at_long_string(data: bytes) -> int | None:
         elif char in b"}]":
             depth, pos = depth - 1, pos + 1
             if depth <= 0:
-                return None
-        elif char == b'"':
-            match = JSON_STRING_BYTES.match(data, pos, WINDOW)
-            if match is None:
-                return depth  # the long string starts here
-            pos = match.end()
+                return "closed", depth, pos
         else:
-            match = _SCALAR.match(data, pos, WINDOW)
+            match = (JSON_STRING_BYTES if char == b'"' else _SCALAR).match(data, pos, end)
             if match is None:
-                return None
+                return ("open" if char == b'"' else "bad"), depth, pos
             pos = match.end()
-    return None
+    return "end", depth, pos
 
 
 def _whole(data: bytes) -> bool:
-    """Whether what follows the long string closes the structure it opened in, exactly at the end."""
-    depth = _depth_at_long_string(data)
+    """Whether the long string (the text) starts inside the structure the first window opens, and
+    what follows it closes that structure exactly at the body's end."""
+    outcome, depth, _ = _walk(data, 0, WINDOW, 0)
     closing = _UNESCAPED_QUOTE.search(data, len(data) - WINDOW)  # the long string's closing quote
-    if depth is None or closing is None:
+    if outcome != "open" or closing is None:
         return False
-    pos = closing.end()
-    while pos < len(data):
-        char = data[pos : pos + 1]
-        if char in b" \t\r\n,:":
-            pos += 1
-        elif char in b"{[":
-            depth, pos = depth + 1, pos + 1
-        elif char in b"}]":
-            depth, pos = depth - 1, pos + 1
-            if depth == 0:
-                return not data[pos:].strip()
-        elif char == b'"':
-            match = JSON_STRING_BYTES.match(data, pos)
-            if match is None:
-                return False
-            pos = match.end()
-        else:
-            match = _SCALAR.match(data, pos)
-            if match is None:
-                return False
-            pos = match.end()
-    return False
+    outcome, depth, pos = _walk(data, closing.end(), len(data), depth)
+    return outcome == "closed" and depth == 0 and not data[pos:].strip()
 
 
 def _frame_uri(value: dict) -> Any:
