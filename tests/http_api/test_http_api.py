@@ -11,12 +11,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-try:  # the HTTP client the openai package depends on (httpx2 in recent releases, httpx before)
-    import httpx2
-except ImportError:  # pragma: no cover
-    import httpx as httpx2
-
 from hosted import (
     CODE,
     LONG_CHAT,
@@ -24,6 +18,7 @@ from hosted import (
     WAIT_S,
     Hosted,
     cancelled_count,
+    httpx2,
     last_request,
     plain_output,
     wait_for,

@@ -10,12 +10,6 @@ import random
 
 import openai
 import pytest
-
-try:  # the HTTP client the openai package depends on (httpx2 in recent releases, httpx before)
-    import httpx2
-except ImportError:  # pragma: no cover
-    import httpx as httpx2
-
 from hosted import (
     CODE,
     LIMITS,
@@ -24,6 +18,7 @@ from hosted import (
     WAIT_S,
     Hosted,
     assert_error,
+    httpx2,
     post,
     wait_for,
 )
