@@ -36,15 +36,11 @@ def run_load(target, raw, models, cases, plan, settings, say) -> dict:
 
 def _messages_and_recordings(target, cases, options, settings, end_id):
     from codespec.prompts import PromptRenderer, Rewrite
-    from service.inline import completion_request, resolve_windows
+    from service.inline import completion_request, target_windows
 
     # The windows the websocket server will use for these prompts (EngineService.windows).
-    windows = resolve_windows(
-        options.completion.prefix_chars,
-        options.completion.suffix_chars,
-        target.device.type,
-        target.max_context,
-        options.completion.block_tokens,
+    windows = target_windows(
+        target, options.completion.prefix_chars, options.completion.suffix_chars, options.completion.block_tokens
     )
     prompts = PromptRenderer(target.tokenizer, target.prompt_format)  # as the server renders them
     messages, recordings = [], []

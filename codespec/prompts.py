@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 # The shipped default model's special tokens (Qwen2.5-Coder's names).
@@ -163,8 +164,10 @@ class PromptRenderer:
         self.bos = (getattr(tokenizer, "bos_token", None) or "") if spec.bos else ""
         self.chat = bool(getattr(tokenizer, "chat_template", None))
 
-    @property
+    @cached_property
     def end_markers(self) -> tuple[str, ...]:
+        """The format's end markers this tokenizer knows (once: building a vocabulary took ~1.5 ms
+        of every request's start with a 150k-token tokenizer)."""
         vocab = self.tokenizer.get_vocab()
         return tuple(marker for marker in self.format.end_markers if marker in vocab)
 

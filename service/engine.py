@@ -199,9 +199,9 @@ class EngineService:
 
     def windows(self, prefix_chars: int | None, suffix_chars: int | None, max_tokens: int) -> tuple[int, int]:
         """Prompt window sizes (characters) that fit this model's context; None: this device's default."""
-        from service.inline import resolve_windows
+        from service.inline import target_windows
 
-        return resolve_windows(prefix_chars, suffix_chars, self.target.device.type, self.target.max_context, max_tokens)
+        return target_windows(self.target, prefix_chars, suffix_chars, max_tokens)
 
     def windows_for(self, options) -> tuple[int, int]:
         """The prompt windows of ``options`` (an ``service.options.ServerOptions``) on this model."""

@@ -23,35 +23,66 @@ WINDOW_CHUNK = 1024  # characters the prompt window's start moves by
 CHARS_PER_TOKEN = 2.5  # a conservative estimate for code (byte-level BPEs give 3-4)
 
 
-# Characters before / after the cursor on a CPU: a ~250-token prompt. FIM puts the suffix after the
-# prefix, so every keystroke re-prefills the whole suffix window: at 64 characters the first token
-# after a keystroke came in 261 ms p50 instead of 777 ms at 200 (0.5B Q8_0 on llama.cpp, 2 cores;
-# docs/gguf.md, "Inline completion latency").
-CPU_WINDOWS = (800, 64)
+# Characters before / after the cursor on a CPU: a prompt of ~250-350 tokens. FIM puts the suffix
+# after the prefix, so every keystroke re-prefills the whole suffix window; its size follows what
+# that prefill costs: SUFFIX_FLOPS of work (2 x the model's parameters a token), between 64 and 200
+# characters. At the qwen2.5-coder-0.5b body that is 64: the first token after a keystroke in 261 ms
+# p50 instead of 777 ms at 200 (Q8_0 on llama.cpp, 2 cores; docs/gguf.md, "Inline completion
+# latency"). At the shipped 5M-parameter model, 200 cost a fraction of a millisecond, and its
+# completions see more of the line they continue (docs/benchmarks.md, the README main job).
+CPU_PREFIX_CHARS = 800
+CPU_SUFFIX_CHARS = (64, 200)
+SUFFIX_FLOPS = 2.5e10
+CPU_WINDOWS = (CPU_PREFIX_CHARS, CPU_SUFFIX_CHARS[0])  # a model of unknown size: the cheap window
 GPU_WINDOWS = (4000, 512)
 
 
-def default_windows(device_type: str) -> tuple[int, int]:
+def default_windows(device_type: str, parameters: int | None = None) -> tuple[int, int]:
     """Prompt windows (characters before / after the cursor) when the user set none.
 
     The first request at a place in a file prefills its whole prompt (the server cannot know the
     cursor before it), so on a CPU windows stay near 300 tokens, inside what the default model was
-    trained on; a GPU prefills thousands of tokens in milliseconds and keeps more context. The
-    measurements behind the sizes are in docs/lsp-bench.md.
+    trained on, and the suffix (re-prefilled every keystroke) shrinks as the model grows; a GPU
+    prefills thousands of tokens in milliseconds and keeps more context. The measurements behind
+    the sizes are in docs/lsp-bench.md and docs/gguf.md.
     """
-    return CPU_WINDOWS if device_type == "cpu" else GPU_WINDOWS
+    if device_type != "cpu":
+        return GPU_WINDOWS
+    if not parameters:
+        return CPU_WINDOWS
+    low, high = CPU_SUFFIX_CHARS
+    affordable = int(SUFFIX_FLOPS / (2.0 * parameters) * CHARS_PER_TOKEN)
+    return CPU_PREFIX_CHARS, max(low, min(high, affordable))
 
 
 def resolve_windows(
-    prefix_chars: int | None, suffix_chars: int | None, device_type: str, max_context: int, max_tokens: int
+    prefix_chars: int | None,
+    suffix_chars: int | None,
+    device_type: str,
+    max_context: int,
+    max_tokens: int,
+    parameters: int | None = None,
 ) -> tuple[int, int]:
-    """The windows a request uses: the user's sizes or the device's defaults, fitted to the model."""
-    default_prefix, default_suffix = default_windows(device_type)
+    """The windows a request uses: the user's sizes or the defaults for the device and the model's
+    size (``parameters``), fitted to the model's context."""
+    default_prefix, default_suffix = default_windows(device_type, parameters)
     return fit_windows(
         default_prefix if prefix_chars is None else prefix_chars,
         default_suffix if suffix_chars is None else suffix_chars,
         max_context,
         max_tokens,
+    )
+
+
+def target_windows(target, prefix_chars: int | None, suffix_chars: int | None, max_tokens: int) -> tuple[int, int]:
+    """``resolve_windows`` for ``target`` (a ``codespec.target.Target``): its device, context and size."""
+    return resolve_windows(
+        prefix_chars,
+        suffix_chars,
+        target.device.type,
+        target.max_context,
+        max_tokens,
+        getattr(target, "parameter_count", None),
     )
 
 

@@ -76,15 +76,11 @@ def engine_completion(target, text: str, offset: int) -> str:
     """What the engine returns for the same context, decoded plainly (greedy is lossless)."""
     from codespec.config import GenerationLimits
     from codespec.decode import generate_all
-    from service.inline import resolve_windows
+    from service.inline import target_windows
 
     options = ServerOptions()
-    windows = resolve_windows(
-        options.completion.prefix_chars,
-        options.completion.suffix_chars,
-        target.device.type,
-        target.max_context,
-        LIMITS["blockTokens"],
+    windows = target_windows(
+        target, options.completion.prefix_chars, options.completion.suffix_chars, LIMITS["blockTokens"]
     )
     context = completion_context(text, offset, LIMITS["lineTokens"], LIMITS["blockTokens"], *windows, invoked=True)
     from service.engine import COMPLETION_STOP_REPEATS

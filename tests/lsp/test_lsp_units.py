@@ -233,7 +233,12 @@ def test_prompt_windows_default_by_device_and_user_sizes_win():
     from service.inline import CPU_WINDOWS, GPU_WINDOWS, resolve_windows
 
     assert ServerOptions().completion.prefix_chars is None and ServerOptions().completion.suffix_chars is None
-    assert resolve_windows(None, None, "cpu", 32768, 160) == CPU_WINDOWS
+    assert resolve_windows(None, None, "cpu", 32768, 160) == CPU_WINDOWS  # a model of unknown size
+    assert resolve_windows(None, None, "cpu", 32768, 160, parameters=494_032_768) == (800, 64)  # 0.5B
+    assert resolve_windows(None, None, "cpu", 32768, 160, parameters=5_000_000) == (800, 200)  # a toy
+    middle = resolve_windows(None, None, "cpu", 32768, 160, parameters=300_000_000)[1]
+    assert 64 < middle < 200  # the suffix (re-prefilled every keystroke) shrinks as the model grows
+    assert resolve_windows(None, None, "cuda", 32768, 160, parameters=494_032_768) == GPU_WINDOWS
     assert resolve_windows(None, None, "cuda", 32768, 160) == GPU_WINDOWS
     assert resolve_windows(2000, 0, "cpu", 32768, 160) == (2000, 0)  # an explicit 0 suffix stays 0
     prefix, suffix = resolve_windows(None, None, "cuda", 1024, 160)  # fitted to a small context

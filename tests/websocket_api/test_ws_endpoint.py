@@ -70,14 +70,10 @@ async def test_complete_streams_what_the_engine_returns(endpoint, server_target)
     assert done["type"] == "done", done
     assert "".join(deltas) == done["text"]
     from service.engine import COMPLETION_STOP_REPEATS
-    from service.inline import resolve_windows
+    from service.inline import target_windows
 
-    windows = resolve_windows(
-        OPTIONS.completion.prefix_chars,
-        OPTIONS.completion.suffix_chars,
-        server_target.device.type,
-        server_target.max_context,
-        OPTIONS.completion.block_tokens,
+    windows = target_windows(
+        server_target, OPTIONS.completion.prefix_chars, OPTIONS.completion.suffix_chars, OPTIONS.completion.block_tokens
     )
     context = completion_context(
         prefix + suffix,
