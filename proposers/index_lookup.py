@@ -52,7 +52,8 @@ class IndexLookup:
 
     @classmethod
     def from_setup(cls, setup: ProposerSetup, under_auto: bool = False) -> IndexLookup:
-        """``under_auto``: auto sees every match and prices it by length (``IndexConfig.other_match``)."""
+        """``under_auto``: auto sees every match and prices it by length (``IndexConfig.other_match``),
+        and the request's own text is its context lookup's, not asked twice."""
         request = setup.request
         if request.index is None:
             raise ValueError("the index proposer needs an index (RequestContext.index: a WorkspaceIndex)")
@@ -62,6 +63,7 @@ class IndexLookup:
             uri=request.uri,
             cursor=request.cursor,
             max_candidates=config.max_candidates,
+            use_context=not under_auto,  # auto asks the request's own text itself (its context lookup)
             min_other_match=config.other_match(under_auto),
         )
 
