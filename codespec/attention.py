@@ -1,5 +1,5 @@
-"""The attention codespec's own forwards use: PyTorch SDPA with native grouped-query attention on CPU,
-and for verification forwards large enough to pay, two oneDNN products per K/V head.
+"""The attention codespec's own forwards use on CPU: two matrix products per K/V head in fp32 (every
+forward), PyTorch SDPA with native grouped-query attention otherwise.
 
 transformers' ``sdpa`` repeats every K/V head for its query group (a copy of the whole cache, per
 layer, per forward) whenever a mask is present, which is every multi-token verification forward;
@@ -8,11 +8,16 @@ kernel takes GQA natively with the same results bit for bit (tests/test_attentio
 drafted forward over a ~1,000-token cache gets 10-18% cheaper (30M Llama, one thread: 8 drafted
 tokens 20.0 -> 16.5 ms, 32 tokens 37.9 -> 34.1 ms).
 
-With a mask, that fused kernel is still slow on this CPU class; ``grouped_attention`` computes
-several queries over a long cache (rows x keys x width x heads >= ``GROUPED_MIN_WORK``) as two
-matrix products per K/V head, about twice as fast, equal to SDPA within float rounding rather than
-bit for bit (the small shapes of tests/test_attention.py stay on SDPA). Anywhere else (CUDA, no GQA,
-old torch, extra attention features) it is transformers' function unchanged.
+SDPA's fused kernel sums in an order that depends on how many queries a call holds, so the same
+position got other last bits decoded alone (one query) than verified in a draft (several) or
+prefilled with the draft appended: greedy output matched plain decoding only while no near tie
+met that rounding. ``grouped_attention`` computes a query's scores and output with products that
+give a row the same bits whatever the other rows, and a per-row softmax, so in fp32 every forward
+takes it and a position's logits are the same bits however it was computed (docs/architecture.md,
+"Exactness"). It is also about twice as fast as the masked fused kernel at verification sizes;
+equal to SDPA within float rounding. In bf16 (not batch invariant anyway) it serves the forwards
+where it is faster. Anywhere else (CUDA, no GQA, old torch, extra attention features) it is
+transformers' function unchanged.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
+
+from codespec.cache_layer import KEY_BUCKET  # the cache's buffers hold whole buckets
 
 NAME = "codespec_sdpa"
 STOCK = "sdpa"
@@ -70,7 +77,8 @@ def sdpa_native_gqa(
         keys = key.shape[2]
         wide_key, wide_value = bucketed(key), bucketed(value)
         if wide_key is not None and wide_value is not None:
-            return grouped_attention(query, wide_key, wide_value, attention_mask, scaling, keys), None
+            mask = causal_mask(query.shape[2], keys) if causal else attention_mask
+            return grouped_blocks(query, wide_key, wide_value, mask, scaling, keys), None
     output = F.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=causal, enable_gqa=True
     )  # [B, Hq, T, D]
@@ -78,16 +86,19 @@ def sdpa_native_gqa(
 
 
 # query positions x cached keys x head width x query heads below which SDPA's fused kernel is cheaper
-# than two oneDNN matrix products per K/V head (each ~10 us of fixed cost)
+# than two oneDNN matrix products per K/V head (each ~10 us of fixed cost); bf16 only (fp32 always
+# takes the grouped path: exactness, ``grouped_pays``)
 GROUPED_MIN_WORK = 1 << 20
-GROUPED_MAX_QUERIES = 128  # a verification forward's rows; longer (prefill) blocks keep SDPA's tiling
+GROUPED_MAX_QUERIES = 128  # queries of one grouped call; a longer block (a prefill chunk) runs in such blocks
+QUERY_PAD = 32  # a block of more than QUERY_PAD queries is padded to a multiple of it (bounded kernel shapes)
+SCORE_BUDGET = 1 << 23  # scores a grouped call holds at once (32 MB in fp32): fewer queries a call over long caches
 _ONEDNN = hasattr(torch.ops, "mkldnn") and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 # oneDNN builds (JIT-compiles) a kernel for every new product shape, ~0.6 ms each: with the key
 # count growing every step, exact shapes would pay that in every layer of every forward. The
 # products therefore run over the keys rounded up to this many rows, read from the spare capacity
 # of the cache buffer (codespec.cache_layer: zero-initialised, rows past the length stale but
-# finite) and masked out, so a kernel serves KEY_BUCKET consecutive steps.
-KEY_BUCKET = 128
+# finite) and masked out, so a kernel serves KEY_BUCKET consecutive steps (its capacity comes in
+# whole buckets).
 
 
 def bucketed(tensor: torch.Tensor) -> torch.Tensor | None:
@@ -108,23 +119,73 @@ def bucketed(tensor: torch.Tensor) -> torch.Tensor | None:
 def grouped_pays(
     query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, dropout: float, causal: bool
 ) -> bool:
-    """The grouped path serves verification forwards (several queries over a long cache, with a mask),
-    and in bf16 one-query forwards too (qwen2.5-coder-0.5b, 1,000 cached keys: SDPA 31 ms a forward,
+    """In fp32, every forward (one query, a verification, a prefill chunk) takes the grouped path:
+    its products give a query row the same bits whatever the other rows (codespec/linear.py), and its
+    softmax is per row, so a position's attention is the same whether it is decoded alone, verified
+    in a draft, or prefilled with the draft appended. SDPA's kernel sums in an order that depends on
+    the number of queries (one query and a block of five differ in the last bits), which made a
+    verified position's logits differ from plain decoding's in the last bits (docs/architecture.md,
+    "Exactness"). In bf16 (not batch invariant anyway) it serves verification forwards large enough
+    to pay, and one-query forwards (qwen2.5-coder-0.5b, 1,000 cached keys: SDPA 31 ms a forward,
     grouped 3 ms)."""
     batch, heads, positions, width = query.shape
-    # one query: SDPA's fp32 kernel is as fast; its bf16 one is ~10x slower (no fused one-row path)
-    single_ok = positions > 1 or query.dtype != torch.float32
-    return (
+    if not (
         _ONEDNN
         and batch == 1
-        and positions <= GROUPED_MAX_QUERIES
-        and single_ok
         and dropout == 0.0
-        and not causal
         and (mask is None or mask.dtype == torch.bool)
         and query.dtype in (torch.float32, torch.bfloat16)
-        and positions * key.shape[2] * width * heads >= GROUPED_MIN_WORK
+    ):
+        return False
+    if query.dtype == torch.float32:
+        return True
+    return (
+        not causal and positions <= GROUPED_MAX_QUERIES and positions * key.shape[2] * width * heads >= GROUPED_MIN_WORK
     )
+
+
+def causal_mask(queries: int, keys: int) -> torch.Tensor:
+    """[1, 1, T, S] bool (True: attend): the T new queries are the last T of the S positions."""
+    cached = keys - queries
+    rows = torch.arange(queries).unsqueeze(1) + cached  # [T, 1]: each query's own position
+    return (torch.arange(keys).unsqueeze(0) <= rows)[None, None]  # [1, 1, T, S]
+
+
+def grouped_blocks(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float | None,
+    keys: int,
+) -> torch.Tensor:
+    """``grouped_attention`` over blocks of at most GROUPED_MAX_QUERIES queries (fewer where the
+    scores of a block would pass SCORE_BUDGET), each over the keys its queries see (a causal
+    prompt's later positions left out, as SDPA's causal kernel skips them), a block of more than
+    QUERY_PAD padded to a multiple of it (zero queries, dropped), so the products meet a bounded
+    set of shapes whatever the prompt lengths. Rows are independent, so the blocking changes no
+    row's bits. query [1, Hq, T, D], key / value [1, Hkv, P, D] (``bucketed``) -> [1, T, Hq, D]."""
+    positions, heads = query.shape[2], query.shape[1]
+    per_block = max(1, min(GROUPED_MAX_QUERIES, SCORE_BUDGET // (heads * key.shape[2])))  # long caches: fewer
+    outputs = []
+    for start in range(0, positions, per_block):
+        size = min(per_block, positions - start)
+        block = query[:, :, start : start + size]  # [1, Hq, size, D]
+        seen, block_mask = keys, None
+        if mask is not None:
+            block_mask = mask[:, :, start : start + size]  # [1, 1, size, S]
+            visible = block_mask[0, 0].any(0).nonzero()
+            seen = int(visible.max()) + 1 if len(visible) else keys
+            block_mask = block_mask[..., :seen]
+        wide = -(-seen // KEY_BUCKET) * KEY_BUCKET
+        padded = size if size <= QUERY_PAD else -(-size // QUERY_PAD) * QUERY_PAD
+        if padded != size:
+            block = F.pad(block, (0, 0, 0, padded - size))
+            if block_mask is not None:
+                block_mask = F.pad(block_mask, (0, 0, 0, padded - size), value=True)
+        output = grouped_attention(block, key[:, :, :wide], value[:, :, :wide], block_mask, scaling, seen)
+        outputs.append(output[:, :size])
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
 
 
 def grouped_attention(
@@ -142,35 +203,54 @@ def grouped_attention(
 
     On this CPU class the fused SDPA kernel with a mask runs a verification forward's attention at
     ~70 GFLOP/s (qwen2.5-coder-0.5b, 17 queries over 1,017 keys: 21 ms per forward, 24 layers);
-    oneDNN's products of a [G*T, D] block with the [S, D] keys and of the [G*T, S] weights with the
-    values take 12 ms (2 queries: 4.9 -> 3.6 ms; 33: 40 -> 20 ms). Same arithmetic, another summation
-    order: equal to SDPA within float rounding (tests/test_forward_cost_kernels.py)."""
+    two products per K/V head take 12 ms (2 queries: 4.9 -> 3.6 ms; 33: 40 -> 20 ms). Same
+    arithmetic, another summation order: equal to SDPA within float rounding
+    (tests/test_forward_cost_kernels.py). The products give a row the same bits whatever the other
+    rows (``row_products``) and the softmax is per row, so a query's output does not depend on how
+    many queries share the call."""
     _, heads, positions, width = query.shape
     kv_heads, padded = key.shape[1], key.shape[2]
     keys = padded if keys is None else keys
     groups = heads // kv_heads
     scale = scaling if scaling is not None else width**-0.5
-    rows = (query * scale).reshape(kv_heads, groups * positions, width)  # [Hkv, G*T, D]; head h reads K/V h // G
-    # A verification mask hides nothing in the cached part (every query sees the whole cache) and is
-    # causal over the T new keys: mask only the columns where something is hidden (and the padding).
-    blocked = ~mask[0, 0] if mask is not None else torch.zeros(positions, keys, dtype=torch.bool)  # [T, S]
-    start = 0
-    cached = keys - positions
-    if cached > 0 and not bool(blocked[:, :cached].any()):
-        start = cached
-    hidden = torch.ones(positions, padded - start, dtype=torch.bool)  # [T, P - start]
-    hidden[:, : keys - start] = blocked[:, start:]
-    outputs = []
-    for head in range(kv_heads):
-        scores = torch.ops.mkldnn._linear_pointwise(rows[head], key[0, head], None, "none", [], "")  # [G*T, P]
-        scores = scores.view(groups, positions, padded)  # [G, T, P]
-        scores[..., start:].masked_fill_(hidden, float("-inf"))
-        weights = torch.softmax(scores, dim=-1).view(groups * positions, padded)  # [G*T, P]
-        outputs.append(
-            torch.ops.mkldnn._linear_pointwise(weights, value[0, head].t(), None, "none", [], "")
-        )  # [G*T, D]
-    output = torch.stack(outputs)  # [Hkv, G*T, D]
-    return output.view(1, heads, positions, width).transpose(1, 2).contiguous()  # [1, T, Hq, D]
+    count = groups * positions
+    rows = (query * scale).reshape(kv_heads, count, width)  # [Hkv, G*T, D]; head h reads K/V h // G
+    scores = row_products(rows, key[0], transposed=True)  # [Hkv, G*T, P]
+    scores[..., keys:] = float("-inf")  # the bucket's padding
+    if mask is not None:
+        # A verification mask hides nothing in the cached part (every query sees the whole cache)
+        # and is causal over the T new keys: mask only the columns where something is hidden.
+        blocked = ~mask[0, 0]  # [T, S]
+        cached = keys - positions
+        start = cached if cached > 0 and not bool(blocked[:, :cached].any()) else 0
+        real = scores.view(kv_heads, groups, positions, padded)  # [Hkv, G, T, P]
+        real[..., start:keys].masked_fill_(blocked[:, start:], float("-inf"))
+    weights = torch.softmax(scores, dim=-1)  # [Hkv, G*T, P]
+    output = row_products(weights, value[0])  # [Hkv, G*T, D]
+    return output.reshape(1, heads, positions, width).transpose(1, 2).contiguous()  # [1, T, Hq, D]
+
+
+# Batched fp32 matrix products (MKL's) give a row the same bits in a product of any 4+ rows when
+# two or more heads share the call (fewer rows: padded); one head, or bf16, runs as oneDNN products
+# one head at a time (row invariant from 2 rows, padded likewise; ~25 us of fixed cost a call).
+# tests/test_forward_cost_kernels.py checks both on the machine it runs on.
+MIN_PRODUCT_ROWS = 4
+
+
+def row_products(left: torch.Tensor, right: torch.Tensor, transposed: bool = False) -> torch.Tensor:
+    """Per head h: left[h] @ right[h] (or right[h].T when ``transposed``): left [H, M, K], right
+    [H, K, N] or [H, N, K] -> [H, M, N], each row's bits independent of the other rows."""
+    count = left.shape[1]
+    if count < MIN_PRODUCT_ROWS:
+        left = F.pad(left, (0, 0, 0, MIN_PRODUCT_ROWS - count))  # zero rows, dropped below
+    if left.dtype == torch.float32 and left.shape[0] > 1:
+        product = torch.matmul(left, right.transpose(1, 2) if transposed else right)
+    else:
+        op = torch.ops.mkldnn._linear_pointwise  # weight [N, K]: the keys as they are, the values transposed
+        product = torch.stack(
+            [op(side, right[h] if transposed else right[h].t(), None, "none", [], "") for h, side in enumerate(left)]
+        )
+    return product[:, :count]
 
 
 _registered = False

@@ -14,6 +14,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 GROW_MIN = 256  # positions a layer's buffer holds at first
+KEY_BUCKET = 128  # capacity comes in whole buckets: codespec.attention reads the keys rounded up to one
 
 
 class GrowingLayer(DynamicLayer):
@@ -40,7 +41,7 @@ class GrowingLayer(DynamicLayer):
 
     def _grow(self, key_states: torch.Tensor, value_states: torch.Tensor, needed: int) -> None:
         held = self._key_buffer.shape[-2] if self._key_buffer is not None else 0
-        capacity = max(GROW_MIN, needed, 2 * held)
+        capacity = -(-max(GROW_MIN, needed, 2 * held) // KEY_BUCKET) * KEY_BUCKET
         buffers = []
         for old, new in ((self._key_buffer, key_states), (self._value_buffer, value_states)):
             # zeros, not empty: attention may read (and mask out) rows past the length, which must be finite

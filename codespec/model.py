@@ -274,8 +274,9 @@ class TargetModel:
 
     @property
     def batch_invariant(self) -> bool:
-        """Whether a sequence's logits are the same bits in a batch as alone: fp32 on CPU with
-        codespec's packed linears (codespec.linear); bf16 and CUDA kernels depend on the batch."""
+        """Whether a position's logits are the same bits however they are computed (alone, in a
+        draft, in a batch): fp32 on CPU with codespec's packed linears (codespec.linear) and grouped
+        attention (codespec.attention); bf16 and CUDA kernels depend on the rows beside a row."""
         return self.device.type == "cpu" and self.dtype == torch.float32 and self.packed_linears > 0
 
 

@@ -1,4 +1,5 @@
-"""codespec's attention (native GQA in SDPA on CPU) gives transformers' sdpa results bit for bit."""
+"""codespec's attention on CPU: native GQA in SDPA gives transformers' sdpa results bit for bit; the
+grouped products fp32 forwards take give them within rounding."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def logits_of(model, prompt: list[int], drafts: list[list[int]]) -> list[torch.T
 
 
 def test_native_gqa_matches_transformers_sdpa_exactly():
-    model = random_llama((64, 2, 4, 2, 128), vocab_size=97, init_std=0.2)  # 2 query heads per K/V head
+    # float64: SDPA's native GQA serves every forward (fp32 takes the grouped products, below)
+    model = random_llama((64, 2, 4, 2, 128), vocab_size=97, init_std=0.2).to(torch.float64)
     assert model.config._attn_implementation == STOCK
     generator = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, 97, (300,), generator=generator).tolist()
@@ -40,6 +42,18 @@ def test_native_gqa_matches_transformers_sdpa_exactly():
     with stock_attention(model):  # the benchmark's transformers peers run transformers' own attention
         assert model.config._attn_implementation == STOCK
     assert model.config._attn_implementation == NAME
+
+
+def test_fp32_attention_equals_transformers_sdpa_within_rounding():
+    model = random_llama((64, 2, 4, 2, 128), vocab_size=97, init_std=0.2)
+    generator = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, 97, (300,), generator=generator).tolist()
+    drafts = [torch.randint(0, 97, (k,), generator=generator).tolist() for k in (1, 2, 7, 33)]
+    stock = logits_of(model, prompt, drafts)
+    use_native_gqa(model)
+    ours = logits_of(model, prompt, drafts)
+    for a, b in zip(stock, ours, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_other_attention_implementations_are_left_alone():

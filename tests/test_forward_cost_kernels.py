@@ -86,10 +86,33 @@ def test_grouped_attention_equals_sdpa_within_rounding(queries, cached, heads, k
     torch.testing.assert_close(grouped_attention(query, key, value, mask, None), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_one_query_and_small_shapes_keep_sdpa():
-    query, key = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 100, 16)
-    assert not grouped_pays(query, key, None, 0.0, False)
-    assert not grouped_pays(torch.randn(1, 4, 8, 16), key, None, 0.0, False)  # too little work
+def test_fp32_takes_the_grouped_path_always_bf16_where_it_pays():
+    key = torch.randn(1, 2, 100, 16)
+    assert grouped_pays(torch.randn(1, 4, 1, 16), key, None, 0.0, False)  # fp32: exactness, any size
+    assert grouped_pays(torch.randn(1, 4, 300, 16), key, None, 0.0, True)  # a causal prefill too
+    small = torch.randn(1, 4, 8, 16, dtype=torch.bfloat16)
+    assert not grouped_pays(small, key.bfloat16(), None, 0.0, False)  # bf16: too little work
+    assert not grouped_pays(torch.randn(1, 4, 8, 16, dtype=torch.float64), key.double(), None, 0.0, False)
+
+
+@needs_onednn
+@pytest.mark.parametrize("heads,width,keys", [(2, 64, 256), (2, 64, 1024), (4, 128, 640), (1, 64, 384)])
+def test_row_products_give_a_row_the_same_bits_whatever_the_other_rows(heads, width, keys):
+    """What makes a position's attention independent of how many queries share the call (scores
+    and mixing products, for every row count a grouped call can hold: G*T up to 7 x 128)."""
+    from codespec.attention import row_products
+
+    torch.manual_seed(heads * keys)
+    rows, key = torch.randn(heads, 900, width), torch.randn(heads, keys, width)
+    weights, value = torch.softmax(torch.randn(heads, 900, keys), -1), torch.randn(heads, keys, width)
+    scores_all, mixed_all = row_products(rows, key, transposed=True), row_products(weights, value)
+    for count in (1, 2, 3, 4, 5, 7, 11, 14, 17, 33, 64, 119, 256, 455):
+        assert torch.equal(row_products(rows[:, :count], key, transposed=True), scores_all[:, :count]), count
+        assert torch.equal(row_products(weights[:, :count], value), mixed_all[:, :count]), count
+    for start in (1, 5, 100):  # and at any offset
+        assert torch.equal(
+            row_products(rows[:, start : start + 9], key, transposed=True), scores_all[:, start : start + 9]
+        )
 
 
 # -- the in-place cache layer --------------------------------------------------------------------
@@ -169,20 +192,31 @@ def test_speculative_greedy_equals_plain_through_the_new_kernels(mid_target, mid
     assert_greedy_equivalent(mid_target, prompt, ScriptedProposer(kind, script), reference, 40, draft_len)
 
 
-def test_verification_rows_equal_one_token_forwards(mid_target, mid_case):
-    """Row i of a (K+1)-position forward is the distribution a one-token forward gives at that
-    position, to float rounding: what exact sampling's acceptance test relies on."""
+def test_a_position_gets_the_same_logits_however_it_is_computed(mid_target, mid_case):
+    """Row i of a (K+1)-position forward is bit for bit what a one-token forward gives at that
+    position, also in the first forward (the prompt with the draft appended) and beside another
+    sequence: greedy verification is exact by construction, and exact sampling's acceptance test
+    sees the distribution plain decoding would."""
     prompt, reference = mid_case
     block = list(reference[:17])
     cache = mid_target.new_cache()
     mid_target.forward(prompt, cache)
-    batched = mid_target.forward(block, cache, keep_last=len(block))  # [17, V]
+    single = [mid_target.forward([token], cache)[0] for token in block]  # plain decoding's rows
     cache.rollback(len(prompt))
-    single = []
-    for token in block:
-        single.append(mid_target.forward([token], cache)[0])
-    torch.testing.assert_close(batched, torch.stack(single), rtol=1e-4, atol=1e-4)
-    assert torch.equal(batched.softmax(-1).argmax(-1), torch.stack(single).softmax(-1).argmax(-1))
+    verified = mid_target.forward(block, cache, keep_last=len(block))  # [17, V]
+    assert all(torch.equal(verified[i], single[i]) for i in range(len(block)))
+    cache.rollback(len(prompt))
+    for chunk in (block[:5], block[5:6], block[6:]):  # drafts of other lengths
+        rows = mid_target.forward(chunk, cache, keep_last=len(chunk))
+        start = len(cache) - len(prompt) - len(chunk)
+        assert all(torch.equal(rows[i], single[start + i]) for i in range(len(chunk)))
+    first = mid_target.forward([*prompt, *block], mid_target.new_cache(), keep_last=len(block) + 1)
+    assert all(torch.equal(first[i + 1], single[i]) for i in range(len(block) - 1))
+    other = mid_target.new_cache()
+    mid_target.forward(prompt[:200], other)
+    cache.rollback(len(prompt))
+    together = mid_target.forward_many([block, block[:3]], [cache, other], [len(block), 3])[0]
+    assert all(torch.equal(together[i], single[i]) for i in range(len(block)))
 
 
 # -- bounded kernel shapes and released dense weights --------------------------------------------
