@@ -92,16 +92,22 @@ def test_the_contract_members(target):
     assert target.decode([1, *target.encode("x")]) == "x"  # and decodes to nothing
 
 
-def test_rollback_then_forward_equals_a_fresh_prefill(target):
+@pytest.mark.parametrize("kind", ["f32", "q8_0"])
+def test_rollback_then_forward_equals_a_fresh_prefill(gguf_dir, kind):
+    """In f32 within rounding (0 on an AVX2 machine of this class; cells left over from the dropped
+    tail would move it far more). Q8_0 quantizes each matmul's activations to 8 bits, so where the
+    cache's cells lie (which forwards ran on the context before) moves its logits by up to ~0.07
+    on that machine; its argmax holds."""
+    target = LlamaCppTarget(gguf_dir / f"default-{kind}.gguf", threads=1)
     ids = target.encode("import os\nimport sys\n\ndef main():\n    print(sys.argv)\n")
     cache = target.new_cache()
-    target.forward(ids, cache)
+    target.forward(ids[:-5] + target.encode(" x y z w v u")[:5], cache)  # a tail that is then dropped
     cache.rollback(len(ids) - 5)
     assert len(cache) == len(ids) - 5
     again = target.forward(ids[-5:], cache, keep_last=5)
     fresh = target.forward(ids, target.new_cache(), keep_last=5)
     assert torch.equal(again.argmax(-1), fresh.argmax(-1))
-    assert float((again - fresh).abs().max()) < 1e-2
+    assert float((again - fresh).abs().max()) < (1e-4 if kind == "f32" else 0.2)
     assert cache.token_ids == ids
 
 
