@@ -16,8 +16,8 @@ give a row the same bits whatever the other rows, and a per-row softmax, so in f
 takes it and a position's logits are the same bits however it was computed (docs/architecture.md,
 "Exactness"). It is also about twice as fast as the masked fused kernel at verification sizes;
 equal to SDPA within float rounding. In bf16 (not batch invariant anyway) it serves the forwards
-where it is faster. Anywhere else (CUDA, no GQA, old torch, extra attention features) it is
-transformers' function unchanged.
+where it is faster. Anywhere else (CUDA, extra attention features, bf16 without GQA or on old torch,
+a cache that is not codespec's) it is transformers' function unchanged.
 """
 
 from __future__ import annotations
@@ -67,7 +67,10 @@ def sdpa_native_gqa(
         return output, None
 
     extras = any(kwargs.get(name) for name in ("position_bias", "softcap", "output_attentions"))
-    if not _NATIVE_GQA or query.device.type != "cpu" or extras or getattr(module, "num_key_value_groups", 1) <= 1:
+    # native GQA (the fused kernel without K/V copies) for a model with query groups; fp32 takes the
+    # grouped path with or without groups (one query head per K/V head is a group of one): exactness
+    native = _NATIVE_GQA and getattr(module, "num_key_value_groups", 1) > 1
+    if query.device.type != "cpu" or extras or not (native or query.dtype == torch.float32):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
@@ -79,6 +82,10 @@ def sdpa_native_gqa(
         if wide_key is not None and wide_value is not None:
             mask = causal_mask(query.shape[2], keys) if causal else attention_mask
             return grouped_blocks(query, wide_key, wide_value, mask, scaling, keys), None
+    if not native:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     output = F.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=causal, enable_gqa=True
     )  # [B, Hq, T, D]
@@ -161,24 +168,29 @@ def grouped_blocks(
 ) -> torch.Tensor:
     """``grouped_attention`` over blocks of at most GROUPED_MAX_QUERIES queries (fewer where the
     scores of a block would pass SCORE_BUDGET), each over the keys its queries see (a causal
-    prompt's later positions left out, as SDPA's causal kernel skips them), a block of more than
-    QUERY_PAD padded to a multiple of it (zero queries, dropped), so the products meet a bounded
-    set of shapes whatever the prompt lengths. Rows are independent, so the blocking changes no
-    row's bits. query [1, Hq, T, D], key / value [1, Hkv, P, D] (``bucketed``) -> [1, T, Hq, D]."""
+    prompt's later positions left out, as SDPA's causal kernel skips them), rounded up to whole key
+    buckets. A block never mixes rows whose keys round up to different widths: a row's products
+    then run over the width they run over when its position is decoded alone (a product's inner
+    width can change its sums' order; a draft that crosses a bucket boundary split its rows so).
+    Where the products are oneDNN's, a block of more than QUERY_PAD is padded to a multiple of it
+    (zero queries, dropped), so they meet a bounded set of shapes whatever the prompt lengths.
+    query [1, Hq, T, D], key / value [1, Hkv, P, D] (``bucketed``) -> [1, T, Hq, D]."""
     positions, heads = query.shape[2], query.shape[1]
+    onednn = query.dtype != torch.float32 or key.shape[1] == 1  # ``row_products``' path: a kernel per shape
     per_block = max(1, min(GROUPED_MAX_QUERIES, SCORE_BUDGET // (heads * key.shape[2])))  # long caches: fewer
+    if mask is None:
+        seen_rows = [keys] * positions
+    else:
+        flipped = mask[0, 0].flip(-1).to(torch.uint8)  # [T, S]
+        seen_rows = (mask.shape[-1] - flipped.argmax(-1)).tolist()  # a row's last visible key + 1 (S: none)
     outputs = []
-    for start in range(0, positions, per_block):
-        size = min(per_block, positions - start)
-        block = query[:, :, start : start + size]  # [1, Hq, size, D]
-        seen, block_mask = keys, None
-        if mask is not None:
-            block_mask = mask[:, :, start : start + size]  # [1, 1, size, S]
-            visible = block_mask[0, 0].any(0).nonzero()
-            seen = int(visible.max()) + 1 if len(visible) else keys
-            block_mask = block_mask[..., :seen]
+    for start, stop in width_runs([-(-n // KEY_BUCKET) * KEY_BUCKET for n in seen_rows], per_block):
+        size = stop - start
+        block = query[:, :, start:stop]  # [1, Hq, size, D]
+        seen = max(seen_rows[start:stop])
+        block_mask = None if mask is None else mask[:, :, start:stop, :seen]  # [1, 1, size, seen]
         wide = -(-seen // KEY_BUCKET) * KEY_BUCKET
-        padded = size if size <= QUERY_PAD else -(-size // QUERY_PAD) * QUERY_PAD
+        padded = size if size <= QUERY_PAD or not onednn else -(-size // QUERY_PAD) * QUERY_PAD
         if padded != size:
             block = F.pad(block, (0, 0, 0, padded - size))
             if block_mask is not None:
@@ -186,6 +198,17 @@ def grouped_blocks(
         output = grouped_attention(block, key[:, :, :wide], value[:, :, :wide], block_mask, scaling, seen)
         outputs.append(output[:, :size])
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
+
+
+def width_runs(widths: list[int], most: int) -> list[tuple[int, int]]:
+    """[start, stop) ranges over ``widths``: consecutive rows of one width, at most ``most`` a range."""
+    runs = []
+    start = 0
+    for row in range(1, len(widths) + 1):
+        if row == len(widths) or widths[row] != widths[start] or row - start == most:
+            runs.append((start, row))
+            start = row
+    return runs
 
 
 def grouped_attention(

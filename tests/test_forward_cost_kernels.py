@@ -219,6 +219,39 @@ def test_a_position_gets_the_same_logits_however_it_is_computed(mid_target, mid_
     assert all(torch.equal(together[i], single[i]) for i in range(len(block)))
 
 
+@pytest.fixture(scope="module")
+def mha_target():
+    """One query head per K/V head (deepseek-coder's layout): no groups, the grouped path all the same."""
+    from engine_harness import stdlib_corpus
+
+    tokenizer = build_tokenizer(stdlib_corpus(), vocab_size=1024)
+    model = random_llama((256, 2, 4, 4, 512), len(tokenizer), seed=7, init_std=0.1, max_context=2048)
+    return TargetModel(model, tokenizer, name="mha")
+
+
+@pytest.mark.parametrize("cached", [630, 250])
+@pytest.mark.parametrize("which", ["mid_target", "mha_target"])
+def test_a_position_gets_the_same_logits_across_a_key_bucket_boundary(request, which, cached):
+    """A draft whose rows straddle a key bucket (630 + 17 crosses 640; the products run over the keys
+    rounded up to whole buckets): its early rows see a wider product than decoded alone, and a prefill
+    that starts at an unaligned cached prefix sees another; every row keeps plain decoding's bits,
+    with query groups and without."""
+    target = request.getfixturevalue(which)
+    generator = torch.Generator().manual_seed(cached)
+    tokens = torch.randint(0, target.vocab_size, (cached + 17,), generator=generator).tolist()
+    prompt, block = tokens[:cached], tokens[cached:]
+    cache = target.new_cache()
+    target.forward(prompt, cache)
+    single = [target.forward([token], cache)[0] for token in block]  # plain decoding's rows
+    cache.rollback(cached)
+    verified = target.forward(block, cache, keep_last=len(block))
+    assert all(torch.equal(verified[i], single[i]) for i in range(len(block)))
+    split = target.new_cache()
+    target.forward(prompt[: cached - 77], split)  # a cached prefix that ends inside a bucket
+    rows = target.forward([*prompt[cached - 77 :], *block], split, keep_last=len(block) + 1)
+    assert all(torch.equal(rows[i + 1], single[i]) for i in range(len(block)))
+
+
 # -- bounded kernel shapes and released dense weights --------------------------------------------
 def test_long_inputs_run_in_a_bounded_set_of_row_counts():
     from codespec.linear import BLOCK_ROWS, EXACT_ROWS, PAD_ROWS, row_blocks
