@@ -469,7 +469,7 @@ def build_auto(
     if allowed("index") and setup.request.index is not None:
         # auto prices every draft by its match length, so it sees the short matches in other
         # documents too (docs/index.md "Which matches draft": human completions follow some)
-        lookups.append(IndexLookup.from_setup(setup, under_auto=True))
+        lookups.append(IndexLookup.from_setup(setup, under_auto=True, context_beside=allowed("context")))
     chosen = model_proposers(setup) if models is None else list(models)
     chosen = [model for model in chosen if allowed(model.name)]
     config = setup.config.auto.policy

@@ -51,9 +51,10 @@ class IndexLookup:
         self.begin(())
 
     @classmethod
-    def from_setup(cls, setup: ProposerSetup, under_auto: bool = False) -> IndexLookup:
-        """``under_auto``: auto sees every match and prices it by length (``IndexConfig.other_match``),
-        and the request's own text is its context lookup's, not asked twice."""
+    def from_setup(cls, setup: ProposerSetup, under_auto: bool = False, context_beside: bool = False) -> IndexLookup:
+        """``under_auto``: auto sees every match and prices it by length (``IndexConfig.other_match``).
+        ``context_beside``: a context lookup drafts beside this one (auto's), so the request's own
+        text is asked there, not twice."""
         request = setup.request
         if request.index is None:
             raise ValueError("the index proposer needs an index (RequestContext.index: a WorkspaceIndex)")
@@ -63,7 +64,7 @@ class IndexLookup:
             uri=request.uri,
             cursor=request.cursor,
             max_candidates=config.max_candidates,
-            use_context=not under_auto,  # auto asks the request's own text itself (its context lookup)
+            use_context=not context_beside,
             min_other_match=config.other_match(under_auto),
         )
 

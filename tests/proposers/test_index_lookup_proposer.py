@@ -402,3 +402,19 @@ def test_a_two_token_match_drafts_from_the_current_document_but_not_from_another
         return next(sub.proposer for sub in auto.subs if sub.name == "index")
 
     assert auto_index({}).min_other_match == 1 and auto_index({"min_other_match": 5}).min_other_match == 5
+
+
+def test_under_auto_the_index_asks_the_requests_own_text_only_where_no_context_lookup_does(tokenizer):
+    """auto's context lookup asks the request's own text, so its index lookup does not ask it again;
+    an auto restricted to the index (no context lookup) keeps it in the index's drafts."""
+    import dataclasses
+
+    from codespec.target import TokenizerTarget
+    from proposers.setup import RequestContext
+
+    request = RequestContext(index=WorkspaceIndex(tokenizer))
+    for candidates, asked in (("context,index", False), ("index", True)):
+        setup = ProposerSetup.from_options(TokenizerTarget(tokenizer), {"auto_candidates": candidates})
+        auto = create_proposer("auto", dataclasses.replace(setup, request=request))
+        index = auto._sub("index").proposer
+        assert (index.context is not None) is asked, candidates
