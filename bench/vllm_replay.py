@@ -1,0 +1,206 @@
+"""vLLM's completions with the workspace, replayed offline: how many forwards codespec's proposer,
+vLLM's ``ngram`` rule and perfect lookup foresight (the hindsight bound) need for the same outputs,
+and what a step would cost at vLLM-CPU's measured step cost (docs/vllm.md, "What lookups can reach
+on completions").
+
+    python -m bench.vllm_replay [--requests 16] [--step-ms 2.17 --row-ms 0.28] [--out REPORT]
+
+No vLLM runs: the shipped model writes each completion once (greedy, as vLLM's own greedy output,
+which codespec's matched on every prompt measured), then each drafter drafts against that output
+step by step as vLLM would run it, one client: a step emits the accepted drafts and one token more,
+the prefill's step one token and no draft (vLLM drafts after a sequence's first sampled token).
+codespec's proposer is the class vLLM loads (``BatchDrafter``), on a clock that advances by the
+step cost model, so auto prices its drafts as it would there. The bound binds every drafter that
+copies stretches from the prompt, the workspace or earlier outputs (docs/benchmarks.md, "hindsight
+bound"), so it says what lookup drafting can reach on a workload at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from bench.vllm_spec import ROOT, SHIPPED, completion_cases, write_workspace
+from proposers.lookup_sim import hindsight_forwards
+from vllm_proposer.drafter import BatchDrafter
+from vllm_proposer.options import DrafterOptions
+from vllm_proposer.rows import Row
+
+NGRAM_MIN, NGRAM_MAX = 2, 8  # bench.vllm_spec's ngram configuration
+
+
+def greedy_outputs(model_dir: Path, prompts: Sequence[list[int]], max_tokens: int) -> list[list[int]]:
+    """Each prompt's greedy continuation, up to ``max_tokens`` or the end-of-sequence token."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    stops = model.generation_config.eos_token_id
+    stops = set(stops if isinstance(stops, list) else [stops] if stops is not None else [])
+    outputs = []
+    with torch.inference_mode():
+        for prompt in prompts:
+            ids = torch.tensor([prompt])
+            generated = model.generate(ids, max_new_tokens=max_tokens, do_sample=False, pad_token_id=0)
+            output = generated[0, len(prompt) :].tolist()
+            end = next((n + 1 for n, token in enumerate(output) if token in stops), len(output))
+            outputs.append(output[:end])
+    return outputs
+
+
+def accept(draft: Sequence[int], expected: Sequence[int]) -> int:
+    """Draft tokens verified: the longest prefix matching the output, leaving its last token to sample."""
+    accepted = 0
+    while accepted < min(len(draft), len(expected) - 1) and draft[accepted] == expected[accepted]:
+        accepted += 1
+    return accepted
+
+
+def ngram_draft(tokens: Sequence[int], k: int, low: int = NGRAM_MIN, high: int = NGRAM_MAX) -> list[int]:
+    """vLLM's ``ngram`` rule (``_find_longest_matched_ngram_and_propose_tokens``): the longest suffix
+    of ``tokens`` of ``low``..``high`` tokens that occurred before, at its earliest occurrence, and the
+    ``k`` tokens that followed it there."""
+    for size in range(min(high, len(tokens) - 1), low - 1, -1):
+        suffix = tokens[-size:]
+        for start in range(len(tokens) - size):
+            if tokens[start : start + size] == suffix:
+                return list(tokens[start + size : start + size + k])
+    return []
+
+
+def replay_rule(prompt: list[int], output: list[int], k: int) -> tuple[int, int]:
+    """(drafted, accepted) of the ngram rule over one request."""
+    tokens, drafted, accepted = prompt + output[:1], 0, 0
+    while len(tokens) - len(prompt) < len(output):
+        expected = output[len(tokens) - len(prompt) :]
+        draft = ngram_draft(tokens, k)  # as vLLM: not cut at the request's end
+        hits = accept(draft, expected)
+        drafted, accepted = drafted + len(draft), accepted + hits
+        tokens += expected[: hits + 1]
+    return drafted, accepted
+
+
+@dataclass
+class ReplayClock:
+    """The drafter's clock: it advances by the step cost model, not by real time; the drafter's own
+    real seconds and steps are counted beside it."""
+
+    now: float = 0.0
+    drafter_s: float = 0.0
+    steps: int = 0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def replay_codespec(
+    drafter: BatchDrafter, clock: ReplayClock, prompt: list[int], output: list[int], step_s: float, row_s: float
+) -> tuple[int, int, float]:
+    """(drafted, accepted, modeled decode seconds) of codespec's proposer over one request; the
+    clock advances by the step cost model, so auto learns that cost as it would inside vLLM."""
+    tokens, sampled, drafted, accepted, seconds = prompt + output[:1], 1, 0, 0, 0.0
+    while len(tokens) - len(prompt) < len(output):
+        began = time.perf_counter()
+        (draft,) = drafter.step([Row(np.array(tokens), sampled)])
+        clock.drafter_s += time.perf_counter() - began
+        clock.steps += 1
+        expected = output[len(tokens) - len(prompt) :]
+        hits = accept(draft, expected)
+        cost = step_s + row_s * (len(draft) + 1)
+        clock.now += cost
+        seconds += cost
+        drafted, accepted = drafted + len(draft), accepted + hits
+        tokens += expected[: hits + 1]
+        sampled = hits + 1
+    drafter.step([])  # its row leaves the batch: the output goes into the session history
+    clock.now += 0.05  # the next request's prefill: not a decoding step's cost
+    return drafted, accepted, seconds
+
+
+def summary(name: str, tokens: int, drafted: int, accepted: int, step_s: float, row_s: float) -> dict:
+    forwards = tokens - accepted  # vLLM's counting: each forward emits its accepted drafts and one more
+    seconds = forwards * step_s + (forwards + drafted) * row_s
+    return {
+        "method": name,
+        "tokens": tokens,
+        "forwards": forwards,
+        "tokens_per_forward": round(tokens / forwards, 3),
+        "drafted": drafted,
+        "accepted": accepted,
+        "decode_s_modeled": round(seconds, 4),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--k", type=int, default=16)
+    parser.add_argument("--step-ms", type=float, default=2.17, help="a step's fixed cost (vLLM-CPU, shipped model)")
+    parser.add_argument("--row-ms", type=float, default=0.28, help="each row's cost in a step")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "vllm-replay-completions.json")
+    args = parser.parse_args()
+    step_s, row_s = args.step_ms / 1000, args.row_ms / 1000
+
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
+    prompts = [tokenizer.encode(case.prompt) for case in completion_cases(args.requests, args.max_tokens)]
+    outputs = greedy_outputs(SHIPPED, prompts, args.max_tokens)
+    tokens = sum(len(output) for output in outputs)
+
+    rows = [summary("none", tokens, 0, 0, step_s, row_s)]
+    rule = [replay_rule(prompt, output, args.k) for prompt, output in zip(prompts, outputs)]
+    rows.append(summary("ngram rule", tokens, sum(d for d, _ in rule), sum(a for _, a in rule), step_s, row_s))
+
+    with tempfile.TemporaryDirectory() as folder:
+        workspace = write_workspace(Path(folder) / "workspace")
+        for proposer in ("context", "auto"):
+            # a store of its own: the session history one drafter records must not draft for the next
+            options = DrafterOptions(proposer, (str(workspace),), str(Path(folder) / f"index-{proposer}.db"))
+            clock = ReplayClock()
+            drafter = BatchDrafter(tokenizer, args.k, 1 << 20, options, clock=clock)
+            counts = [replay_codespec(drafter, clock, p, o, step_s, row_s) for p, o in zip(prompts, outputs)]
+            drafted, accepted = sum(c[0] for c in counts), sum(c[1] for c in counts)
+            rows.append(summary(f"codespec {proposer}", tokens, drafted, accepted, step_s, row_s))
+            rows[-1]["drafter_ms_per_step"] = round(1000 * clock.drafter_s / max(1, clock.steps), 3)
+            drafter.close()
+        workspace_ids = [tokenizer.encode(path.read_text()) for path in sorted(workspace.rglob("*.py"))]
+
+    # The bound: each step drafts the longest next stretch of the output found in the prompt, the
+    # workspace or the outputs before it; the prefill's step drafts nothing (hence the + 1).
+    earlier: list[list[int]] = []
+    forwards = 0
+    for prompt, output in zip(prompts, outputs):
+        forwards += 1 + (
+            hindsight_forwards(prompt + output[:1], output[1:], args.k, workspace_ids + earlier) if output[1:] else 0
+        )
+        earlier.append(output)
+    bound = summary("hindsight bound", tokens, tokens - forwards, tokens - forwards, step_s, row_s)
+    rows.append(bound)
+    prompt_only = sum(
+        1 + (hindsight_forwards(p + o[:1], o[1:], args.k) if o[1:] else 0) for p, o in zip(prompts, outputs)
+    )
+    rows.append(summary("hindsight, prompt only", tokens, tokens - prompt_only, tokens - prompt_only, step_s, row_s))
+
+    report = {
+        "model": "shipped",
+        "workload": "completions with the workspace (bench.vllm_spec's cases)",
+        "requests": args.requests,
+        "max_tokens": args.max_tokens,
+        "k": args.k,
+        "step_cost": f"{args.step_ms} ms + {args.row_ms} ms per row",
+        "prompt_tokens": sum(len(prompt) for prompt in prompts),
+        "rows": rows,
+    }
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    for row in rows:
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""The offline replay of vLLM's completions: its ngram rule is vLLM's, a verified step is vLLM's,
+and codespec's drafter is driven as vLLM drives it."""
+
+from transformers import AutoTokenizer
+
+from bench.vllm_replay import ReplayClock, accept, ngram_draft, replay_codespec, replay_rule
+from codespec.default_model import target_path
+from vllm_proposer.drafter import BatchDrafter
+from vllm_proposer.options import DrafterOptions
+
+
+def test_the_ngram_rule_is_vllms_longest_suffix_at_its_earliest_occurrence():
+    assert ngram_draft([1, 2, 3, 4, 2, 3], 4) == [4, 2, 3]  # vLLM's docstring example
+    # the longest suffix that occurred wins over a shorter one that occurred earlier
+    assert ngram_draft([8, 9, 6, 1, 7, 8, 9, 5, 0, 7, 8, 9], 2) == [5, 0]
+    # among occurrences of the same suffix, the earliest
+    assert ngram_draft([4, 5, 1, 4, 5, 2, 4, 5], 1) == [1]
+    assert ngram_draft([1, 2, 3, 9], 4) == []  # a one-token suffix is below the minimum n
+    assert ngram_draft([3, 3, 3], 4) == [3]  # the draft may run into the suffix itself, and no further
+
+
+def test_a_step_accepts_the_matching_prefix_and_samples_the_last_token_itself():
+    assert accept([5, 6, 7], [5, 6, 9, 1]) == 2
+    assert accept([5, 6, 7], [5, 6, 7]) == 2  # the output's last token is sampled, not accepted
+    assert accept([], [1]) == 0
+
+
+def test_a_repeated_output_is_drafted_by_the_rule_and_by_codespecs_drafter():
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    text = "def area(width, height):\n    return width * height\n\n\n"
+    prompt = tokenizer.encode(text * 2)
+    output = tokenizer.encode(text)
+    drafted, accepted = replay_rule(prompt, output, 16)
+    assert accepted >= len(output) - 4 and drafted >= accepted
+    clock = ReplayClock()
+    drafter = BatchDrafter(tokenizer, 16, 4096, DrafterOptions(proposer="context"), clock=clock)
+    drafted, accepted, seconds = replay_codespec(drafter, clock, prompt, output, 0.002, 0.0003)
+    assert accepted >= len(output) - 4 and drafted >= accepted
+    steps = clock.steps
+    assert steps == len(output) - 1 - accepted  # every step emits its accepted drafts and one more
+    assert seconds > 0.002 * steps and drafter.stats.sequences == 1
