@@ -27,7 +27,7 @@ from pathlib import Path
 from codespec.errors import CodespecError
 from commands.progress import Progress
 
-DEFAULT_WORKSPACE = Path("examples/workspace")
+DEFAULT_WORKSPACE = Path("examples/workspace")  # in the repository; found from any folder (``demo_workspace``)
 REWRITE_INSTRUCTION = "add a docstring"
 REWRITE_LINES = (3, 30)  # regions of this many lines are rewritten
 
@@ -43,8 +43,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--workspace",
         type=Path,
-        default=DEFAULT_WORKSPACE,
-        help=f"folder to index and complete in (default: {DEFAULT_WORKSPACE})",
+        default=None,
+        help=f"folder to index and complete in (default: the repository's {DEFAULT_WORKSPACE})",
     )
     parser.add_argument(
         "--model",
@@ -112,6 +112,22 @@ def measure(service, request, where: str, repeats: int, finish=lambda text: text
     )
 
 
+def demo_workspace(given: Path | None) -> Path:
+    """The folder the demo works in: the one given, else the repository's example workspace, found
+    beside this package (an install from the repository) or under the current folder."""
+    if given is not None:
+        if not given.is_dir():
+            raise CodespecError(f"--workspace {given}: not a directory")
+        return given
+    for candidate in (Path(__file__).resolve().parents[1] / DEFAULT_WORKSPACE, DEFAULT_WORKSPACE):
+        if candidate.is_dir():
+            return candidate
+    raise CodespecError(
+        f"the demo's workspace ({DEFAULT_WORKSPACE} of the codespec repository) is not here: run "
+        "`codespec demo` in a clone of the repository, or pass --workspace DIR (a folder of Python files)"
+    )
+
+
 def completion_spots(workspace: Path) -> list[tuple[Path, str, int]]:
     """(file, text, offset): every line with code, the cursor after its first word."""
     spots = []
@@ -157,8 +173,7 @@ def run(args) -> int:
     from service.options import EngineOptions, ServerOptions
     from service.runtime import close_service, start_service
 
-    if not args.workspace.is_dir():
-        raise CodespecError(f"--workspace {args.workspace}: not a directory")
+    args.workspace = demo_workspace(args.workspace)
     if args.repeats < 1:
         raise CodespecError(f"--repeats must be >= 1, got {args.repeats}")
     if args.plot is not None and args.plot.suffix != ".svg":
