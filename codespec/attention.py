@@ -22,6 +22,7 @@ a cache that is not codespec's) it is transformers' function unchanged.
 
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 
 import torch
@@ -179,15 +180,14 @@ def grouped_blocks(
     onednn = query.dtype != torch.float32 or key.shape[1] == 1  # ``row_products``' path: a kernel per shape
     per_block = max(1, min(GROUPED_MAX_QUERIES, SCORE_BUDGET // (heads * key.shape[2])))  # long caches: fewer
     if mask is None:
-        seen_rows = [keys] * positions
+        runs = [(start, min(start + per_block, positions), keys) for start in range(0, positions, per_block)]
     else:
-        flipped = mask[0, 0].flip(-1).to(torch.uint8)  # [T, S]
-        seen_rows = (mask.shape[-1] - flipped.argmax(-1)).tolist()  # a row's last visible key + 1 (S: none)
+        last = torch.where(mask[0, 0], key_numbers(mask.shape[-1]), 0).amax(1)  # [T]: last visible key + 1
+        runs = block_runs([n or keys for n in last.tolist()], per_block)  # a row that sees nothing: every key
     outputs = []
-    for start, stop in width_runs([-(-n // KEY_BUCKET) * KEY_BUCKET for n in seen_rows], per_block):
+    for start, stop, seen in runs:
         size = stop - start
         block = query[:, :, start:stop]  # [1, Hq, size, D]
-        seen = max(seen_rows[start:stop])
         block_mask = None if mask is None else mask[:, :, start:stop, :seen]  # [1, 1, size, seen]
         wide = -(-seen // KEY_BUCKET) * KEY_BUCKET
         padded = size if size <= QUERY_PAD or not onednn else -(-size // QUERY_PAD) * QUERY_PAD
@@ -200,14 +200,27 @@ def grouped_blocks(
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
 
 
-def width_runs(widths: list[int], most: int) -> list[tuple[int, int]]:
-    """[start, stop) ranges over ``widths``: consecutive rows of one width, at most ``most`` a range."""
+@functools.lru_cache(maxsize=8)
+def key_numbers(count: int) -> torch.Tensor:
+    """1..count [S] int32: a mask row's visible keys numbered, for its last one (every layer of a
+    forward asks with the same count)."""
+    return torch.arange(1, count + 1, dtype=torch.int32)
+
+
+def block_runs(last: list[int], most: int) -> list[tuple[int, int, int]]:
+    """(start, stop, seen) blocks over rows whose last visible key + 1 is ``last``: consecutive rows
+    whose keys round up to one bucket width, at most ``most`` a block; ``seen``: the block's widest
+    row. One pass in Python: for the few dozen rows of a draft, cheaper than tensor operations."""
     runs = []
-    start = 0
-    for row in range(1, len(widths) + 1):
-        if row == len(widths) or widths[row] != widths[start] or row - start == most:
-            runs.append((start, row))
-            start = row
+    start, width, seen = 0, -(-last[0] // KEY_BUCKET), 0
+    for row, count in enumerate(last):
+        bucket = -(-count // KEY_BUCKET)
+        if bucket != width or row - start == most:
+            runs.append((start, row, seen))
+            start, width, seen = row, bucket, 0
+        if count > seen:
+            seen = count
+    runs.append((start, len(last), seen))
     return runs
 
 

@@ -20,7 +20,7 @@ from engine_harness import (
 )
 
 from bench.shapes import build_tokenizer, random_llama
-from codespec.attention import grouped_attention, grouped_pays
+from codespec.attention import block_runs, grouped_attention, grouped_pays
 from codespec.linear import MIN_WORK, is_packed, pack_linears, stock_linears
 from codespec.model import TargetModel
 
@@ -217,6 +217,13 @@ def test_a_position_gets_the_same_logits_however_it_is_computed(mid_target, mid_
     cache.rollback(len(prompt))
     together = mid_target.forward_many([block, block[:3]], [cache, other], [len(block), 3])[0]
     assert all(torch.equal(together[i], single[i]) for i in range(len(block)))
+
+
+def test_blocks_never_mix_rows_of_two_bucket_widths():
+    draft = list(range(251, 268))  # 250 cached + 17: rows see 251..267 keys, across 256
+    assert block_runs(draft, 128) == [(0, 6, 256), (6, 17, 267)]
+    assert block_runs(list(range(1, 301)), 128) == [(0, 128, 128), (128, 256, 256), (256, 300, 300)]
+    assert block_runs([600] * 10, 4) == [(0, 4, 600), (4, 8, 600), (8, 10, 600)]  # at most 4 a block
 
 
 @pytest.fixture(scope="module")
