@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.shapes import SHAPE_NAMES
-from codespec.config import SERVE_MAX_DRAFT
-from codespec.errors import CodespecError
+from codespec.core.config import SERVE_MAX_DRAFT
+from codespec.core.errors import CodespecError
 
 DEFAULT_CONFIGS = "greedy,context,reference,index,auto,hf-greedy,hf-pld"
 

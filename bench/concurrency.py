@@ -83,7 +83,7 @@ def edit_bodies(path: Path, count: int, chars: int, max_tokens: int, proposer: s
 def run_level(client, bodies: list[dict], clients: int, level: str) -> dict:
     """Send every body, ``clients`` at a time (each client closed-loop over its share); returns the
     level's texts, latencies, tokens and wall time."""
-    from codespec.stats import percentile
+    from codespec.core.stats import percentile
 
     def send(index: int) -> tuple[int, str, float, int]:
         body = dict(bodies[index])
@@ -118,11 +118,11 @@ def run_level(client, bodies: list[dict], clients: int, level: str) -> dict:
 def run(args) -> dict:
     from openai import OpenAI
 
-    from http_api import start_http_server
-    from service.auth import Listen
-    from service.engine import EngineService
-    from service.options import EngineOptions, ServerOptions
-    from service.runtime import LoopThread
+    from codespec.http_api import start_http_server
+    from codespec.service.auth import Listen
+    from codespec.service.engine import EngineService
+    from codespec.service.options import EngineOptions, ServerOptions
+    from codespec.service.runtime import LoopThread
 
     target, description = load_target(args)
     levels = sorted(set(args.concurrency))
@@ -210,7 +210,7 @@ def beside_rewrite(client, bodies: list[dict], workload: Path, max_context: int)
     fails the measurement (a completion beside nothing is not one beside a rewrite)."""
     import threading
 
-    from codespec.stats import percentile
+    from codespec.core.stats import percentile
 
     edits = edit_bodies(workload.with_name("edits-httpx.jsonl"), 3, min(6000, max_context), 1024, None)
     stop = threading.Event()
@@ -264,8 +264,8 @@ def load_target(args):
     import torch
 
     from bench.models import bench_tokenizer, random_target, shape_description
-    from codespec.model import TargetModel
-    from service.runtime import _set_cpu_threads
+    from codespec.core.model import TargetModel
+    from codespec.service.runtime import _set_cpu_threads
 
     _set_cpu_threads(args.threads)
     if args.model_shape:
@@ -284,7 +284,7 @@ def load_target(args):
             description = shape_description(args.model_shape)
         silence_markers(target)
         return target, f"{description}, end markers never chosen, {args.dtype}"
-    from codespec.default_model import target_path
+    from codespec.core.default_model import target_path
 
     path = args.model or str(target_path())
     return TargetModel.load(path, device="cpu"), path

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bench.measure import MemoryProbe, RunResult
-from codespec.config import GenerationLimits, SamplingParams
-from proposers.registry import MODEL, PROPOSERS, proposer_names
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.proposers.registry import MODEL, PROPOSERS, proposer_names
 
 CODESPEC_CONFIGS = ("greedy", *PROPOSERS)  # plain decoding, then each proposer of the registry
 MODELS = proposer_names(MODEL)
@@ -28,8 +28,8 @@ class CodespecConfig:
     """One configuration's proposers, from ``proposers.assembly`` as the server builds them."""
 
     def __init__(self, name: str, raw_target, draft_path: str | None, index=None) -> None:
-        from proposers.assembly import ProposerAssembly
-        from proposers.setup import ProposerSetup
+        from codespec.proposers.assembly import ProposerAssembly
+        from codespec.proposers.setup import ProposerSetup
 
         if name not in CODESPEC_CONFIGS:
             raise ValueError(f"unknown codespec configuration {name!r}")
@@ -50,7 +50,7 @@ class CodespecConfig:
         states = self.assembly.policy_states()
         if not states:
             return None
-        from proposers.auto import cost_points
+        from codespec.proposers.auto import cost_points
 
         state = states[-1]
         fit = state.verify_cost.fit()
@@ -64,7 +64,7 @@ class CodespecConfig:
 
     def request_context(self, case):
         """The proposers' inputs of one request, as the server would give them (``recorded_request``)."""
-        from proposers.assembly import recorded_request
+        from codespec.proposers.assembly import recorded_request
 
         return recorded_request(
             self.name, case.kind == "edit", case.reference, case.reference_start, case.uri, case.cursor, self.index
@@ -80,7 +80,7 @@ class CodespecConfig:
         probe: MemoryProbe,
     ) -> RunResult:
         from bench.sim_run import case_document
-        from codespec.decode import generate_all
+        from codespec.core.decode import generate_all
 
         with case_document(self.index, case):
             proposer = self.proposer(self.request_context(case))

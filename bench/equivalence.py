@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from codespec.config import GenerationLimits, SamplingParams
-from codespec.decode import generate_all
-from codespec.draft import Draft, NoDraft
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.core.decode import generate_all
+from codespec.core.draft import Draft, NoDraft
 
 KINDS = ("right", "right-then-wrong", "random")
 

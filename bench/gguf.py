@@ -32,7 +32,7 @@ PLD_TOKENS = 10  # LlamaPromptLookupDecoding's default num_pred_tokens
 
 def prepare(directory: Path, shape: str, seed: int = 0) -> None:
     from bench.shapes import save_shape
-    from codespec.gguf_export import export_gguf, quantize
+    from codespec.core.gguf_export import export_gguf, quantize
 
     directory.mkdir(parents=True, exist_ok=True)
     checkpoint = directory / "checkpoint"
@@ -87,8 +87,8 @@ def llama_cpp_run(model, prompt_ids: list[int], recording, end_id: int, max_new:
 def codespec_run(
     target, prompt_ids, proposer, max_new: int, max_draft: int = 64
 ) -> tuple[list[int], list[float], dict]:
-    from codespec.config import GenerationLimits, SamplingParams
-    from codespec.decode import Finished, StepEvent, generate
+    from codespec.core.config import GenerationLimits, SamplingParams
+    from codespec.core.decode import Finished, StepEvent, generate
 
     output, times, stats = [], [], {}
     limits = GenerationLimits(max_new, (), max_draft_len=max_draft if proposer is not None else 0)
@@ -109,10 +109,10 @@ def run(args) -> dict:
 
     from bench.replay import Recording, ReplayTarget
     from bench.workload import load_cases
-    from codespec.llama_cpp_target import LlamaCppTarget
-    from codespec.prompts import PromptRenderer
-    from proposers.assembly import ProposerAssembly
-    from proposers.setup import RequestContext
+    from codespec.core.llama_cpp_target import LlamaCppTarget
+    from codespec.core.prompts import PromptRenderer
+    from codespec.proposers.assembly import ProposerAssembly
+    from codespec.proposers.setup import RequestContext
 
     directory = Path(args.dir)
     threads = args.threads
@@ -126,7 +126,7 @@ def run(args) -> dict:
     workspace = None
     if args.workload == "completions":
         from bench.sim_workload import load_workspace
-        from index import WorkspaceIndex
+        from codespec.index import WorkspaceIndex
 
         workspace = WorkspaceIndex(first.tokenizer, None)
         for uri, text in load_workspace(SHARED / "workspace-httpx.jsonl"):
@@ -141,7 +141,7 @@ def run(args) -> dict:
         )
     torch_target = None
     if args.torch:
-        from codespec.model import TargetModel
+        from codespec.core.model import TargetModel
 
         torch_target = ReplayTarget(
             TargetModel.load(str(directory / "checkpoint")), vocab_limit=first.tokenizer.vocab_size
@@ -212,12 +212,12 @@ def equivalence(args) -> dict:
     from llama_cpp import Llama
 
     from bench.workload import load_cases
-    from codespec.config import GenerationLimits, SamplingParams
-    from codespec.decode import generate_all
-    from codespec.llama_cpp_target import LlamaCppTarget
-    from codespec.prompts import PromptRenderer
-    from proposers.assembly import ProposerAssembly
-    from proposers.setup import RequestContext
+    from codespec.core.config import GenerationLimits, SamplingParams
+    from codespec.core.decode import generate_all
+    from codespec.core.llama_cpp_target import LlamaCppTarget
+    from codespec.core.prompts import PromptRenderer
+    from codespec.proposers.assembly import ProposerAssembly
+    from codespec.proposers.setup import RequestContext
 
     rows = []
     for kind in args.types:

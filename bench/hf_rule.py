@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
-from proposers.context import extends
+from codespec.core.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
+from codespec.proposers.context import extends
 
 
 class PromptLookupRule:

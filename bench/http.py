@@ -32,14 +32,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from service.engine import EngineService
+    from codespec.service.engine import EngineService
 
 CONFIGS = ("prediction", "no prediction", "plain")
 TOKEN = "bench-http"
 
 
 def percentile(values, q: float) -> float | None:
-    from codespec.stats import percentile as pct
+    from codespec.core.stats import percentile as pct
 
     return pct(list(values), q) if values else None
 
@@ -143,10 +143,10 @@ def run(args) -> dict:
         import httpx as httpx2  # type: ignore[no-redef]
 
     from bench.workload import load_cases
-    from http_api import parse_chat, start_http_server
-    from service.auth import Listen
-    from service.options import EngineOptions, ServerOptions
-    from service.runtime import LoopThread, close_service, load_service
+    from codespec.http_api import parse_chat, start_http_server
+    from codespec.service.auth import Listen
+    from codespec.service.options import EngineOptions, ServerOptions
+    from codespec.service.runtime import LoopThread, close_service, load_service
 
     cases = load_cases(Path(args.workload), max_records=args.max_records, max_chars=args.max_chars, stride=args.stride)
     cases = [case for case in cases if case.kind == "edit"]

@@ -70,7 +70,7 @@ def load_tokenizer(directory: Path):
 
 def restart_child(tokenizer_dir: str, db: str, root: str) -> None:
     """Runs in a fresh process: open the database, re-index the unchanged workspace."""
-    from index import WorkspaceIndex
+    from codespec.index import WorkspaceIndex
 
     tokenizer = load_tokenizer(Path(tokenizer_dir))
     before = rss_bytes()
@@ -111,8 +111,8 @@ def main(argv=None) -> int:
         return 0
 
     from bench.shapes import build_tokenizer
-    from index import WorkspaceIndex
-    from index.tokens import TokenizerAdapter
+    from codespec.index import WorkspaceIndex
+    from codespec.index.tokens import TokenizerAdapter
 
     work = Path(tempfile.mkdtemp(prefix="codespec-index-bench-"))
     try:

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from codespec.stats import percentile
+from codespec.core.stats import percentile
 
 
 def _load(path: Path, limit: int | None) -> list[dict]:
@@ -47,7 +47,7 @@ async def bench(args) -> dict:
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
-    from service.positions import position_at
+    from codespec.service.positions import position_at
 
     root = Path(tempfile.mkdtemp(prefix="codespec-bench-"))
     workspace = root / "workspace"
@@ -76,7 +76,7 @@ async def bench(args) -> dict:
     def show_message(params):
         print(f"server: {params.message}", file=sys.stderr)
 
-    command = [sys.executable, "-m", "commands.cli", "serve"]
+    command = [sys.executable, "-m", "codespec.commands.cli", "serve"]
     await client.start_io(*command)
     options = {
         "device": args.device,
@@ -234,9 +234,9 @@ async def bench(args) -> dict:
 def bench_in_process(args) -> dict:
     """The same cold / keystroke requests straight into the engine service (no LSP transport, no
     index): separates engine latency from protocol overhead."""
-    from service.inline import completion_request
-    from service.options import CompletionOptions, EngineOptions, ServerOptions
-    from service.runtime import close_service, start_service
+    from codespec.service.inline import completion_request
+    from codespec.service.options import CompletionOptions, EngineOptions, ServerOptions
+    from codespec.service.runtime import close_service, start_service
 
     options = ServerOptions(
         engine=EngineOptions(model=args.model, device=args.device, proposer=args.proposer or "auto"),

@@ -29,7 +29,7 @@ def resident_mib() -> dict[str, float | None]:
 def measure(model: str, lengths: int, device: str = "cpu") -> dict:
     import torch
 
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
 
     started = time.perf_counter()
     target = TargetModel.load(model, device=device)

@@ -17,7 +17,7 @@ import secrets
 import time
 
 from bench.replay import Recording
-from codespec.stats import percentile
+from codespec.core.stats import percentile
 
 
 def max_within_slo(levels: list[dict], slo_ttft_ms: float) -> int | None:
@@ -35,8 +35,8 @@ def run_load(target, raw, models, cases, plan, settings, say) -> dict:
 
 
 def _messages_and_recordings(target, cases, options, settings, end_id):
-    from codespec.prompts import PromptRenderer, Rewrite
-    from service.inline import completion_request, target_windows
+    from codespec.core.prompts import PromptRenderer, Rewrite
+    from codespec.service.inline import completion_request, target_windows
 
     # The windows the websocket server will use for these prompts (EngineService.windows).
     windows = target_windows(
@@ -61,16 +61,16 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
 
 
 async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
-    from service.auth import Listen
-    from service.engine import EngineService
-    from service.options import CompletionOptions, EngineOptions, ServerOptions, WsLimits
-    from service.runtime import close_service
-    from websocket_api import bound_port, start_ws_server
+    from codespec.service.auth import Listen
+    from codespec.service.engine import EngineService
+    from codespec.service.options import CompletionOptions, EngineOptions, ServerOptions, WsLimits
+    from codespec.service.runtime import close_service
+    from codespec.websocket_api import bound_port, start_ws_server
 
     options = ServerOptions(
         engine=EngineOptions(max_draft=settings.draft_len), completion=CompletionOptions(deadline_ms=600_000)
     )
-    from proposers.setup import DraftConfig, ProposerConfig
+    from codespec.proposers.setup import DraftConfig, ProposerConfig
 
     config = ProposerConfig(draft=DraftConfig(path=models.draft_path))
     service = await asyncio.to_thread(

@@ -66,8 +66,8 @@ async def run(args) -> dict:
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
-    from codespec.stats import percentile
-    from service.positions import position_at
+    from codespec.core.stats import percentile
+    from codespec.service.positions import position_at
 
     scratch = Path(tempfile.mkdtemp(prefix="codespec-lsp-concurrency-"))
     default = "edits-httpx.jsonl" if args.kind == "edit" else "completions-httpx.jsonl"
@@ -89,7 +89,7 @@ async def run(args) -> dict:
             options[key] = getattr(args, key)
 
     client = LanguageClient("codespec-lsp-concurrency", "1")
-    await client.start_io(sys.executable, "-m", "commands.cli", "serve")
+    await client.start_io(sys.executable, "-m", "codespec.commands.cli", "serve")
     await client.initialize_async(
         types.InitializeParams(
             capabilities=types.ClientCapabilities(

@@ -12,7 +12,7 @@ import resource
 import sys
 from dataclasses import dataclass, field
 
-from codespec.stats import RequestStats
+from codespec.core.stats import RequestStats
 
 
 @dataclass

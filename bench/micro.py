@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 
 from bench.shapes import save_random_model
-from codespec.config import GenerationLimits, SamplingParams
-from codespec.decode import generate_all
-from codespec.draft import NoDraft
-from codespec.model import TargetModel
-from codespec.target import forward_each
-from proposers.context import ContextLookup
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.core.decode import generate_all
+from codespec.core.draft import NoDraft
+from codespec.core.model import TargetModel
+from codespec.core.target import forward_each
+from codespec.proposers.context import ContextLookup
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 

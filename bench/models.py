@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.shapes import PUBLISHED, SHAPE_NAMES
-from codespec.errors import CodespecError
+from codespec.core.errors import CodespecError
 
 if TYPE_CHECKING:
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def bench_tokenizer():
     """The default model's tokenizer (random-weight shapes use its ids)."""
     from transformers import AutoTokenizer
 
-    from codespec.default_model import target_path
+    from codespec.core.default_model import target_path
 
     path = target_path()
     return AutoTokenizer.from_pretrained(path, local_files_only=True), f"default model tokenizer ({path.name})"
@@ -48,7 +48,7 @@ def random_target(
     shape: str, tokenizer, device: str = "auto", dtype: str = "auto", seed: int = 0, max_context: int = 16384
 ):
     from bench.shapes import random_llama, random_published
-    from codespec.model import TargetModel, resolve_device, resolve_dtype
+    from codespec.core.model import TargetModel, resolve_device, resolve_dtype
 
     if shape not in SHAPE_NAMES:
         raise CodespecError(f"unknown model shape {shape!r}; choose one of {', '.join(SHAPE_NAMES)}")
@@ -77,15 +77,15 @@ def load_models(
     model: str | None, shape: str | None, draft: str | None, device: str, dtype: str, need_draft: bool
 ) -> BenchModels:
     """``--model`` / ``--model-shape`` and ``--draft`` (a path, or a shape name for a random draft)."""
-    from codespec.default_model import draft_path as default_draft
-    from codespec.model import TargetModel
+    from codespec.core.default_model import draft_path as default_draft
+    from codespec.core.model import TargetModel
 
     if shape is not None:
         tokenizer, where = bench_tokenizer()
         target = random_target(shape, tokenizer, device, dtype)
         description = f"{shape_description(shape)} ({_params(target)}), tokenizer: {where}"
     else:
-        from codespec.default_model import target_path
+        from codespec.core.default_model import target_path
 
         path = model or str(target_path())
         # dense weights kept: transformers' peers run the same model with PyTorch's linear

@@ -36,8 +36,8 @@ CONFIGS = ("none", "reference", "next-edit", "auto")
 
 def load_target(args):
     from bench.shapes import save_shape
-    from codespec.default_model import target_path
-    from codespec.model import TargetModel
+    from codespec.core.default_model import target_path
+    from codespec.core.model import TargetModel
 
     if args.shape:
         directory = Path(args.cache) / args.shape
@@ -45,7 +45,7 @@ def load_target(args):
             save_shape(args.shape, directory, dtype="float32", seed=0)
         return TargetModel.load(str(directory), device="cpu")
     if args.model != "shipped":  # a directory, FILE.gguf or ollama:NAME: the backend that reads it
-        from codespec.backends import load_target as load_backend
+        from codespec.core.backends import load_target as load_backend
 
         return load_backend(args.model, device="cpu", threads=args.threads)
     return TargetModel.load(str(target_path()), device="cpu")
@@ -53,8 +53,8 @@ def load_target(args):
 
 def case_request(case, renderer):
     """The prompt ids' text, the reference and the edits the service would send for this case."""
-    from codespec.next_edit_prompts import EditEvent, edits_instruction
-    from codespec.prompts import Rewrite
+    from codespec.core.next_edit_prompts import EditEvent, edits_instruction
+    from codespec.core.prompts import Rewrite
 
     event = EditEvent(case.edit_path or case.id.split("/")[0], case.edit_before, case.edit_after)
     prompt = renderer.render(Rewrite(case.window, edits_instruction([event]))).text
@@ -62,8 +62,8 @@ def case_request(case, renderer):
 
 
 def window_stats(cases) -> dict:
-    from proposers.edit_rules import predict
-    from service.next_edit import choose_window
+    from codespec.proposers.edit_rules import predict
+    from codespec.service.next_edit import choose_window
 
     if any(case.edit_path for case in cases):
         return site_stats(cases)
@@ -80,8 +80,8 @@ def site_stats(cases) -> dict:
     picks there overlaps the true one), and whether a file of the workspace snapshot
     (workspace-httpx.jsonl, the other paths) has a site for the same edit, so that a search
     reaching it first would answer there."""
-    from proposers.edit_rules import predict
-    from service.next_edit import OtherDocument, find_site, site_in
+    from codespec.proposers.edit_rules import predict
+    from codespec.service.next_edit import OtherDocument, find_site, site_in
 
     with open(SHARED / "workspace-httpx.jsonl", encoding="utf-8") as handle:
         workspace = [json.loads(line) for line in handle if line.strip()]
@@ -106,9 +106,9 @@ def replay(args) -> dict:
     from bench.gguf import codespec_run
     from bench.next_edit_workload import load
     from bench.replay import Recording, ReplayTarget
-    from codespec.prompts import PromptRenderer
-    from proposers.assembly import ProposerAssembly
-    from proposers.setup import RequestContext
+    from codespec.core.prompts import PromptRenderer
+    from codespec.proposers.assembly import ProposerAssembly
+    from codespec.proposers.setup import RequestContext
 
     raw = load_target(args)
     target = ReplayTarget(raw, vocab_limit=raw.tokenizer.vocab_size if args.shape else None)
@@ -192,12 +192,12 @@ def _median_ratio(plain: list[dict], items: list[dict], key: str) -> float | Non
 def real(args) -> dict:
     """The shipped model chooses: the suggestion against the true edit, every proposer against plain."""
     from bench.next_edit_workload import load
-    from codespec.config import GenerationLimits, SamplingParams
-    from codespec.decode import generate_all
-    from codespec.draft import NoDraft
-    from codespec.prompts import PromptRenderer
-    from proposers.assembly import ProposerAssembly
-    from proposers.setup import RequestContext
+    from codespec.core.config import GenerationLimits, SamplingParams
+    from codespec.core.decode import generate_all
+    from codespec.core.draft import NoDraft
+    from codespec.core.prompts import PromptRenderer
+    from codespec.proposers.assembly import ProposerAssembly
+    from codespec.proposers.setup import RequestContext
 
     raw = load_target(args)
     renderer = PromptRenderer(raw.tokenizer, raw.prompt_format)

@@ -40,12 +40,12 @@ async def bench(args) -> dict:
     from pygls.lsp.client import LanguageClient
 
     from bench.next_edit_workload import load
-    from service.positions import position_at
+    from codespec.service.positions import position_at
 
     cases = load(SHARED / "edits-httpx.jsonl", args.cases + args.warm_up)
     root = Path(tempfile.mkdtemp(prefix="codespec-next-edit-"))
     client = LanguageClient("codespec-bench", "1")
-    await client.start_io(sys.executable, "-m", "commands.cli", "serve")
+    await client.start_io(sys.executable, "-m", "codespec.commands.cli", "serve")
     options: dict = {"device": "cpu", "index": {"enabled": False}, "limits": {"deadlineMs": 60_000}}
     if args.model:
         options["model"] = args.model
@@ -153,15 +153,15 @@ async def bench_cross_file(args) -> dict:
     from pygls.lsp.client import LanguageClient
 
     from bench.next_edit_workload import load
-    from service.indexing import uri_to_path
-    from service.positions import position_at
+    from codespec.service.indexing import uri_to_path
+    from codespec.service.positions import position_at
 
     cases = load(SHARED / "edits-httpx.jsonl", args.cases + args.warm_up, cross_file=True)
     root = Path(tempfile.mkdtemp(prefix="codespec-next-edit-cross-"))
     for number, case in enumerate(cases):
         (root / f"site{number}.py").write_text(case.document, encoding="utf-8")
     client = LanguageClient("codespec-bench", "1")
-    await client.start_io(sys.executable, "-m", "commands.cli", "serve")
+    await client.start_io(sys.executable, "-m", "codespec.commands.cli", "serve")
     options: dict = {"device": "cpu", "limits": {"deadlineMs": 60_000}, "index": {"path": str(root / ".index.db")}}
     if args.model:
         options["model"] = args.model
@@ -271,7 +271,7 @@ async def _stop(client) -> None:
 
 def _stat(rows: list[dict], key: str) -> dict:
     """p50 and p95 of ``key`` over the rows that have it."""
-    from codespec.stats import percentile
+    from codespec.core.stats import percentile
 
     values = [row[key] for row in rows if row[key] is not None]
     return {"p50": round(percentile(values, 50), 1), "p95": round(percentile(values, 95), 1)} if values else {}
@@ -291,7 +291,7 @@ def _range(rng):
 
 def _offset(text: str, position) -> int:
     """Code point offset of an LSP position (UTF-16 columns) in ``text``."""
-    from service.positions import LineIndex
+    from codespec.service.positions import LineIndex
 
     return LineIndex(text, "utf-16").offset(position.line, position.character, clamp=True)
 

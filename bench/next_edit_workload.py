@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from proposers.edit_rules import code_tokens, rules_from_edit
+from codespec.proposers.edit_rules import code_tokens, rules_from_edit
 
 CONTEXT_LINES = 2
 MAX_HUNK_LINES = 8  # larger hunks are rewrites, not a change repeated

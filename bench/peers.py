@@ -28,8 +28,8 @@ from typing import Any
 
 from bench.measure import MemoryProbe, RunResult
 from bench.replay import Recording, ReplayLogitsProcessor, VocabularyLimit
-from codespec.config import SamplingParams
-from codespec.stats import RequestStats, StepRecord
+from codespec.core.config import SamplingParams
+from codespec.core.stats import RequestStats, StepRecord
 
 HF_CONFIGS = ("hf-greedy", "hf-pld", "hf-assisted", "hf-early-exit")
 PLD_TOKENS = 10
@@ -156,8 +156,8 @@ class HFConfig:
         import torch
         from transformers import LogitsProcessorList
 
-        from codespec.attention import stock_attention
-        from codespec.linear import stock_linears
+        from codespec.core.attention import stock_attention
+        from codespec.core.linear import stock_linears
 
         device = next(self.model.parameters()).device
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)  # [1, T]

@@ -132,8 +132,8 @@ def instrumented(model, cache, timer: PartTimer) -> Iterator[None]:
 
 @contextlib.contextmanager
 def kernels(target, name: str) -> Iterator[None]:
-    from codespec.attention import stock_attention
-    from codespec.linear import stock_linears
+    from codespec.core.attention import stock_attention
+    from codespec.core.linear import stock_linears
 
     attention = stock_attention(target.model) if name == "transformers" else contextlib.nullcontext()
     linear = stock_linears(target.model) if name in ("transformers", "gqa") else contextlib.nullcontext()
@@ -163,7 +163,7 @@ def forward_work(model, context: int, k: int) -> dict:
 def machine_rates(clock: Clock, device: torch.device, dtype: torch.dtype, repeats: int = 5) -> dict:
     """Measured read bandwidth (a one-row GEMM over a 512 MB weight, as a one-token LM head does, and
     a plain sum) and arithmetic rate (a packed GEMM of 256 rows on a cache-resident weight)."""
-    from codespec.linear import onednn_available
+    from codespec.core.linear import onednn_available
 
     def best(run: Callable[[], object]) -> float:
         run()
@@ -330,7 +330,7 @@ def markdown(report: dict) -> str:
 
 def build_target(shape: str, device: str, dtype: str, model: str | None = None):
     from bench.models import bench_tokenizer, random_target
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
 
     if model:
         return TargetModel.load(model, device=device, dtype=dtype)
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     target = build_target(args.shape, args.device, args.dtype, args.model)
     if "codespec" in args.kernels and not target.packed_linears:  # CODESPEC_CPU_LINEAR=stock turned it off
-        from codespec.linear import pack_linears
+        from codespec.core.linear import pack_linears
 
         target.packed_linears = pack_linears(target.model)
     ks = sorted(set(args.ks))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from codespec.target import forward_each
+from codespec.core.target import forward_each
 
 REPLAY_BIAS = 1.0e4  # dwarfs any real logit gap (|logits| ~ 10s), small enough to keep float32 precise
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from bench.measure import MemoryProbe, RunResult
 from bench.replay import Recording
 from bench.workload import BenchCase
-from codespec.config import GenerationLimits, SamplingParams
-from codespec.stats import RequestStats, percentile
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.core.stats import RequestStats, percentile
 
 log = logging.getLogger(__name__)
 

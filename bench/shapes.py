@@ -291,7 +291,7 @@ def save_shape(shape: str, directory: str | Path, dtype: str = "float32", seed: 
     import torch
     from transformers import AutoTokenizer
 
-    from codespec.default_model import target_path
+    from codespec.core.default_model import target_path
 
     directory = Path(directory)
     tokenizer = AutoTokenizer.from_pretrained(target_path(), local_files_only=True)

@@ -1,6 +1,6 @@
 """The proposer names `codespec simulate` knows (a module of its own so `--help` stays light)."""
 
-from proposers.registry import LOOKUP, MODEL, proposer_names
+from codespec.proposers.registry import LOOKUP, MODEL, proposer_names
 
 BASELINE = "hf-rule"
 # next-edit drafts from the user's recent edits, which only the next-edit workload records

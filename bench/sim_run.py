@@ -15,14 +15,14 @@ from contextlib import contextmanager
 from bench.hf_rule import PromptLookupRule
 from bench.sim_names import BASELINE, LOOKUP_PROPOSERS
 from bench.sim_workload import SimCase
-from codespec.errors import CodespecError
-from codespec.prompts import PromptRenderer, detect_format
-from codespec.stats import RequestStats, json_safe, percentile
-from codespec.target import TokenizerTarget
-from proposers.assembly import ProposerAssembly, recorded_request
-from proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
-from proposers.registry import ProposerSetup
-from proposers.token_bytes import TokenBytes
+from codespec.core.errors import CodespecError
+from codespec.core.prompts import PromptRenderer, detect_format
+from codespec.core.stats import RequestStats, json_safe, percentile
+from codespec.core.target import TokenizerTarget
+from codespec.proposers.assembly import ProposerAssembly, recorded_request
+from codespec.proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
+from codespec.proposers.registry import ProposerSetup
+from codespec.proposers.token_bytes import TokenBytes
 
 INDEX_USERS = ("index", "auto")
 
@@ -133,7 +133,7 @@ def summary_row(stats: RequestStats) -> dict:
 
 
 def build_index(tokenizer, workspace: Sequence[tuple[str, str]]):
-    from index import WorkspaceIndex
+    from codespec.index import WorkspaceIndex
 
     index = WorkspaceIndex(tokenizer, db_path=None)
     # One batch, as the server indexes a workspace (index_workspace): one level, where a document

@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from codespec.errors import CodespecError
-from codespec.prompts import Prompt, Rewrite
+from codespec.core.errors import CodespecError
+from codespec.core.prompts import Prompt, Rewrite
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class SimCase:
 
 def edit_prompt(before: str, instruction: str | None) -> str:
     """The engine's rewrite prompt (codespec.prompts), so baselines see what a real request has."""
-    from codespec.prompts import rewrite_prompt
+    from codespec.core.prompts import rewrite_prompt
 
     return rewrite_prompt(before, instruction)
 

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from bench.sim_names import BASELINE, LOOKUP_PROPOSERS, MODEL_PROPOSERS
-from codespec.config import SERVE_MAX_DRAFT
-from codespec.errors import CodespecError
+from codespec.core.config import SERVE_MAX_DRAFT
+from codespec.core.errors import CodespecError
 
 
 def add_parser(subparsers) -> None:
@@ -104,7 +104,7 @@ def load_tokenizer(path: str | None):
     from transformers import AutoTokenizer
 
     if path is None:
-        from codespec.default_model import target_path
+        from codespec.core.default_model import target_path
 
         path = str(target_path())
     if not Path(path).is_dir():

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SERVE = [sys.executable, "-m", "commands.cli", "serve"]
+SERVE = [sys.executable, "-m", "codespec.commands.cli", "serve"]
 SURROGATE_TEXT = "x = \ud800\ny = "
 
 

@@ -19,9 +19,9 @@ from bench.engine import CODESPEC_CONFIGS
 from bench.measure import MemoryProbe, cpu_model
 from bench.peers import HF_CONFIGS
 from bench.run import BASELINE, Prepared, RunSettings, make_runners, prepare, run_interleaved, summarize
-from codespec.config import SERVE_MAX_DRAFT, SamplingParams
-from codespec.errors import CodespecError
-from codespec.prompts import PromptRenderer
+from codespec.core.config import SERVE_MAX_DRAFT, SamplingParams
+from codespec.core.errors import CodespecError
+from codespec.core.prompts import PromptRenderer
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def run_plan(plan: BenchPlan, say: Callable[[str], None] = print) -> dict:
 
     from bench.models import load_models
     from bench.replay import ReplayTarget
-    from codespec.prompts import stop_token_ids
+    from codespec.core.prompts import stop_token_ids
 
     configs = check_configs(plan.configs)
     if plan.threads is not None:
@@ -182,7 +182,7 @@ class _Configs:
     def hf(self) -> dict:
         if self._hf is None:
             from bench.peers import HFConfig
-            from proposers.early_exit import default_exit_layer
+            from codespec.proposers.early_exit import default_exit_layer
 
             exit_layer = default_exit_layer(self.raw.num_layers)
             stock = self.plan.peer_kernels == "stock"

@@ -26,10 +26,10 @@ from pathlib import Path
 
 def prepare(args) -> int:
     from bench.concurrency import WORKLOADS, completion_bodies, load_target
-    from codespec.config import GenerationLimits
-    from codespec.decode import generate_all
-    from codespec.prompts import PromptRenderer
-    from service.edit import edit_request, plan_text_edit
+    from codespec.core.config import GenerationLimits
+    from codespec.core.decode import generate_all
+    from codespec.core.prompts import PromptRenderer
+    from codespec.service.edit import edit_request, plan_text_edit
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -30,10 +30,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from bench.vllm_spec import ROOT, SHIPPED, completion_cases, write_workspace
-from proposers.lookup_sim import hindsight_forwards
-from vllm_proposer.drafter import BatchDrafter
-from vllm_proposer.options import DrafterOptions
-from vllm_proposer.rows import Row
+from codespec.proposers.lookup_sim import hindsight_forwards
+from codespec.vllm_proposer.drafter import BatchDrafter
+from codespec.vllm_proposer.options import DrafterOptions
+from codespec.vllm_proposer.rows import Row
 
 NGRAM_MIN, NGRAM_MAX = 2, 8  # bench.vllm_spec's ngram configuration
 

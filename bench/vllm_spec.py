@@ -31,8 +31,8 @@ from pathlib import Path
 
 import openai
 
-from codespec.stats import percentile
-from vllm_proposer.launch import SERVED_NAME, Door, VllmServer
+from codespec.core.stats import percentile
+from codespec.vllm_proposer.launch import SERVED_NAME, Door, VllmServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "codespec" / "models" / "default" / "target"
@@ -84,7 +84,7 @@ def speculative_config(method: str, k: int, workspace: Path | None, extra: tuple
         )
     if method == "suffix":
         return json.dumps({"method": "suffix", "num_speculative_tokens": k})
-    command = [sys.executable, "-m", "commands.cli", "vllm-config", "--k", str(k), *extra]
+    command = [sys.executable, "-m", "codespec.commands.cli", "vllm-config", "--k", str(k), *extra]
     if workspace is not None:
         command += ["--workspace", str(workspace)]
     return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()

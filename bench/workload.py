@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.sim_workload import text_field
-from codespec.errors import CodespecError
-from codespec.prompts import DEFAULT_FORMAT, Fim, Prompt, PromptRenderer, Rewrite
+from codespec.core.errors import CodespecError
+from codespec.core.prompts import DEFAULT_FORMAT, Fim, Prompt, PromptRenderer, Rewrite
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_target(tiny_model_dir):
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
 
     return TargetModel.load(str(tiny_model_dir), device="cpu")
 
@@ -96,6 +96,6 @@ def server_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def server_target(server_model_dir):
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
 
     return TargetModel.load(str(server_model_dir), device="cpu")

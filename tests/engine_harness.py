@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from codespec.config import GenerationLimits, SamplingParams
-from codespec.decode import generate_all
-from codespec.draft import NoDraft
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.core.decode import generate_all
+from codespec.core.draft import NoDraft
 
 TIE_GAP = 1e-5
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -69,7 +69,7 @@ class ScriptedProposer:
         self.outcomes = []
 
     def propose(self, context):
-        from codespec.draft import Draft
+        from codespec.core.draft import Draft
 
         return Draft(tuple(self.script(context.token_ids, context.max_len))[: context.max_len], self.name)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from bench.shapes import random_llama
-from codespec.attention import NAME, STOCK, stock_attention, use_native_gqa
-from codespec.model import KVCache
+from codespec.core.attention import NAME, STOCK, stock_attention, use_native_gqa
+from codespec.core.model import KVCache
 
 
 def logits_of(model, prompt: list[int], drafts: list[list[int]]) -> list[torch.Tensor]:

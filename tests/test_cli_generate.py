@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from commands.cli import main
+from codespec.commands.cli import main
 
 pytestmark = pytest.mark.slow  # subprocess CLIs: `python -m pytest --full` runs it
 
@@ -31,7 +31,7 @@ PROMPT = "def area(width, height):\n    return width * height\n\n\ndef area(widt
 def codespec(*args, env_extra=None):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env_extra or {})}
     return subprocess.run(
-        [sys.executable, "-m", "commands.cli", *args], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "codespec.commands.cli", *args], capture_output=True, text=True, env=env, timeout=300
     )
 
 

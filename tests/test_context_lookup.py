@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from codespec.draft import ProposeContext
-from proposers.context import ContextLookup
+from codespec.core.draft import ProposeContext
+from codespec.proposers.context import ContextLookup
 
 
 def propose(proposer, tokens, max_len=4):

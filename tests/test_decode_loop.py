@@ -6,9 +6,9 @@ import pytest
 import torch
 from engine_harness import ScriptedProposer, always_wrong, oracle, plain_greedy
 
-from codespec.config import GenerationLimits, SamplingParams
-from codespec.decode import Finished, StepEvent, TextDelta, generate, generate_all
-from codespec.draft import NoDraft
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.core.decode import Finished, StepEvent, TextDelta, generate, generate_all
+from codespec.core.draft import NoDraft
 
 PROMPT_TEXT = "def parse(value):\n    return value.strip()\n\n"
 
@@ -183,7 +183,7 @@ def test_stop_token_ids_end_the_output_like_eos(tiny_target, prompt, reference):
 
 
 def test_repeating_tail_finds_a_unit_repeated_at_the_end():
-    from codespec.decode import repeating_tail
+    from codespec.core.decode import repeating_tail
 
     assert repeating_tail([1, 2, 3, 7, 7, 7], 3)
     assert repeating_tail([9, 4, 5, 4, 5, 4, 5], 3)
@@ -195,7 +195,7 @@ def test_repeating_tail_finds_a_unit_repeated_at_the_end():
 def test_stop_repeats_ends_a_loop_with_a_prefix_of_plain_decoding(tiny_target):
     """A looping output stops once its unit has repeated stop_repeats times; what was emitted is
     exactly what plain decoding emits up to there, drafts or not."""
-    from codespec.decode import repeating_tail
+    from codespec.core.decode import repeating_tail
 
     prompt = tiny_target.encode("x = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0")
     plain = plain_greedy(tiny_target, prompt, 80)
@@ -213,8 +213,8 @@ def test_stop_repeats_ends_a_loop_with_a_prefix_of_plain_decoding(tiny_target):
 def test_requests_stepped_together_decode_as_they_do_alone(tiny_target, prompt, reference):
     """The scheduler's cycle: every request proposes, their forwards run as one ``forward_many``,
     each advances; outputs and per-step acceptance equal each request decoded alone."""
-    from codespec.decode import Decoding
-    from proposers.context import ContextLookup
+    from codespec.core.decode import Decoding
+    from codespec.proposers.context import ContextLookup
 
     other = tiny_target.encode("class Stack:\n    def push(self, item):\n        self.items.append(item)\n")
     jobs = [

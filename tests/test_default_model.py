@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from codespec.default_model import draft_path, target_path
+from codespec.core.default_model import draft_path, target_path
 
 COPY_FUNCTIONS = 30
 FIM_FUNCTIONS = 30
@@ -23,7 +23,7 @@ PLAIN_COPY_FUNCTIONS = 40  # the card's evaluation set (training/evaluate.py)
 
 @pytest.fixture(scope="module")
 def target():
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
 
     path = target_path()
     assert path is not None, "codespec/models/default/target is missing"
@@ -50,8 +50,8 @@ def test_shipped_models_are_small_and_in_the_package():
 def test_both_models_load_offline_in_a_fresh_process():
     script = (
         "import json, sys\n"
-        "from codespec.default_model import target_path, draft_path\n"
-        "from codespec.model import TargetModel\n"
+        "from codespec.core.default_model import target_path, draft_path\n"
+        "from codespec.core.model import TargetModel\n"
         "t = TargetModel.load(str(target_path()), device='cpu', dtype='float32')\n"
         "d = TargetModel.load(str(draft_path()), device='cpu', dtype='float32')\n"
         "print(json.dumps({'target_vocab': t.vocab_size, 'draft_vocab': d.vocab_size,\n"
@@ -83,14 +83,14 @@ def test_tokenizer_round_trips_source_text(target, text):
 
 
 def test_cli_default_model_is_the_shipped_target():
-    from commands.generate import default_model_path
+    from codespec.commands.generate import default_model_path
 
     assert default_model_path() == str(target_path())
 
 
 def test_rewrite_prompt_copies_heldout_functions(target, heldout_functions):
     """Bar: greedy rewrite output reproduces >= 80% of 30 held-out functions exactly, then EOS."""
-    from proposers.context import ContextLookup
+    from codespec.proposers.context import ContextLookup
     from training.evaluate import copy_check
 
     functions = heldout_functions[:COPY_FUNCTIONS]
@@ -105,7 +105,7 @@ def test_plain_context_copies_heldout_functions(target, heldout_functions):
     """Bar (issue 17): given a held-out function, two blank lines and its header again, greedy decoding
     writes the body's first 60 characters exactly for >= 60% of the model card's 40 functions, as real
     code models copy from plain context (what makes lookup drafts acceptable outside the template)."""
-    from proposers.context import ContextLookup
+    from codespec.proposers.context import ContextLookup
     from training.corpus import heldout_functions as card_functions
     from training.evaluate import plain_copy_check
 
@@ -117,7 +117,7 @@ def test_plain_context_copies_heldout_functions(target, heldout_functions):
 
 def test_fim_completes_a_removed_line_with_valid_python(target, heldout_functions):
     """Bar: with one body line removed, >= 50% of completions make the function parse again."""
-    from proposers.context import ContextLookup
+    from codespec.proposers.context import ContextLookup
     from training.evaluate import fim_check, fim_split
 
     splits = [s for s in (fim_split(fn) for fn in heldout_functions[:FIM_FUNCTIONS]) if s is not None]
@@ -143,7 +143,7 @@ def test_copy_rescue_identity_rows_put_the_loss_on_the_copy_only():
 
     from transformers import AutoTokenizer
 
-    from codespec import prompts
+    from codespec.core import prompts
     from training.examples import IGNORE, ExampleMaker
 
     tokenizer = AutoTokenizer.from_pretrained(str(target_path()))
@@ -175,7 +175,7 @@ def test_fim_middle_rows_put_the_loss_on_the_middle_only():
 
     from transformers import AutoTokenizer
 
-    from codespec import prompts
+    from codespec.core import prompts
     from training.examples import IGNORE, ExampleMaker
 
     tokenizer = AutoTokenizer.from_pretrained(str(target_path()))

@@ -6,10 +6,10 @@ import socket
 
 import pytest
 
-from codespec.config import GenerationLimits, SamplingParams
-from codespec.decode import generate_all
-from codespec.errors import InvalidRequestError, ModelNotFoundError
-from codespec.model import TargetModel
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.core.decode import generate_all
+from codespec.core.errors import InvalidRequestError, ModelNotFoundError
+from codespec.core.model import TargetModel
 
 
 def test_empty_prompt(tiny_target):

@@ -20,9 +20,9 @@ from engine_harness import (
 )
 
 from bench.shapes import build_tokenizer, random_llama
-from codespec.attention import block_runs, grouped_attention, grouped_pays
-from codespec.linear import MIN_WORK, is_packed, pack_linears, stock_linears
-from codespec.model import TargetModel
+from codespec.core.attention import block_runs, grouped_attention, grouped_pays
+from codespec.core.linear import MIN_WORK, is_packed, pack_linears, stock_linears
+from codespec.core.model import TargetModel
 
 ONEDNN = pack_linears(torch.nn.Linear(1024, 1024)) == 1
 needs_onednn = pytest.mark.skipif(not ONEDNN, reason="this torch has no oneDNN linear")
@@ -100,7 +100,7 @@ def test_fp32_takes_the_grouped_path_always_bf16_where_it_pays():
 def test_row_products_give_a_row_the_same_bits_whatever_the_other_rows(heads, width, keys):
     """What makes a position's attention independent of how many queries share the call (scores
     and mixing products, for every row count a grouped call can hold: G*T up to 7 x 128)."""
-    from codespec.attention import row_products
+    from codespec.core.attention import row_products
 
     torch.manual_seed(heads * keys)
     rows, key = torch.randn(heads, 900, width), torch.randn(heads, keys, width)
@@ -119,8 +119,8 @@ def test_row_products_give_a_row_the_same_bits_whatever_the_other_rows(heads, wi
 def test_growing_layer_gives_the_dynamic_layers_logits_bit_for_bit():
     from transformers import DynamicCache
 
-    from codespec.cache_layer import GrowingLayer
-    from codespec.model import KVCache
+    from codespec.core.cache_layer import GrowingLayer
+    from codespec.core.model import KVCache
 
     model = random_llama((64, 2, 4, 2, 128), vocab_size=97, init_std=0.2)
     generator = torch.Generator().manual_seed(2)
@@ -261,7 +261,7 @@ def test_a_position_gets_the_same_logits_across_a_key_bucket_boundary(request, w
 
 # -- bounded kernel shapes and released dense weights --------------------------------------------
 def test_long_inputs_run_in_a_bounded_set_of_row_counts():
-    from codespec.linear import BLOCK_ROWS, EXACT_ROWS, PAD_ROWS, row_blocks
+    from codespec.core.linear import BLOCK_ROWS, EXACT_ROWS, PAD_ROWS, row_blocks
 
     shapes = {padded for count in range(1, 3000) for _, _, padded in row_blocks(count)}
     assert len(shapes) <= EXACT_ROWS + BLOCK_ROWS // PAD_ROWS  # whatever the prompt lengths

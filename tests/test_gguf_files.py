@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from codespec.errors import ModelNotFoundError
-from codespec.gguf_files import BadModelFileError, is_gguf_name, resolve_gguf, resolve_ollama
-from commands.cli import main
+from codespec.commands.cli import main
+from codespec.core.errors import ModelNotFoundError
+from codespec.core.gguf_files import BadModelFileError, is_gguf_name, resolve_gguf, resolve_ollama
 
 
 def fake_gguf(path: Path, size: int = 64) -> Path:
@@ -99,8 +99,8 @@ def test_llama_cpp_refusals_are_one_line(tmp_path, capsys):
     gguf = pytest.importorskip("gguf")
     import numpy as np
 
-    from codespec.default_model import target_path
-    from codespec.gguf_export import export_gguf
+    from codespec.core.default_model import target_path
+    from codespec.core.gguf_export import export_gguf
 
     writer = gguf.GGUFWriter(str(tmp_path / "foo.gguf"), "foo")  # an architecture llama.cpp does not know
     writer.add_block_count(1)

@@ -17,7 +17,7 @@ from engine_harness import (
     stdlib_corpus,
 )
 
-from proposers.registry import ProposerSetup, create_proposer
+from codespec.proposers.registry import ProposerSetup, create_proposer
 
 MAX_NEW = 24
 DRAFT_LENS = (1, 2, 4, 8, 16)

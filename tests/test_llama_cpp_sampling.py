@@ -16,13 +16,13 @@ pytest.importorskip("gguf", reason="export needs gguf-py: pip install 'codespec[
 
 from test_sampling_exact import ALPHA, always_accept, chi_square_p_value  # noqa: E402
 
-from codespec.config import GenerationLimits, SamplingParams  # noqa: E402
-from codespec.decode import generate_all  # noqa: E402
-from codespec.default_model import target_path  # noqa: E402
-from codespec.draft import Draft  # noqa: E402
-from codespec.gguf_export import export_gguf  # noqa: E402
-from codespec.llama_cpp_target import LlamaCppTarget  # noqa: E402
-from codespec.sampling import process_logits  # noqa: E402
+from codespec.core.config import GenerationLimits, SamplingParams  # noqa: E402
+from codespec.core.decode import generate_all  # noqa: E402
+from codespec.core.default_model import target_path  # noqa: E402
+from codespec.core.draft import Draft  # noqa: E402
+from codespec.core.gguf_export import export_gguf  # noqa: E402
+from codespec.core.llama_cpp_target import LlamaCppTarget  # noqa: E402
+from codespec.core.sampling import process_logits  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -132,7 +132,7 @@ def test_speculative_sampling_on_llama_cpp_matches_the_target(target, prompt, ki
 
 def test_the_check_has_power_here_too(target, prompt, monkeypatch):
     """The same samples under "always accept the draft" fail the test: it can tell."""
-    import codespec.verify as verify_module
+    import codespec.core.verify as verify_module
 
     monkeypatch.setattr(verify_module, "verify_lookup_sampling", always_accept)
     first = target.forward(prompt, target.new_cache())[0]

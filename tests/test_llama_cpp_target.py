@@ -13,15 +13,15 @@ import torch
 llama_cpp = pytest.importorskip("llama_cpp", reason="the llama.cpp backend needs: pip install 'codespec[gguf]'")
 pytest.importorskip("gguf", reason="export needs gguf-py: pip install 'codespec[gguf]'")
 
-from codespec.backends import load_target  # noqa: E402
-from codespec.config import GenerationLimits, SamplingParams  # noqa: E402
-from codespec.decode import generate_all  # noqa: E402
-from codespec.default_model import target_path  # noqa: E402
-from codespec.errors import InvalidRequestError  # noqa: E402
-from codespec.gguf_export import export_gguf  # noqa: E402
-from codespec.llama_cpp_target import LlamaCppTarget  # noqa: E402
-from codespec.prompts import Fim, PromptRenderer, Rewrite  # noqa: E402
-from proposers.registry import ProposerSetup, create_proposer  # noqa: E402
+from codespec.core.backends import load_target  # noqa: E402
+from codespec.core.config import GenerationLimits, SamplingParams  # noqa: E402
+from codespec.core.decode import generate_all  # noqa: E402
+from codespec.core.default_model import target_path  # noqa: E402
+from codespec.core.errors import InvalidRequestError  # noqa: E402
+from codespec.core.gguf_export import export_gguf  # noqa: E402
+from codespec.core.llama_cpp_target import LlamaCppTarget  # noqa: E402
+from codespec.core.prompts import Fim, PromptRenderer, Rewrite  # noqa: E402
+from codespec.proposers.registry import ProposerSetup, create_proposer  # noqa: E402
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "shared" / "workloads"
 MAX_NEW = 48
@@ -67,7 +67,7 @@ def llama_cpp_greedy(path: Path, prompt_ids: list[int], max_new: int, stop_ids: 
 def test_exported_gguf_scores_like_the_checkpoint(gguf_dir):
     """f32 GGUF on llama.cpp vs the same weights on PyTorch: the rotary permutation, names and
     hyperparameters are right when the logits agree to float rounding."""
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
 
     gguf_target = LlamaCppTarget(gguf_dir / "default-f32.gguf", threads=1)
     torch_target = TargetModel.load(str(target_path()))

@@ -7,8 +7,8 @@ import pytest
 from engine_harness import stdlib_corpus
 
 from bench.shapes import build_tokenizer
-from codespec.errors import InvalidRequestError
-from codespec.prompts import FORMATS, Fim, PromptRenderer, Rewrite, detect_format, resolve_format
+from codespec.core.errors import InvalidRequestError
+from codespec.core.prompts import FORMATS, Fim, PromptRenderer, Rewrite, detect_format, resolve_format
 
 FAMILY_TOKENS = {
     "qwen2.5-coder": [
@@ -113,6 +113,6 @@ def test_the_format_can_be_named_and_a_wrong_name_is_a_clear_error(tokenizers):
 def test_the_shipped_model_is_qwen_format():
     from transformers import AutoTokenizer
 
-    from codespec.default_model import target_path
+    from codespec.core.default_model import target_path
 
     assert detect_format(AutoTokenizer.from_pretrained(str(target_path()))).name == "qwen2.5-coder"

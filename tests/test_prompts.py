@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from codespec import prompts
+from codespec.core import prompts
 
 
 def test_fim_prompt_is_prefix_suffix_middle_like_qwen():
@@ -39,7 +39,7 @@ def test_cut_at_end_marker_takes_the_earliest_marker():
 def default_tokenizer():
     from transformers import AutoTokenizer
 
-    from codespec.default_model import target_path
+    from codespec.core.default_model import target_path
 
     path = target_path()
     assert path is not None, "the default model is not shipped in codespec/models/default/target"

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from codespec.linear import onednn_available
+from codespec.core.linear import onednn_available
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="oneDNN's packed linear is not in this torch build")
 
@@ -93,7 +93,7 @@ def test_forward_many_refuses_an_empty_sequence(tiny_target):
 
 @needs_onednn
 def test_packed_fp32_products_give_a_row_the_same_bits_in_any_batch():
-    from codespec.linear import pack_linears
+    from codespec.core.linear import pack_linears
 
     torch.manual_seed(0)
     for rows_in, rows_out in ((64, 32), (896, 128), (4864, 896)):
@@ -112,7 +112,7 @@ def test_packed_fp32_products_give_a_row_the_same_bits_in_any_batch():
 
 
 def test_the_causal_mask_follows_the_cache_and_the_window():
-    from codespec.ragged import causal_mask
+    from codespec.core.ragged import causal_mask
 
     assert causal_mask(1, 9, None, torch.device("cpu")) is None  # one query sees everything
     assert causal_mask(7, 0, None, torch.device("cpu")) is None  # a fresh prompt: SDPA's causal kernel

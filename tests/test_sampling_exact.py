@@ -19,12 +19,12 @@ from collections import Counter
 import pytest
 import torch
 
-import codespec.verify as verify_module
-from codespec.config import GenerationLimits, SamplingParams
-from codespec.decode import generate_all
-from codespec.draft import Draft
-from codespec.model import TargetModel
-from codespec.sampling import process_logits
+import codespec.core.verify as verify_module
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.core.decode import generate_all
+from codespec.core.draft import Draft
+from codespec.core.model import TargetModel
+from codespec.core.sampling import process_logits
 
 pytestmark = pytest.mark.slow  # statistical exactness over thousands of samples: `python -m pytest --full` runs it
 

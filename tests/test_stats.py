@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from codespec.stats import RequestStats, StepRecord, acceptance_by_depth, percentile
+from codespec.core.stats import RequestStats, StepRecord, acceptance_by_depth, percentile
 
 
 def step(draft_len, accepted, emitted=None):
@@ -39,7 +39,7 @@ def test_percentile_interpolates():
 def test_json_safe_turns_every_nan_into_null_so_a_summary_is_valid_json():
     import json
 
-    from codespec.stats import json_safe
+    from codespec.core.stats import json_safe
 
     summary = RequestStats().summary()  # no steps: every percentile is NaN
     cleaned = json_safe(summary)

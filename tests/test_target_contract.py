@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from codespec.target import Cache, Target
+from codespec.core.target import Cache, Target
 
 
 def test_the_targets_in_use_satisfy_the_contract(tiny_target):
@@ -36,8 +36,8 @@ def test_forward_many_refuses_mismatched_lengths(tiny_target):
 
 
 def test_early_exit_goes_through_the_layered_capability(tiny_target):
-    from codespec.target import LayeredTarget, TokenizerTarget
-    from proposers.models import supports_early_exit
+    from codespec.core.target import LayeredTarget, TokenizerTarget
+    from codespec.proposers.models import supports_early_exit
 
     assert isinstance(tiny_target, LayeredTarget) and tiny_target.num_layers == 2
     prompt = tiny_target.encode("def add(a, b):\n    return a + b\n")

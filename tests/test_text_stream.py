@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from codespec.text import TextStream
+from codespec.core.text import TextStream
 
 PIECES = {0: "ab", 1: "c\n", 2: "EN", 3: "D", 4: "x", 5: "\xe2", 6: "\x82\xac"}
 

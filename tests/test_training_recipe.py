@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from codespec.default_model import target_path
+from codespec.core.default_model import target_path
 from training.trainer import Shape, TrainConfig, build_llama, lr_at, train
 
 
@@ -93,7 +93,7 @@ def test_train_runs_every_phase_and_keeps_the_best_probed_weights(tokenizer, tmp
 def test_batched_probes_agree_with_the_one_at_a_time_evaluation(tokenizer):
     """probe.py ranks checkpoints during training; it must measure what evaluate.py (the card, the
     tests' bars) measures, function by function, despite left padding."""
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
     from training import probe
     from training.corpus import heldout_functions
     from training.evaluate import copy_check, fim_check, fim_split
@@ -139,7 +139,7 @@ def test_finishing_phase_is_deterministic_and_can_keep_the_starting_weights(toke
 def test_fim_repeat_rows_repeat_the_region_and_put_the_loss_on_the_middle_only(tokenizer):
     """The context-copy phase's FIM rows with repeated code: the region, blank lines, its repetition
     with a gap; the loss on the middle and its end token only, and the middle can be copied."""
-    from codespec import prompts
+    from codespec.core import prompts
     from training.examples import IGNORE
 
     function = (

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from codespec.config import SamplingParams
-from codespec.draft import Draft
-from codespec.sampling import process_logits
-from codespec.verify import verify, verify_greedy, verify_lookup_sampling, verify_model_sampling
+from codespec.core.config import SamplingParams
+from codespec.core.draft import Draft
+from codespec.core.sampling import process_logits
+from codespec.core.verify import verify, verify_greedy, verify_lookup_sampling, verify_model_sampling
 
 
 def one_hot_rows(tokens, vocab=5):

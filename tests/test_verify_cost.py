@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from engine_harness import ScriptedProposer, always_wrong, oracle, plain_greedy
 
-from codespec.config import GenerationLimits, SamplingParams
-from codespec.decode import generate_all
-from codespec.draft import Draft, MatchInfo
-from proposers.auto import AutoProposer, PolicyConfig, PolicyState, cost_points
-from proposers.costs import CostCurve, CostTable, ForwardCosts, PiecewiseCurve, isotonic, verify_seconds
-from proposers.policy import Candidate, IdleBudget, best_length, choose
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.core.decode import generate_all
+from codespec.core.draft import Draft, MatchInfo
+from codespec.proposers.auto import AutoProposer, PolicyConfig, PolicyState, cost_points
+from codespec.proposers.costs import CostCurve, CostTable, ForwardCosts, PiecewiseCurve, isotonic, verify_seconds
+from codespec.proposers.policy import Candidate, IdleBudget, best_length, choose
 
 
 # -- the curve ---------------------------------------------------------------------------------

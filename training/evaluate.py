@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from codespec import prompts
-from codespec.config import GenerationLimits
-from codespec.decode import generate_all
-from codespec.model import TargetModel
+from codespec.core import prompts
+from codespec.core.config import GenerationLimits
+from codespec.core.decode import generate_all
+from codespec.core.model import TargetModel
 from training import DEFAULT_COMPLETIONS, corpus
 
 TESTED_FUNCTIONS = 30  # the capability tests use the first 30 of the evaluation functions
@@ -98,8 +98,8 @@ def first_line_exact(
     """Completion records (``prefix``, ``suffix``, ``target``): the completion's first line, as the
     server asks for it (the cursor's mode, these prompt windows, FIM in the target's format), equals
     the recorded first line (both stripped)."""
-    from codespec.prompts import Fim, PromptRenderer
-    from service.inline import completion_context, trim_completion
+    from codespec.core.prompts import Fim, PromptRenderer
+    from codespec.service.inline import completion_context, trim_completion
 
     renderer = PromptRenderer(target.tokenizer, target.prompt_format)
     hits = 0
@@ -286,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m training.evaluate --model DIR``: the card's context-copy figures for any model."""
     import argparse
 
-    from codespec.default_model import target_path
-    from proposers.context import ContextLookup
+    from codespec.core.default_model import target_path
+    from codespec.proposers.context import ContextLookup
 
     parser = argparse.ArgumentParser(prog="python -m training.evaluate")
     parser.add_argument("--model", default=str(target_path()))

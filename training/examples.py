@@ -12,7 +12,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from codespec import prompts
+from codespec.core import prompts
 
 IGNORE = -100
 _IDENTIFIER = re.compile(r"\b[A-Za-z_][A-Za-z_0-9]*\b")

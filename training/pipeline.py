@@ -35,7 +35,7 @@ VOCAB_SIZE = 4096
 
 def default_out() -> Path:
     """The package's model directory (codespec/models/default), where the shipped pair lives."""
-    from codespec.default_model import DEFAULT_DIR
+    from codespec.core.default_model import DEFAULT_DIR
 
     return DEFAULT_DIR
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from codespec import prompts
+from codespec.core import prompts
 
 
 @torch.no_grad()

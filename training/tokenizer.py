@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from bench.shapes import byte_level_bpe
-from codespec.prompts import END_OF_TEXT, SPECIAL_TOKENS
+from codespec.core.prompts import END_OF_TEXT, SPECIAL_TOKENS
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096):

@@ -10,7 +10,7 @@ from bench.peers import StepLog, TimingStreamer, steps_from
 from bench.replay import Recording, Recordings, apply_bias, forced_token
 from bench.run import METRIC_KEYS, interleaved_order, median_ratio, speedup, summarize, unigram_tv
 from bench.workload import window_edit
-from codespec.stats import RequestStats, StepRecord
+from codespec.core.stats import RequestStats, StepRecord
 
 
 def test_interleaving_runs_each_pair_once_request_by_request_with_rotation():
@@ -207,7 +207,7 @@ def test_a_completion_case_gives_auto_no_reference_as_the_server_does(tmp_path):
     from bench.engine import CodespecConfig
     from bench.sim_run import build_index
     from bench.workload import case_from_record
-    from codespec.default_model import target_path
+    from codespec.core.default_model import target_path
 
     completion = case_from_record({"prefix": "def f():\n    ", "suffix": "\n", "target": "return 1"}, "w", "here")
     edit = case_from_record({"before": "x = 1\n", "after": "x = 2\n"}, "w", "here")

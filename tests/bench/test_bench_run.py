@@ -5,7 +5,7 @@ import json
 import pytest
 
 from bench.shapes import build_tokenizer, random_llama
-from codespec.config import GenerationLimits, SamplingParams
+from codespec.core.config import GenerationLimits, SamplingParams
 
 EDITS = [
     {
@@ -21,8 +21,8 @@ CORPUS = [record["before"] + record["after"] for record in EDITS] * 20
 
 @pytest.fixture(scope="module")
 def tiny_target():
-    from codespec.model import TargetModel
-    from codespec.prompts import SPECIAL_TOKENS
+    from codespec.core.model import TargetModel
+    from codespec.core.prompts import SPECIAL_TOKENS
 
     tokenizer = build_tokenizer(CORPUS, vocab_size=300, extra_special=SPECIAL_TOKENS[1:])
     model = random_llama("tiny", len(tokenizer), seed=3, eos_token_id=tokenizer.eos_token_id)
@@ -31,7 +31,7 @@ def tiny_target():
 
 def test_bench_command_writes_every_metric_key(tmp_path, capsys):
     from bench.run import METRIC_KEYS
-    from commands.cli import main
+    from codespec.commands.cli import main
 
     workload = tmp_path / "edits.jsonl"
     workload.write_text("".join(json.dumps(record) + "\n" for record in EDITS))
@@ -149,7 +149,7 @@ def test_without_a_recording_the_model_chooses(tiny_target):
 def test_early_exit_drafts_are_not_biased(tiny_target):
     """A truncated layer stack is a draft: telling it the answer would fake its acceptance."""
     from bench.replay import Recording, ReplayTarget
-    from codespec.model import truncated_layers
+    from codespec.core.model import truncated_layers
 
     target = ReplayTarget(tiny_target)
     prompt = tiny_target.encode(EDITS[0]["before"])

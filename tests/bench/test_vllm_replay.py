@@ -4,9 +4,9 @@ and codespec's drafter is driven as vLLM drives it."""
 from transformers import AutoTokenizer
 
 from bench.vllm_replay import ReplayClock, accept, ngram_draft, replay_codespec, replay_rule
-from codespec.default_model import target_path
-from vllm_proposer.drafter import BatchDrafter
-from vllm_proposer.options import DrafterOptions
+from codespec.core.default_model import target_path
+from codespec.vllm_proposer.drafter import BatchDrafter
+from codespec.vllm_proposer.options import DrafterOptions
 
 
 def test_the_ngram_rule_is_vllms_longest_suffix_at_its_earliest_occurrence():

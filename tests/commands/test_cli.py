@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from commands.cli import COMMANDS, build_parser
+from codespec.commands.cli import COMMANDS, build_parser
 
 
 def test_every_subcommand_is_on_the_parser():
@@ -16,6 +16,6 @@ def test_every_subcommand_is_on_the_parser():
 
 
 def test_help_imports_no_torch_and_no_transformers():
-    probe = "import sys; from commands.cli import build_parser; build_parser(); print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    probe = "import sys; from codespec.commands.cli import build_parser; build_parser(); print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr

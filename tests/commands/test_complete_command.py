@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from codespec.errors import CodespecError
-from commands.cli import main
-from commands.complete import cursor_offset, parse_location
+from codespec.commands.cli import main
+from codespec.commands.complete import cursor_offset, parse_location
+from codespec.core.errors import CodespecError
 
 SOURCE = "def square(x):\n    return x * x\n\n\ndef cube(x):\n    return x * x * x\n\n\ndef quad(x):\n    \n"
 

@@ -21,7 +21,7 @@ def test_demo_reports_both_jobs_with_identical_outputs(tmp_path):
         [
             sys.executable,
             "-m",
-            "commands.cli",
+            "codespec.commands.cli",
             "demo",
             "--repeats",
             "1",
@@ -62,7 +62,7 @@ def test_demo_reports_both_jobs_with_identical_outputs(tmp_path):
 def test_progress_rewrites_one_line_on_a_terminal_and_writes_lines_elsewhere():
     import io
 
-    from commands.progress import Progress
+    from codespec.commands.progress import Progress
 
     for live in (True, False):
         stream = io.StringIO()

@@ -2,8 +2,8 @@
 
 import pytest
 
-from codespec.errors import CodespecError
-from commands.demo import demo_workspace
+from codespec.commands.demo import demo_workspace
+from codespec.core.errors import CodespecError
 
 
 def test_the_demo_finds_its_workspace_from_any_folder(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from pytest_lsp import ClientServerConfig
 
 pytestmark = pytest.mark.slow  # subprocess servers: `python -m pytest --full` runs it
 
-SERVE = [sys.executable, "-m", "commands.cli", "serve"]
+SERVE = [sys.executable, "-m", "codespec.commands.cli", "serve"]
 
 
 @pytest.mark.asyncio

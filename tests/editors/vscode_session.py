@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import vscode_env
 
-from vllm_proposer.launch import free_port
+from codespec.vllm_proposer.launch import free_port
 
 # Flags that work as root in a container without a GPU; nothing may reach the network.
 CHROMIUM_FLAGS = [
@@ -145,7 +145,7 @@ class VSCode:
         settings = {
             "codespec.command": shutil.which("codespec"),
             "codespec.device": "cpu",
-            **({"codespec.model": self.model} if self.model else {}),
+            **({"codespec.core.model": self.model} if self.model else {}),
             # vscode-languageclient logs every JSON-RPC message (needs the channel at trace level:
             # code-server runs with --log trace)
             "codespec.trace.server": {"verbosity": "verbose", "format": "json"},
@@ -374,8 +374,8 @@ def gguf_model(tmp_path_factory) -> str:
     """The shipped model as a Q8_0 GGUF file (the llama.cpp backend)."""
     pytest.importorskip("llama_cpp", reason="the llama.cpp backend needs: pip install 'codespec[gguf]'")
     pytest.importorskip("gguf", reason="export needs gguf-py: pip install 'codespec[gguf]'")
-    from codespec.default_model import target_path
-    from codespec.gguf_export import export_gguf
+    from codespec.core.default_model import target_path
+    from codespec.core.gguf_export import export_gguf
 
     return str(export_gguf(target_path(), tmp_path_factory.mktemp("gguf") / "default-q8_0.gguf", "q8_0"))
 

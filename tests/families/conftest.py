@@ -28,7 +28,7 @@ def family_checkpoints(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def loaded():
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
 
     models: dict[str, TargetModel] = {}
     load = TargetModel.load  # the real one, even while a test stands in for it

@@ -121,7 +121,7 @@ def _train(normalizer, pre_tokenizer, vocab_size: int) -> tuple[list[str], list[
 
 
 def _byte_alphabet() -> list[str]:
-    from index.tokens import unicode_to_byte
+    from codespec.index.tokens import unicode_to_byte
 
     return sorted(unicode_to_byte(), key=unicode_to_byte().__getitem__)  # byte 0 .. 255
 

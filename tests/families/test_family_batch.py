@@ -16,7 +16,7 @@ import pytest
 import torch
 from family_layouts import ALL_FAMILIES, corpus
 
-from codespec.ragged import supports_ragged
+from codespec.core.ragged import supports_ragged
 
 
 @pytest.mark.parametrize("name", ALL_FAMILIES)

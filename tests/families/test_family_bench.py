@@ -8,7 +8,7 @@ import pytest
 from bench.sim_run import case_prompt, prompt_renderer
 from bench.sim_workload import case_from_record as sim_case
 from bench.workload import case_from_record, render_cases
-from codespec.prompts import PromptRenderer
+from codespec.core.prompts import PromptRenderer
 
 EDIT = {"id": "e", "instruction": "rename x", "before": "x = 1\nprint(x)\n", "after": "y = 1\nprint(y)\n"}
 COMPLETION = {"id": "c", "prefix": "def f(x):\n    ", "suffix": "\n", "target": "return x\n"}
@@ -41,7 +41,7 @@ def test_codespec_bench_renders_the_checkpoint_format(family_checkpoints, loaded
     """`codespec bench --model DIR` tokenizes each case as the server would prompt that family."""
     import json
 
-    from commands.cli import main
+    from codespec.commands.cli import main
 
     family = family_checkpoints("starcoder2")
     workload = tmp_path / "completions.jsonl"

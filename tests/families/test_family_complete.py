@@ -1,6 +1,6 @@
 """`codespec complete FILE:LINE:COL --model DIR` per family: the format the product reports is the
 family's, the prompt the engine rendered is that family's FIM layout (as its model card spells it,
-written out here rather than read from codespec.prompts), its markers are single tokens, and the
+written out here rather than read from codespec.core.prompts), its markers are single tokens, and the
 speculative completion is identical to plain decoding."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import re
 import pytest
 from family_layouts import FAMILIES
 
-from codespec.prompts import Fim, PromptRenderer
-from commands.cli import main
+from codespec.commands.cli import main
+from codespec.core.prompts import Fim, PromptRenderer
 
 pytestmark = pytest.mark.slow  # codespec complete per model family: `python -m pytest --full` runs it
 

@@ -11,7 +11,7 @@ import pytest
 from engine_harness import TIE_GAP, logit_gap
 from family_layouts import ALL_FAMILIES, corpus
 
-from commands.cli import main
+from codespec.commands.cli import main
 
 pytestmark = pytest.mark.slow  # subprocess CLIs per family: `python -m pytest --full` runs it
 
@@ -31,7 +31,7 @@ def run_family(family_checkpoints, loaded, tmp_path_factory):
     """name -> (family, runner, plain result); the runner is `codespec generate` in this process
     with ``TargetModel.load`` answered from the session's loaded models (each directory is loaded
     once, the first time, by the real ``TargetModel.load``)."""
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
 
     made = {}
 

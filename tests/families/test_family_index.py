@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from family_layouts import STDLIB
 
-import index.tokens
-from index import WorkspaceIndex
-from index.pretokens import PretokenCache
-from index.tokens import PRETOKEN_CACHE, TOKENIZER, TokenizerAdapter
+import codespec.index.tokens as index_tokens
+from codespec.index import WorkspaceIndex
+from codespec.index.pretokens import PretokenCache
+from codespec.index.tokens import PRETOKEN_CACHE, TOKENIZER, TokenizerAdapter
 
 DOCUMENTS = ["json/scanner.py", "json/tool.py", "textwrap.py", "shlex.py", "glob.py", "fnmatch.py"]
 SURROGATE_IDS = range(0xD800 - 1, 0xE000 - 1)  # chr(id + 1) is a lone surrogate
@@ -62,7 +62,7 @@ def test_a_wide_vocabulary_stores_ids_past_16_bits(qwen, sources):
 
 
 def test_the_pre_token_cache_is_refused_for_qwen2s_regex_and_the_path_is_said(qwen, caplog, monkeypatch):
-    monkeypatch.setattr(index.tokens, "_REPORTED", set())
+    monkeypatch.setattr(index_tokens, "_REPORTED", set())
     with caplog.at_level(logging.INFO, logger="codespec.index"):
         adapter = TokenizerAdapter(qwen)
     assert adapter.pretokens is None and adapter.encoding == TOKENIZER
@@ -82,7 +82,7 @@ def test_the_probe_check_alone_rejects_qwen2s_splits(qwen, monkeypatch):
     adapter = TokenizerAdapter(qwen)
     cache = PretokenCache(adapter._backend_ids, [], adapter.dtype, ("<|endoftext|>", 151_643))
     assert not cache.verify()
-    monkeypatch.setattr(index.tokens, "pretoken_cache_mismatch", lambda backend: None)
+    monkeypatch.setattr(index_tokens, "pretoken_cache_mismatch", lambda backend: None)
     fooled = TokenizerAdapter(qwen)
     assert fooled.pretokens is None and fooled.encoding == TOKENIZER
     assert "disagrees with the tokenizer's own encode on probe texts" in fooled.encoding_reason
@@ -161,7 +161,7 @@ def test_incremental_retokenization_equals_a_full_encode(family_checkpoints, loa
     """Random edit sequences: splicing a re-encoded window gives exactly a full encode's tokens and
     starts. Before the split anchors were per pre-tokenizer, Qwen2's regex failed here (">" then
     "\n\n" re-encoded apart, where the full encode has the one token ">\n\n")."""
-    from index.retokenize import full_encode, splice
+    from codespec.index.retokenize import full_encode, splice
 
     adapter = TokenizerAdapter(loaded(family_checkpoints(name).target).tokenizer)
     assert adapter.split_rule == rule
@@ -230,7 +230,7 @@ def test_lookups_persistence_and_edits_with_ids_past_16_bits(qwen, sources, tmp_
 def test_simulate_with_the_wide_tokenizer_renders_its_format_and_says_the_path(
     family_checkpoints, qwen, sources, tmp_path
 ):
-    from commands.cli import main
+    from codespec.commands.cli import main
 
     family = family_checkpoints("qwen2.5-coder")
     text = sources[next(iter(sources))]

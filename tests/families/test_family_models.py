@@ -8,12 +8,12 @@ import pytest
 import torch
 from family_layouts import ALL_FAMILIES, corpus, deepseek_config
 
-from codespec.draft import ProposeContext
-from codespec.errors import CodespecError
-from codespec.model import TargetModel
-from proposers.draft_model import DraftModelProposer, check_vocab_compatible
-from proposers.early_exit import EarlyExitProposer
-from proposers.registry import ProposerSetup, create_proposer
+from codespec.core.draft import ProposeContext
+from codespec.core.errors import CodespecError
+from codespec.core.model import TargetModel
+from codespec.proposers.draft_model import DraftModelProposer, check_vocab_compatible
+from codespec.proposers.early_exit import EarlyExitProposer
+from codespec.proposers.registry import ProposerSetup, create_proposer
 
 
 def prompt_ids(target, chars: int = 500) -> list[int]:
@@ -63,7 +63,7 @@ def test_early_exit_drafts_through_the_family_norm_and_head(family_checkpoints, 
 
 
 def test_the_default_exit_layer_and_auto_see_every_family(family_checkpoints, loaded):
-    from proposers.models import supports_early_exit
+    from codespec.proposers.models import supports_early_exit
 
     for name in ALL_FAMILIES:
         target = loaded(family_checkpoints(name).target)

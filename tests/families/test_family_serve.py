@@ -14,7 +14,7 @@ from family_layouts import FAMILIES
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig
 
-from codespec.prompts import PromptRenderer, Rewrite
+from codespec.core.prompts import PromptRenderer, Rewrite
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]  # slow: `python -m pytest --full` runs it
 
@@ -40,11 +40,11 @@ def expected(target, uri: str):
     """The inline completion and the edit's text by plain decoding, as the server builds them."""
     import dataclasses
 
-    from service.edit import edit_request, plan_edit
-    from service.engine import EngineService
-    from service.inline import completion_request, trim_completion
-    from service.options import CompletionOptions, ServerOptions
-    from service.schema import Sampling
+    from codespec.service.edit import edit_request, plan_edit
+    from codespec.service.engine import EngineService
+    from codespec.service.inline import completion_request, trim_completion
+    from codespec.service.options import CompletionOptions, ServerOptions
+    from codespec.service.schema import Sampling
 
     options = ServerOptions(
         completion=CompletionOptions(
@@ -80,7 +80,9 @@ async def servers(family_checkpoints, tmp_path_factory):
         family = family_checkpoints(name)
         root = tmp_path_factory.mktemp(f"serve-{name}")
         (root / "util.py").write_text(SOURCE)
-        client = await ClientServerConfig(server_command=[sys.executable, "-m", "commands.cli", "serve"]).start()
+        client = await ClientServerConfig(
+            server_command=[sys.executable, "-m", "codespec.commands.cli", "serve"]
+        ).start()
         await client.initialize_session(
             types.InitializeParams(
                 capabilities=types.ClientCapabilities(

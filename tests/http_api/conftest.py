@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hosted import Hosted
 
-from service.engine import EngineService
+from codespec.service.engine import EngineService
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +30,8 @@ def tiny(server_target, one_thread):
 
 @pytest.fixture(scope="module")
 def shipped(one_thread):
-    from codespec.default_model import target_path
-    from codespec.model import TargetModel
+    from codespec.core.default_model import target_path
+    from codespec.core.model import TargetModel
 
     service = EngineService(TargetModel.load(str(target_path()), device="cpu"), proposer="auto", max_draft=32)
     hosted = Hosted(service)

@@ -13,13 +13,13 @@ try:  # the HTTP client the openai package depends on (httpx2 in recent releases
 except ImportError:  # pragma: no cover
     import httpx as httpx2
 
-from codespec.config import GenerationLimits
-from codespec.decode import generate_all
-from http_api.server import start_http_server
-from service.auth import Listen
-from service.engine import EngineService
-from service.options import CompletionOptions, HttpLimits, ServerOptions
-from service.runtime import LoopThread
+from codespec.core.config import GenerationLimits
+from codespec.core.decode import generate_all
+from codespec.http_api.server import start_http_server
+from codespec.service.auth import Listen
+from codespec.service.engine import EngineService
+from codespec.service.options import CompletionOptions, HttpLimits, ServerOptions
+from codespec.service.runtime import LoopThread
 
 TOKEN = "http-test-token"
 WAIT_S = 120  # hang guard only: every wait below ends on an event

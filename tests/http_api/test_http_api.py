@@ -24,8 +24,8 @@ from hosted import (
     wait_for,
 )
 
-from codespec.prompts import Fim
-from service.engine import COMPLETION_STOP_REPEATS, EngineService
+from codespec.core.prompts import Fim
+from codespec.service.engine import COMPLETION_STOP_REPEATS, EngineService
 
 
 # ---- models, completions, chat ------------------------------------------------------------------
@@ -101,8 +101,8 @@ def test_plain_prompt_is_sent_as_it_is(shipped):
 def test_a_zeta_next_edit_prompt_drafts_from_its_excerpt_and_its_edits(shipped):
     """Zed sends Zeta's next-edit prompt to /v1/completions with no prediction: the door drafts
     from the excerpt and the diffs it shows, and the answer is plain decoding's."""
-    from service.edit_history import EditHistory
-    from service.next_edit import next_edit_request
+    from codespec.service.edit_history import EditHistory
+    from codespec.service.next_edit import next_edit_request
 
     history = EditHistory()
     before = "def f(url):\n    x = fetch(url)\n    return fetch(x)\n"
@@ -167,7 +167,7 @@ def test_chat_with_prediction_copies_it_and_counts_it(shipped):
 
 
 def test_chat_template_renders_the_messages(server_model_dir, one_thread):
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
 
     target = TargetModel.load(str(server_model_dir), device="cpu")
     target.tokenizer.chat_template = (

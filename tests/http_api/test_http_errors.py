@@ -23,8 +23,8 @@ from hosted import (
     wait_for,
 )
 
-from service.engine import EngineService
-from service.options import HttpLimits
+from codespec.service.engine import EngineService
+from codespec.service.options import HttpLimits
 
 
 # ---- errors ------------------------------------------------------------------------------------

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow  # a subprocess server
 def test_the_openai_client_against_a_gguf_model(tmp_path):
     import time
 
-    from codespec.default_model import target_path
-    from codespec.gguf_export import export_gguf
+    from codespec.core.default_model import target_path
+    from codespec.core.gguf_export import export_gguf
 
     model = export_gguf(target_path(), tmp_path / "default-q8_0.gguf", "q8_0")
     token_file = tmp_path / "token"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from http_api.schema import ApiError, finish_reason, parse_chat, parse_completion, rewrite_parts
+from codespec.http_api.schema import ApiError, finish_reason, parse_chat, parse_completion, rewrite_parts
 
 
 def user(text: str) -> tuple[dict, ...]:

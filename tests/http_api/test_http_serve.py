@@ -17,11 +17,11 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig
 
-from vllm_proposer.launch import free_port, read_until
+from codespec.vllm_proposer.launch import free_port, read_until
 
 pytestmark = pytest.mark.slow  # subprocess servers: `python -m pytest --full` runs it
 
-SERVE = [sys.executable, "-m", "commands.cli", "serve"]
+SERVE = [sys.executable, "-m", "codespec.commands.cli", "serve"]
 WAIT_S = 120
 
 

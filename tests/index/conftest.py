@@ -21,6 +21,6 @@ def index_tokenizer():
 
 @pytest.fixture(scope="session")
 def index_adapter(index_tokenizer):
-    from index.tokens import TokenizerAdapter
+    from codespec.index.tokens import TokenizerAdapter
 
     return TokenizerAdapter(index_tokenizer)

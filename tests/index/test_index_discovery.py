@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import os
 
-from index import WorkspaceIndex
-from index.discovery import Found, Skipped, discover, parse_rules
+from codespec.index import WorkspaceIndex
+from codespec.index.discovery import Found, Skipped, discover, parse_rules
 
 
 def _names(root, items):

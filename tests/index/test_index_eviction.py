@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from index import WorkspaceIndex
+from codespec.index import WorkspaceIndex
 
 
 def _body(n):

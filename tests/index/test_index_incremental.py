@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index import WorkspaceIndex
-from index.retokenize import full_encode, splice
+from codespec.index import WorkspaceIndex
+from codespec.index.retokenize import full_encode, splice
 
 # Fragments that stress pre-tokenizer edge cases: whitespace runs that merge, newlines with
 # indentation, contractions, digits, multi-byte characters, a special token, CRLF, odd spaces.
@@ -74,7 +74,7 @@ def test_splice_equals_full_encode(index_adapter, initial, edits):
 @given(initial=texts, edits=st.lists(edit, min_size=1, max_size=4))
 def test_splice_without_byte_table(index_tokenizer, initial, edits):
     """The generic path (token starts from the tokenizer's offsets) gives the same result."""
-    from index.tokens import TokenizerAdapter
+    from codespec.index.tokens import TokenizerAdapter
 
     adapter = TokenizerAdapter(index_tokenizer)
     adapter.byte_lengths = None

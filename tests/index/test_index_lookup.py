@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index import WorkspaceIndex
-from index.ranking import Occurrence, rank
+from codespec.index import WorkspaceIndex
+from codespec.index.ranking import Occurrence, rank
 
 
 def ids(adapter, text):

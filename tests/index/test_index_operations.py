@@ -9,7 +9,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index import WorkspaceIndex
+from codespec.index import WorkspaceIndex
 
 WORDS = ["alpha", "beta", "gamma", " ", "\n", "(", ")", " = ", "x", "1", "\n    ", "return", ":"]
 texts = st.lists(st.sampled_from(WORDS), min_size=0, max_size=40).map("".join)

@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from index import WorkspaceIndex
-from index import ngram as ngram_module
+from codespec.index import WorkspaceIndex
+from codespec.index import ngram as ngram_module
 
 
 def _workspace(root, files=6):
@@ -135,8 +135,8 @@ KILL_ROUNDS = 3
 WRITER = textwrap.dedent("""
     import sys
     from transformers import PreTrainedTokenizerFast
-    from index import WorkspaceIndex
-    from index.persist import content_hash
+    from codespec.index import WorkspaceIndex
+    from codespec.index.persist import content_hash
     tokenizer = PreTrainedTokenizerFast.from_pretrained(sys.argv[1])
     index = WorkspaceIndex(tokenizer, db_path=sys.argv[2], flush_seconds=0.0)
     n, group_size = int(sys.argv[3]), int(sys.argv[4])
@@ -262,7 +262,7 @@ def test_table_from_persisted_parts_matches_scan():
 
 
 def test_failed_background_write_is_reported(tmp_path, index_adapter):
-    from index.writebehind import WriteBehindDB
+    from codespec.index.writebehind import WriteBehindDB
 
     db = WriteBehindDB(tmp_path / "index.db", index_adapter.fingerprint, index_adapter.dtype)
     db.save_documents([("mem://a", None, 1, "a = 1\n", index_adapter.encode_array("a = 1\n"))])

@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.pretokens import PretokenCache
-from index.tokens import TokenizerAdapter
+from codespec.index.pretokens import PretokenCache
+from codespec.index.tokens import TokenizerAdapter
 
 # Fragments that stress GPT-2's pre-tokenizer: whitespace of every ASCII kind (including the
 # \x1c-\x1f separators that str.isspace counts and Unicode White_Space does not), runs before
@@ -77,7 +77,7 @@ def test_cache_encodes_like_the_tokenizer(index_adapter, batch):
 def test_cache_matches_on_real_source_with_the_default_tokenizer():
     from transformers import AutoTokenizer
 
-    from codespec.default_model import target_path
+    from codespec.core.default_model import target_path
 
     adapter = TokenizerAdapter(AutoTokenizer.from_pretrained(target_path()))
     assert adapter.pretokens is not None

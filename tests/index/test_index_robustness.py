@@ -11,15 +11,15 @@ import sqlite3
 import numpy as np
 import pytest
 
-from index import WorkspaceIndex
-from index.persist import SCHEMA_VERSION, IndexDB
+from codespec.index import WorkspaceIndex
+from codespec.index.persist import SCHEMA_VERSION, IndexDB
 
 ROUNDS = 30
 
 
 def _open_each(barrier, paths, errors) -> None:
     """One of two processes: open each fresh database at the same moment as the other one."""
-    from index.persist import IndexDB
+    from codespec.index.persist import IndexDB
 
     for path in paths:
         barrier.wait()
@@ -236,7 +236,7 @@ def test_damage_found_by_a_read_after_opening_is_moved_aside(tmp_path, index_tok
 
 
 def test_damage_found_by_a_write_keeps_that_write(tmp_path, index_tokenizer, index_adapter):
-    from index.writebehind import WriteBehindDB
+    from codespec.index.writebehind import WriteBehindDB
 
     db_path = tmp_path / "index.db"
     _filled_db(db_path, index_tokenizer)
@@ -256,7 +256,7 @@ def test_damage_found_by_a_write_keeps_that_write(tmp_path, index_tokenizer, ind
 
 
 def test_files_that_vanish_or_change_kind_during_a_scan_are_skipped(tmp_path):
-    from index.discovery import Found, discover
+    from codespec.index.discovery import Found, discover
 
     root = tmp_path / "ws"
     (root / "sub").mkdir(parents=True)
@@ -361,7 +361,7 @@ def test_stored_document_with_a_wrong_hash_is_not_reloaded(tmp_path, index_token
 
 
 def test_history_bound_too_small_is_refused(index_tokenizer, index_adapter):
-    from index.history import HistoryBuffer, HistoryEntry
+    from codespec.index.history import HistoryBuffer, HistoryEntry
 
     with pytest.raises(ValueError, match="history_tokens"):
         WorkspaceIndex(index_tokenizer, history_tokens=1)

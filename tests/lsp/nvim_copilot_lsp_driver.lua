@@ -20,7 +20,7 @@ H.run(function(seen)
   local bufnr = vim.api.nvim_get_current_buf()
   vim.lsp.start({
     name = 'codespec',
-    cmd = { config.python, '-m', 'commands.cli', 'serve' },
+    cmd = { config.python, '-m', 'codespec.commands.cli', 'serve' },
     root_dir = vim.fs.dirname(config.file),
     init_options = { device = 'cpu' },
   }, { bufnr = bufnr })

@@ -19,7 +19,7 @@ end
 
 local ok, failure = pcall(function()
   require('codespec').setup({
-    cmd = { python, '-m', 'commands.cli', 'serve' },
+    cmd = { python, '-m', 'codespec.commands.cli', 'serve' },
     init_options = { mode = 'auto', model = model, limits = { lineTokens = 16, editTokens = 200 } },
   })
   vim.cmd.edit(file)

@@ -12,7 +12,7 @@ end
 H.run(function(seen)
   local codespec = require('codespec')
   codespec.setup({
-    cmd = { config.python, '-m', 'commands.cli', 'serve' },
+    cmd = { config.python, '-m', 'codespec.commands.cli', 'serve' },
     init_options = { mode = 'auto', limits = { lineTokens = 16, blockTokens = 48 } },
     -- The server takes the client's first position encoding: Neovim lists utf-8 first.
     capabilities = config.encoding and { general = { positionEncodings = { config.encoding } } },

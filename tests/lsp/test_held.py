@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from lsp import held as held_module
-from lsp.framing import FrameReader, Message, Problem
-from lsp.held import HeldFrames, HeldNotification, holdable
+from codespec.lsp import held as held_module
+from codespec.lsp.framing import FrameReader, Message, Problem
+from codespec.lsp.held import HeldFrames, HeldNotification, holdable
 
 TEXT = 'def f(x):\n    return "a\\\\b" + x  # quotes " and backslashes \\\n' * 8_000  # ~500 kB
 

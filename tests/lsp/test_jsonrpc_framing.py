@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from lsp.framing import ABSENT, FOUND, UNKNOWN, FrameReader, Problem, ends_open, peek_id
-from lsp.params import ParamsTooDeep, describe_structure_error, sanitize
+from codespec.lsp.framing import ABSENT, FOUND, UNKNOWN, FrameReader, Problem, ends_open, peek_id
+from codespec.lsp.params import ParamsTooDeep, describe_structure_error, sanitize
 
 REQUEST = {"jsonrpc": "2.0", "id": 5, "method": "codespec/stats", "params": {"a": "b"}}
 BODY = json.dumps(REQUEST).encode()
@@ -234,7 +234,7 @@ def test_shutdown_can_cancel_requests_whose_callbacks_drop_them():
     done callback drops it from the same table (a race a CLI test hit once)."""
     from concurrent.futures import Future
 
-    from lsp.server import build_server
+    from codespec.lsp.server import build_server
 
     futures = build_server().protocol._request_futures
     for msg_id in range(3):

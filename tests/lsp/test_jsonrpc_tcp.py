@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 import json
 
-from lsp.server import build_server
-from lsp.tcp import serve_tcp
+from codespec.lsp.server import build_server
+from codespec.lsp.tcp import serve_tcp
 
 WAIT_S = 60  # a hang guard only
 

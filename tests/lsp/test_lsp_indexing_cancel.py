@@ -38,7 +38,7 @@ async def client(server_model_dir, tmp_path_factory):
         folder = root / f"package_{i % 40}"
         folder.mkdir(exist_ok=True)
         (folder / f"module_{i}.py").write_text(f"def function_{i}(value_0):\n{body}    return value_23\n")
-    config = ClientServerConfig(server_command=[sys.executable, "-m", "commands.cli", "serve"])
+    config = ClientServerConfig(server_command=[sys.executable, "-m", "codespec.commands.cli", "serve"])
     client = await config.start()
     await client.initialize_session(
         types.InitializeParams(

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import asyncio
 
-from service.engine import EngineService
+from codespec.service.engine import EngineService
 
 WAIT_S = 120
 LONG_TEXT = "".join(f"def function_{i}(value):\n    return value + {i}\n\n" for i in range(10))
 
 
 def test_a_failed_background_index_update_is_logged_not_lost(server_target, caplog):
-    from index import WorkspaceIndex
-    from lsp.server import CodespecServer
+    from codespec.index import WorkspaceIndex
+    from codespec.lsp.server import CodespecServer
 
     server = CodespecServer()
     server.service = EngineService(server_target, proposer="context")
@@ -21,7 +21,7 @@ def test_a_failed_background_index_update_is_logged_not_lost(server_target, capl
         server.service.attach_index(WorkspaceIndex(server_target.tokenizer, db_path=None))
         document = server.documents.open("file:///never-indexed.py", "a = 1\n", 1)
         document.indexed_text = "a = 0\n"  # the index is believed to hold it, but does not
-        with caplog.at_level("ERROR", logger="lsp.server"):
+        with caplog.at_level("ERROR", logger="codespec.lsp.server"):
             server.sync_index(document.uri)
             # Index updates are idle calls, which run in order: after this one the update is done.
             server.service.call(lambda: None, idle=True).result(WAIT_S)
@@ -35,8 +35,8 @@ def test_a_failed_background_index_update_is_logged_not_lost(server_target, capl
 async def test_newer_inline_request_supersedes_the_older_one(server_target):
     from lsprotocol import types
 
-    from lsp.server import CodespecServer, complete_at
-    from service.options import CompletionOptions, ServerOptions
+    from codespec.lsp.server import CodespecServer, complete_at
+    from codespec.service.options import CompletionOptions, ServerOptions
 
     server = CodespecServer(ServerOptions())
     server.options = ServerOptions(completion=CompletionOptions(mode="block", block_tokens=600, deadline_ms=600_000))
@@ -64,10 +64,10 @@ async def test_a_next_edit_after_an_accept_is_drafted_from_its_speculation_and_i
     from pathlib import Path
 
     from bench.next_edit_workload import load
-    from codespec.default_model import target_path
-    from codespec.model import TargetModel
-    from lsp.server import CodespecServer
-    from service.positions import position_at
+    from codespec.core.default_model import target_path
+    from codespec.core.model import TargetModel
+    from codespec.lsp.server import CodespecServer
+    from codespec.service.positions import position_at
 
     server = CodespecServer()
     service = EngineService(TargetModel.load(str(target_path()), device="cpu"), proposer="auto")

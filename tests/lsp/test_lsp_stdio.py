@@ -12,9 +12,9 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig
 
-from codespec.prompts import PromptRenderer
-from service.inline import completion_context, completion_prompt, trim_completion
-from service.options import ServerOptions
+from codespec.core.prompts import PromptRenderer
+from codespec.service.inline import completion_context, completion_prompt, trim_completion
+from codespec.service.options import ServerOptions
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -33,7 +33,7 @@ async def workspace(tmp_path_factory):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def client(server_model_dir, workspace):
-    config = ClientServerConfig(server_command=[sys.executable, "-m", "commands.cli", "serve"])
+    config = ClientServerConfig(server_command=[sys.executable, "-m", "codespec.commands.cli", "serve"])
     client = await config.start()
     capabilities = types.ClientCapabilities(
         window=types.WindowClientCapabilities(work_done_progress=True),
@@ -74,16 +74,16 @@ async def client(server_model_dir, workspace):
 
 def engine_completion(target, text: str, offset: int) -> str:
     """What the engine returns for the same context, decoded plainly (greedy is lossless)."""
-    from codespec.config import GenerationLimits
-    from codespec.decode import generate_all
-    from service.inline import target_windows
+    from codespec.core.config import GenerationLimits
+    from codespec.core.decode import generate_all
+    from codespec.service.inline import target_windows
 
     options = ServerOptions()
     windows = target_windows(
         target, options.completion.prefix_chars, options.completion.suffix_chars, LIMITS["blockTokens"]
     )
     context = completion_context(text, offset, LIMITS["lineTokens"], LIMITS["blockTokens"], *windows, invoked=True)
-    from service.engine import COMPLETION_STOP_REPEATS
+    from codespec.service.engine import COMPLETION_STOP_REPEATS
 
     finished = generate_all(
         target,
@@ -207,9 +207,9 @@ def keystrokes(client, uri: str, text: str, line: int, character: int, typed: st
 
 
 async def test_next_edit_is_the_engines_rewrite_of_the_next_site_in_copilots_shape(client, server_target, workspace):
-    from service.edit_history import EditHistory
-    from service.engine import EngineService
-    from service.next_edit import next_edit_request, suggestion
+    from codespec.service.edit_history import EditHistory
+    from codespec.service.engine import EngineService
+    from codespec.service.next_edit import next_edit_request, suggestion
 
     uri = (workspace / "next.py").as_uri()
     text = "def a(url):\n    x = fetch(url)\n    return x\n\n\ndef b(other):\n    return fetch(other)\n"

@@ -44,8 +44,8 @@ def gguf_model(tmp_path_factory) -> str:
     """The shipped model as a Q8_0 GGUF (the llama.cpp backend), or a skip without it."""
     pytest.importorskip("llama_cpp", reason="the llama.cpp backend needs: pip install 'codespec[gguf]'")
     pytest.importorskip("gguf", reason="export needs gguf-py: pip install 'codespec[gguf]'")
-    from codespec.default_model import target_path
-    from codespec.gguf_export import export_gguf
+    from codespec.core.default_model import target_path
+    from codespec.core.gguf_export import export_gguf
 
     return str(export_gguf(target_path(), tmp_path_factory.mktemp("gguf") / "default-q8_0.gguf", "q8_0"))
 

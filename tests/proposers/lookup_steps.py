@@ -3,8 +3,8 @@ output at a text position."""
 
 from __future__ import annotations
 
-from codespec.draft import Draft, ProposeContext
-from proposers.lookup_sim import replay
+from codespec.core.draft import Draft, ProposeContext
+from codespec.proposers.lookup_sim import replay
 
 
 def step_to(proposer, prompt_ids: list[int], output_ids: list[int], max_len: int = 64) -> Draft:

@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from codespec.draft import NoDraft
-from codespec.errors import CodespecError
-from proposers.assembly import ProposerAssembly, recorded_request
-from proposers.setup import RequestContext
+from codespec.core.draft import NoDraft
+from codespec.core.errors import CodespecError
+from codespec.proposers.assembly import ProposerAssembly, recorded_request
+from codespec.proposers.setup import RequestContext
 
 
 def test_model_proposers_serve_one_request_at_a_time(tiny_target):
@@ -37,7 +37,7 @@ def test_models_the_assembly_was_not_asked_for_are_not_built(tiny_target):
 
 def test_the_fallback_chain_degrades_and_says_so_once(tiny_target, caplog):
     assembly = ProposerAssembly(tiny_target, shipped_draft=False)
-    with caplog.at_level(logging.WARNING, logger="proposers.assembly"):
+    with caplog.at_level(logging.WARNING, logger="codespec.proposers.assembly"):
         for _ in range(2):
             proposer = assembly.create_with_fallback(["reference", "context"], RequestContext())
             assert proposer.name == "context"  # the reference proposer needs a reference text

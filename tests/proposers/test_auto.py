@@ -7,13 +7,13 @@ import pytest
 from engine_harness import ScriptedProposer, always_wrong, oracle, plain_greedy
 from test_draft_model import SAMPLING, SMALL_VOCAB, exact_joint, run_samples, small_vocab_pair, views_failing  # noqa: F401
 
-from codespec.config import GenerationLimits, SamplingParams
-from codespec.decode import generate_all
-from codespec.draft import Draft, MatchInfo
-from codespec.errors import CodespecError
-from proposers.auto import AutoProposer, PolicyConfig
-from proposers.draft_model import DraftModelProposer
-from proposers.registry import ProposerSetup, create_proposer
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.core.decode import generate_all
+from codespec.core.draft import Draft, MatchInfo
+from codespec.core.errors import CodespecError
+from codespec.proposers.auto import AutoProposer, PolicyConfig
+from codespec.proposers.draft_model import DraftModelProposer
+from codespec.proposers.registry import ProposerSetup, create_proposer
 
 VERIFY = (1.0, 0.01)  # a forward costs 1 s plus 0.01 s per scored draft token
 
@@ -207,7 +207,7 @@ def test_auto_sampling_is_exact(small_vocab_pair):
 
 
 def test_autos_of_one_assembly_share_what_they_learned(tiny_target):
-    from proposers.assembly import ProposerAssembly
+    from codespec.proposers.assembly import ProposerAssembly
 
     def assembly(**extra):
         config = ProposerSetup.from_options(tiny_target, {"auto_candidates": "context", **extra}).config
@@ -295,7 +295,7 @@ def test_a_repetition_after_a_long_idle_stretch_is_drafted_from_its_first_matchi
 def test_shared_forwards_stay_out_of_the_one_request_cost_table(tiny_target):
     """A batched forward's time is the batch's (the scheduler fits it by rows): booked as this
     request's own cost it would price its later steps alone as if the batch were still there."""
-    from codespec.draft import BatchShare, Outcome, ProposeContext
+    from codespec.core.draft import BatchShare, Outcome, ProposeContext
 
     auto = AutoProposer(lookups=[ScriptedProposer("context", lambda ids, max_len: [1, 2, 3])])
     sequence = tiny_target.encode("def add(a, b):\n    return a + b\n")

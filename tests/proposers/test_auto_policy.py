@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from proposers.costs import ForwardCosts, LinearCost
-from proposers.policy import (
+from codespec.proposers.costs import ForwardCosts, LinearCost
+from codespec.proposers.policy import (
     AcceptanceTable,
     Candidate,
     DepthAcceptance,
@@ -187,7 +187,7 @@ def test_probe_interval_doubles_and_resets():
 # -- behaviour on streams ------------------------------------------------------------------
 # -- which lookups are asked (proposers/looks.py) -------------------------------------------
 def test_look_gate_asks_a_dear_lookup_only_while_it_pays_and_backs_off_exploring():
-    from proposers.looks import LookGate
+    from codespec.proposers.looks import LookGate
 
     gate = LookGate(share=0.02, warmup=4, max_interval=8)
     plain_s = 0.003
@@ -214,7 +214,7 @@ def test_look_gate_asks_a_dear_lookup_only_while_it_pays_and_backs_off_exploring
 
 # -- drafts in a batch -------------------------------------------------------------------------
 def test_a_batch_shrinks_drafts_whose_rows_no_longer_pay_for_the_others_wait():
-    from proposers.policy import Candidate, choose
+    from codespec.proposers.policy import Candidate, choose
 
     # cost(k) = 100 ms + 5 ms per drafted row (a CPU at a few hundred rows); acceptance falls with depth
     acceptance = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.05, 0.05]

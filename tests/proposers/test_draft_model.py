@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from bench.shapes import build_tokenizer, random_llama
-from codespec.config import GenerationLimits, SamplingParams
-from codespec.decode import generate_all
-from codespec.draft import Draft, NoDraft
-from codespec.errors import CodespecError
-from codespec.model import TargetModel
-from codespec.sampling import process_logits
-from proposers.draft_model import DraftModelProposer
-from proposers.registry import ProposerSetup, create_proposer
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.core.decode import generate_all
+from codespec.core.draft import Draft, NoDraft
+from codespec.core.errors import CodespecError
+from codespec.core.model import TargetModel
+from codespec.core.sampling import process_logits
+from codespec.proposers.draft_model import DraftModelProposer
+from codespec.proposers.registry import ProposerSetup, create_proposer
 
 
 def perturbed(target: TargetModel, scale: float, seed: int) -> TargetModel:
@@ -68,7 +68,7 @@ def test_a_draft_with_another_tokenizer_is_refused_clearly(tiny_target, tmp_path
 
 
 def test_no_draft_model_is_a_clear_error(tiny_target, monkeypatch):
-    monkeypatch.setattr("proposers.draft_model.default_draft_path", lambda: None)
+    monkeypatch.setattr("codespec.proposers.draft_model.default_draft_path", lambda: None)
     with pytest.raises(CodespecError, match="no draft model"):
         create_proposer("draft", ProposerSetup.from_options(tiny_target, {}))
 

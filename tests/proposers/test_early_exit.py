@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from bench.shapes import random_llama
-from codespec.config import GenerationLimits, SamplingParams
-from codespec.decode import generate_all
-from codespec.draft import NoDraft, ProposeContext
-from codespec.errors import CodespecError
-from codespec.model import TargetModel, truncated_layers
-from codespec.sampling import make_generator, process_logits
-from proposers.early_exit import EarlyExitProposer
-from proposers.registry import ProposerSetup, create_proposer
+from codespec.core.config import GenerationLimits, SamplingParams
+from codespec.core.decode import generate_all
+from codespec.core.draft import NoDraft, ProposeContext
+from codespec.core.errors import CodespecError
+from codespec.core.model import TargetModel, truncated_layers
+from codespec.core.sampling import make_generator, process_logits
+from codespec.proposers.early_exit import EarlyExitProposer
+from codespec.proposers.registry import ProposerSetup, create_proposer
 
 LAYERS = 4
 

@@ -9,12 +9,12 @@ import sysconfig
 import pytest
 from lookup_steps import cut_after, step_to
 
-from codespec.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
-from index import WorkspaceIndex
-from proposers.index_lookup import IndexLookup
-from proposers.lookup_sim import replay
-from proposers.registry import ProposerSetup, create_proposer
-from proposers.token_bytes import TokenBytes
+from codespec.core.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
+from codespec.index import WorkspaceIndex
+from codespec.proposers.index_lookup import IndexLookup
+from codespec.proposers.lookup_sim import replay
+from codespec.proposers.registry import ProposerSetup, create_proposer
+from codespec.proposers.token_bytes import TokenBytes
 
 STDLIB = sysconfig.get_paths()["stdlib"]
 CLIENT = (
@@ -104,9 +104,9 @@ def test_replay_of_a_copied_file_uses_long_drafts(index, tokenizer):
 
 def test_greedy_output_is_identical_with_index_lookup(tmp_path):
     from bench.shapes import save_random_model
-    from codespec.config import GenerationLimits
-    from codespec.decode import generate_all
-    from codespec.model import TargetModel
+    from codespec.core.config import GenerationLimits
+    from codespec.core.decode import generate_all
+    from codespec.core.model import TargetModel
 
     target = TargetModel.load(
         str(save_random_model(tmp_path / "tiny", _corpus(), "tiny", vocab_size=512, seed=5, init_std=0.2)),
@@ -127,7 +127,7 @@ def test_greedy_output_is_identical_with_index_lookup(tmp_path):
 
 
 def test_simulate_completions_with_a_workspace(tokenizer, tmp_path):
-    from commands.cli import main
+    from codespec.commands.cli import main
 
     tokenizer.save_pretrained(tmp_path / "tok")
     workspace = tmp_path / "ws.jsonl"
@@ -395,7 +395,7 @@ def test_a_two_token_match_drafts_from_the_current_document_but_not_from_another
     setup = ProposerSetup.from_options(None, {"index": WorkspaceIndex(tokenizer), "min_other_match": "4"})
     assert create_proposer("index", setup).min_other_match == 4
     # auto prices drafts by match length itself: its index proposer sees every match unless told
-    from proposers.auto import build_auto
+    from codespec.proposers.auto import build_auto
 
     def auto_index(options):
         auto = build_auto(ProposerSetup.from_options(None, {"index": WorkspaceIndex(tokenizer), **options}))
@@ -409,8 +409,8 @@ def test_under_auto_the_index_asks_the_requests_own_text_only_where_no_context_l
     an auto restricted to the index (no context lookup) keeps it in the index's drafts."""
     import dataclasses
 
-    from codespec.target import TokenizerTarget
-    from proposers.setup import RequestContext
+    from codespec.core.target import TokenizerTarget
+    from codespec.proposers.setup import RequestContext
 
     request = RequestContext(index=WorkspaceIndex(tokenizer))
     for candidates, asked in (("context,index", False), ("index", True)):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proposers.edit_rules import Rule, apply_rules, predict, rules_from_edit
-from proposers.next_edit import NextEditLookup
+from codespec.proposers.edit_rules import Rule, apply_rules, predict, rules_from_edit
+from codespec.proposers.next_edit import NextEditLookup
 
 WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
 
@@ -67,8 +67,8 @@ def test_no_rules_from_a_no_op_or_a_huge_edit():
 
 @pytest.fixture(scope="module")
 def shipped():
-    from codespec.default_model import target_path
-    from codespec.model import TargetModel
+    from codespec.core.default_model import target_path
+    from codespec.core.model import TargetModel
 
     return TargetModel.load(str(target_path()), device="cpu")
 
@@ -118,8 +118,8 @@ def test_cross_file_cases_pair_hunks_of_two_files_of_one_commit():
 def test_next_edit_drafting_beats_the_copy_pointer_on_renames(shipped, next_edit_cases):
     """Model-free replay of the true next edit (proposers.lookup_sim): the pointer over the
     predicted window needs fewer forwards than the pointer over the window itself."""
-    from proposers.lookup_sim import replay
-    from proposers.reference import ReferenceLookup
+    from codespec.proposers.lookup_sim import replay
+    from codespec.proposers.reference import ReferenceLookup
 
     renames = [case for case in next_edit_cases if case.kind == "rename"][:30]
     forwards = {"reference": 0, "next-edit": 0}
@@ -138,12 +138,12 @@ def test_next_edit_drafting_beats_the_copy_pointer_on_renames(shipped, next_edit
 
 
 def test_greedy_is_plain_decoding_with_next_edit_drafting_on_the_shipped_model(shipped, next_edit_cases):
-    from codespec.config import GenerationLimits, SamplingParams
-    from codespec.decode import generate_all
-    from codespec.draft import NoDraft
-    from codespec.next_edit_prompts import EditEvent, edits_instruction
-    from codespec.prompts import PromptRenderer, Rewrite
-    from proposers.registry import ProposerSetup, create_proposer
+    from codespec.core.config import GenerationLimits, SamplingParams
+    from codespec.core.decode import generate_all
+    from codespec.core.draft import NoDraft
+    from codespec.core.next_edit_prompts import EditEvent, edits_instruction
+    from codespec.core.prompts import PromptRenderer, Rewrite
+    from codespec.proposers.registry import ProposerSetup, create_proposer
 
     renderer = PromptRenderer(shipped.tokenizer, shipped.prompt_format)
     drafted = 0

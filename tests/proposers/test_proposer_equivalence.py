@@ -13,14 +13,14 @@ import torch
 from engine_harness import assert_greedy_equivalent, plain_greedy
 
 from bench.shapes import random_llama
-from codespec.model import TargetModel
-from index import WorkspaceIndex
-from proposers.auto import AutoProposer
-from proposers.draft_model import DraftModelProposer
-from proposers.early_exit import EarlyExitProposer
-from proposers.index_lookup import IndexLookup
-from proposers.reference import ReferenceLookup
-from proposers.registry import ProposerSetup, create_proposer
+from codespec.core.model import TargetModel
+from codespec.index import WorkspaceIndex
+from codespec.proposers.auto import AutoProposer
+from codespec.proposers.draft_model import DraftModelProposer
+from codespec.proposers.early_exit import EarlyExitProposer
+from codespec.proposers.index_lookup import IndexLookup
+from codespec.proposers.reference import ReferenceLookup
+from codespec.proposers.registry import ProposerSetup, create_proposer
 
 MAX_NEW = 24
 DRAFT_LENS = (1, 3, 8, 16)

@@ -8,11 +8,11 @@ import sysconfig
 import pytest
 from lookup_steps import cut_after, step_to
 
-from codespec.draft import Draft, Outcome, ProposeContext
-from proposers.lookup_sim import replay
-from proposers.reference import ReferenceLookup, best_anchor
-from proposers.registry import ProposerSetup, create_proposer
-from proposers.token_bytes import TokenBytes
+from codespec.core.draft import Draft, Outcome, ProposeContext
+from codespec.proposers.lookup_sim import replay
+from codespec.proposers.reference import ReferenceLookup, best_anchor
+from codespec.proposers.registry import ProposerSetup, create_proposer
+from codespec.proposers.token_bytes import TokenBytes
 
 STDLIB = sysconfig.get_paths()["stdlib"]
 
@@ -182,7 +182,7 @@ def test_from_setup_needs_the_reference_text(tokenizer):
 @pytest.fixture(scope="module")
 def tiny_target(tmp_path_factory):
     from bench.shapes import save_random_model
-    from codespec.model import TargetModel
+    from codespec.core.model import TargetModel
 
     directory = save_random_model(
         tmp_path_factory.mktemp("tiny"), _corpus(), "tiny", vocab_size=512, seed=3, init_std=0.2
@@ -191,8 +191,8 @@ def tiny_target(tmp_path_factory):
 
 
 def test_greedy_output_is_identical_with_the_copy_pointer(tiny_target):
-    from codespec.config import GenerationLimits
-    from codespec.decode import generate_all
+    from codespec.core.config import GenerationLimits
+    from codespec.core.decode import generate_all
 
     prompt_ids = tiny_target.encode("def merge(left, right):\n    result = []\n")
     limits = GenerationLimits(max_new_tokens=96, max_draft_len=32)
@@ -270,7 +270,7 @@ def test_any_text_split_anywhere_is_copied_in_long_drafts(codec, text, cut):
 
 
 def test_tokenizer_forms_and_edge_cases(tokenizer, codec):
-    from index import TokenizerAdapter
+    from codespec.index import TokenizerAdapter
 
     text = "value = compute(1)\n"
     expected = tuple(codec.encode(text))

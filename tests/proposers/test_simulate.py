@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from bench.hf_rule import PromptLookupRule
-from codespec.draft import EMPTY_DRAFT, Draft, NoDraft, ProposeContext
-from commands.cli import main
-from proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
+from codespec.commands.cli import main
+from codespec.core.draft import EMPTY_DRAFT, Draft, NoDraft, ProposeContext
+from codespec.proposers.lookup_sim import ceiling_forwards, hindsight_forwards, replay
 
 WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
 JSON_KEYS = {
@@ -241,7 +241,7 @@ def test_cli_bad_workload_bytes_name_the_file_and_line(tmp_path):
         [
             sys.executable,
             "-m",
-            "commands.cli",
+            "codespec.commands.cli",
             "simulate",
             "--workload",
             str(workload),

@@ -11,12 +11,12 @@ import threading
 
 import pytest
 
-from index import WorkspaceIndex
-from index.ingest import ScanCancelled
-from service import indexing
-from service.engine import EngineService
-from service.jobs import GenerationRequest
-from service.runtime import close_service
+from codespec.index import WorkspaceIndex
+from codespec.index.ingest import ScanCancelled
+from codespec.service import indexing
+from codespec.service.engine import EngineService
+from codespec.service.jobs import GenerationRequest
+from codespec.service.runtime import close_service
 
 WAIT_S = 60  # a hang guard only
 FILES = 300  # three tokenizer batches (index.scan.BATCH_FILES = 128)
@@ -176,7 +176,7 @@ def test_shutdown_during_a_scan_stops_it_and_the_database_stays_consistent(serve
 
 def test_a_scan_refuses_a_tokenizer_that_tokenizes_differently(server_target, workspace):
     from bench.shapes import build_tokenizer
-    from index import TokenizerAdapter
+    from codespec.index import TokenizerAdapter
 
     other = TokenizerAdapter(build_tokenizer(["def other(x):\n    return x\n" * 20], vocab_size=300))
     index = WorkspaceIndex(server_target.tokenizer)
@@ -207,7 +207,7 @@ def test_a_queued_scan_that_is_cancelled_ends_with_scan_cancelled(server_target,
 def test_the_memory_budget_reaches_the_index_and_evicts(server_target, workspace, tmp_path):
     """`index.maxTokens` (IndexOptions.max_tokens) bounds what the server's index keeps in
     memory: the least recently used documents go, the database keeps them all."""
-    from service.options import parse_options
+    from codespec.service.options import parse_options
 
     options, messages = parse_options({"index": {"maxTokens": 2000}})
     assert options.index.max_tokens == 2000 and not messages

@@ -10,10 +10,10 @@ import threading
 import pytest
 import torch
 
-from codespec.errors import InvalidRequestError
-from service.engine import EngineService
-from service.jobs import GenerationRequest
-from service.schema import RequestKind
+from codespec.core.errors import InvalidRequestError
+from codespec.service.engine import EngineService
+from codespec.service.jobs import GenerationRequest
+from codespec.service.schema import RequestKind
 
 WAIT_S = 180
 CODE = "".join(f"def function_{i}(value):\n    return value * {i} + {i % 3}\n\n" for i in range(12))
@@ -66,7 +66,7 @@ def test_past_max_batch_requests_wait_and_are_all_answered(server_target, alone)
     finally:
         service.close()
     assert texts == alone
-    from service.scheduler import COMPLETION_HEADROOM
+    from codespec.service.scheduler import COMPLETION_HEADROOM
 
     # rewrites keep to 2; inline completions (four of the six) may take the headroom beyond it
     assert 2 <= stats["batching"]["largest_batch"] <= 2 + COMPLETION_HEADROOM
@@ -199,7 +199,7 @@ def test_a_rewrite_sits_out_most_cycles_of_an_inline_completion_and_still_moves(
     """Beside an inline completion (a user typing), another request joins one cycle in
     MAX_YIELD + 1: the completion's forwards rarely carry the rewrite's rows, the rewrite is not
     stopped, and neither output changes."""
-    from service.scheduler import MAX_YIELD
+    from codespec.service.scheduler import MAX_YIELD
 
     completion_request = GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=24, proposer="none")
     plain = EngineService(server_target, proposer="none", max_draft=8)
@@ -216,7 +216,7 @@ def test_a_rewrite_sits_out_most_cycles_of_an_inline_completion_and_still_moves(
 def test_each_inline_completion_starts_a_fresh_count_of_sit_outs(server_target):
     """The rewrite sits out the first MAX_YIELD cycles of every completion, also of one that comes
     after another completion ended part-way through the rewrite's count."""
-    from service.scheduler import MAX_YIELD
+    from codespec.service.scheduler import MAX_YIELD
 
     completions = [
         GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=11, proposer="none", cache_key="a"),
@@ -240,7 +240,7 @@ def test_a_next_edit_asked_ahead_does_not_make_others_sit_out(server_target):
 
 
 def test_an_evicted_cache_is_reused_for_the_next_new_document(server_target):
-    from service.bookkeeping import CachePool
+    from codespec.service.bookkeeping import CachePool
 
     pool = CachePool(server_target, capacity=1, spare=1)
     first = pool.take("a")
@@ -259,7 +259,7 @@ def test_prompt_chunks_are_fixed_per_target_and_shorter_for_larger_models_on_a_c
     unknown, PROMPT_CHUNK. The chunk is the target's, never the batch's."""
     from types import SimpleNamespace
 
-    from service.scheduler import MIN_PROMPT_CHUNK, PROMPT_CHUNK, prompt_chunk
+    from codespec.service.scheduler import MIN_PROMPT_CHUNK, PROMPT_CHUNK, prompt_chunk
 
     def sized(parameters, device="cpu"):
         return SimpleNamespace(parameter_count=parameters, device=torch.device(device))
@@ -337,8 +337,8 @@ def test_background_prompts_share_cycles_within_the_prompt_budget(server_target)
 def test_a_request_held_for_prompt_room_is_not_priced_as_part_of_the_forward(server_target, monkeypatch):
     """A draft is priced against the requests its forward serves: one the prompt budget holds this
     cycle is not among them (BatchShare.requests is the forward's size)."""
-    from codespec.decode import HOLD, Decoding
-    from codespec.draft import ALONE
+    from codespec.core.decode import HOLD, Decoding
+    from codespec.core.draft import ALONE
 
     target = RecordingTarget(server_target)
     service = EngineService(target, proposer="none", max_draft=8)

@@ -12,10 +12,10 @@ pytest.importorskip("gguf", reason="export needs gguf-py: pip install 'codespec[
 
 from test_batching import WAIT_S, requests  # noqa: E402
 
-from codespec.default_model import target_path  # noqa: E402
-from codespec.gguf_export import export_gguf  # noqa: E402
-from codespec.llama_cpp_target import LlamaCppTarget  # noqa: E402
-from service.engine import EngineService  # noqa: E402
+from codespec.core.default_model import target_path  # noqa: E402
+from codespec.core.gguf_export import export_gguf  # noqa: E402
+from codespec.core.llama_cpp_target import LlamaCppTarget  # noqa: E402
+from codespec.service.engine import EngineService  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from lsp.next_edits import NextEdits, Speculation
-from proposers.edit_rules import anchors
-from service.edit_history import EditHistory
-from service.indexing import read_file
-from service.next_edit import PROBES, NextEditPlan, OtherDocument, find_site, next_edit_request, site_in
+from codespec.lsp.next_edits import NextEdits, Speculation
+from codespec.proposers.edit_rules import anchors
+from codespec.service.edit_history import EditHistory
+from codespec.service.indexing import read_file
+from codespec.service.next_edit import PROBES, NextEditPlan, OtherDocument, find_site, next_edit_request, site_in
 
 RENAME = [("    x = fetch(url)\n", "    x = fetch_all(url)\n")]
 ARGUMENT = [("    show(x)\n", "    show(x, flush=True)\n")]

@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from service import indexing
-from service.engine import LARGE_DOCUMENT_CHARS, EngineService
-from service.jobs import GenerationRequest
-from service.runtime import close_service
+from codespec.service import indexing
+from codespec.service.engine import LARGE_DOCUMENT_CHARS, EngineService
+from codespec.service.jobs import GenerationRequest
+from codespec.service.runtime import close_service
 
 WAIT_S = 120
 
@@ -58,7 +58,7 @@ def test_prompts_are_tokenized_off_the_engine_thread_in_submission_order(server_
 def test_a_large_document_is_tokenized_off_the_engine_thread_and_its_updates_follow_it(server_target, tmp_path):
     service = EngineService(server_target, proposer="auto", max_draft=8)
     try:
-        index = indexing.open_index(service, tmp_path / "index.sqlite")
+        index = indexing.open_index(service, tmp_path / "codespec.index.sqlite")
         assert index is not None
         engine_encodes: list[tuple[str, int]] = []
         original = index.adapter.encode_array
@@ -91,7 +91,7 @@ def test_a_large_document_is_tokenized_off_the_engine_thread_and_its_updates_fol
 
 
 def test_index_document_without_an_index_is_refused(server_target):
-    from codespec.errors import CodespecError
+    from codespec.core.errors import CodespecError
 
     service = EngineService(server_target, proposer="none", max_draft=8)
     try:

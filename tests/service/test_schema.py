@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from http_api.schema import ApiError, parse_completion
-from service import schema
-from service.jobs import GenerationRequest
-from service.schema import LIMITS, RequestKind
-from websocket_api.protocol import ProtocolError, parse_message
+from codespec.http_api.schema import ApiError, parse_completion
+from codespec.service import schema
+from codespec.service.jobs import GenerationRequest
+from codespec.service.schema import LIMITS, RequestKind
+from codespec.websocket_api.protocol import ProtocolError, parse_message
 
 FIELDS = [
     ("max_tokens", 1, True),
@@ -81,7 +81,7 @@ def test_stop_strings_keep_their_order_without_duplicates():
 
 
 def test_proposer_names_come_from_the_one_table():
-    from proposers.registry import available_proposers
+    from codespec.proposers.registry import available_proposers
 
     for name in available_proposers():
         assert schema.proposer(name) == name

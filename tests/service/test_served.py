@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from service.served import EngineEndpoint, EngineUnavailable
+from codespec.service.served import EngineEndpoint, EngineUnavailable
 
 
 def closed_port() -> int:
@@ -28,7 +28,7 @@ def test_an_engine_that_is_not_running_is_named_in_the_error():
 def test_serve_with_a_bad_engine_url_exits_with_the_reason(url, message):
     url = url or f"http://127.0.0.1:{closed_port()}"
     result = subprocess.run(
-        [sys.executable, "-m", "commands.cli", "serve", "--http", "--engine-url", url],
+        [sys.executable, "-m", "codespec.commands.cli", "serve", "--http", "--engine-url", url],
         capture_output=True,
         text=True,
         timeout=60,

@@ -16,5 +16,5 @@ if ! "$py" -c "import vllm" >/dev/null 2>&1; then
   "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 fi
 "$py" -m pip install -q -e ".[vllm]" || exit 1
-"$py" -c "import vllm, vllm_proposer.proposer" || exit 1
+"$py" -c "import vllm, codespec.vllm_proposer.proposer" || exit 1
 echo "$py"

@@ -6,11 +6,11 @@ import random
 import numpy as np
 from transformers import AutoTokenizer
 
-from codespec.default_model import target_path
-from codespec.prompts import FORMATS
-from vllm_proposer.drafter import BatchDrafter
-from vllm_proposer.options import DrafterOptions
-from vllm_proposer.rows import Row
+from codespec.core.default_model import target_path
+from codespec.core.prompts import FORMATS
+from codespec.vllm_proposer.drafter import BatchDrafter
+from codespec.vllm_proposer.options import DrafterOptions
+from codespec.vllm_proposer.rows import Row
 
 SOURCES = [
     "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n"
@@ -134,7 +134,7 @@ class CompletionEngine(ScriptedEngine):
 def test_what_a_sequence_generated_drafts_for_later_ones_through_the_session_history():
     """With an index, a sequence's output goes into its session history when its row leaves the
     batch (as codespec's engine records each request's output); a later request drafts from it."""
-    from index import WorkspaceIndex
+    from codespec.index import WorkspaceIndex
 
     tokenizer = AutoTokenizer.from_pretrained(target_path())
     index = WorkspaceIndex(tokenizer)
@@ -162,7 +162,7 @@ def test_a_follow_up_turn_records_each_answer_apart_and_nothing_past_the_end():
     """A chat's next turn extends the previous one's sequence (prompt, answer, new message): the
     drafter follows it as the same sequence, and each answer is its own history entry, cut at the
     first special token (tokens vLLM accepted past the end of an answer are not output)."""
-    from index import WorkspaceIndex
+    from codespec.index import WorkspaceIndex
 
     tokenizer = AutoTokenizer.from_pretrained(target_path())
     index = WorkspaceIndex(tokenizer)

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from codespec.errors import CodespecError
-from commands.cli import main
-from vllm_proposer.options import CLASS_PATH, DrafterOptions, speculative_config
+from codespec.commands.cli import main
+from codespec.core.errors import CodespecError
+from codespec.vllm_proposer.options import CLASS_PATH, DrafterOptions, speculative_config
 
 
 def load(path: str):
@@ -41,6 +41,6 @@ def test_bad_options_are_refused():
     with pytest.raises(CodespecError, match=">= 1"):
         speculative_config(DrafterOptions(), 0)
     with pytest.raises(AttributeError):
-        load("vllm_proposer.configured.CodespecProposer_zz")
+        load("codespec.vllm_proposer.configured.CodespecProposer_zz")
     with pytest.raises(AttributeError):
-        load("vllm_proposer.configured.Other")
+        load("codespec.vllm_proposer.configured.Other")

@@ -16,7 +16,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from vllm_proposer.launch import Door, VllmServer
+from codespec.vllm_proposer.launch import Door, VllmServer
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,10 @@ def engine(tmp_path_factory):
     """vLLM's OpenAI server with codespec's proposer (K=16) on the shipped model."""
     python = vllm_python()
     config = subprocess.run(
-        [sys.executable, "-m", "commands.cli", "vllm-config", "--k", "16"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "codespec.commands.cli", "vllm-config", "--k", "16"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert json.loads(config)["method"] == "custom_class"
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from vllm_proposer.rows import Row, RowStates
+from codespec.vllm_proposer.rows import Row, RowStates
 
 
 def make_states():

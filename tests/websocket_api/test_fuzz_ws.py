@@ -15,10 +15,10 @@ from websockets.asyncio.client import connect
 
 from bench.soak_values import answer_key
 from bench.soak_ws import FINAL_TYPES, ws_message
-from service.auth import Listen
-from service.engine import EngineService
-from service.options import CompletionOptions, ServerOptions, WsLimits
-from websocket_api.server import bound_port, start_ws_server
+from codespec.service.auth import Listen
+from codespec.service.engine import EngineService
+from codespec.service.options import CompletionOptions, ServerOptions, WsLimits
+from codespec.websocket_api.server import bound_port, start_ws_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

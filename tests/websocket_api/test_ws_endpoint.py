@@ -11,12 +11,12 @@ import pytest_asyncio
 import websockets
 from websockets.asyncio.client import connect
 
-from codespec.prompts import PromptRenderer
-from service.auth import Listen
-from service.engine import EngineService
-from service.inline import completion_context, completion_prompt
-from service.options import CompletionOptions, ServerOptions, WsLimits
-from websocket_api.server import bound_port, start_ws_server
+from codespec.core.prompts import PromptRenderer
+from codespec.service.auth import Listen
+from codespec.service.engine import EngineService
+from codespec.service.inline import completion_context, completion_prompt
+from codespec.service.options import CompletionOptions, ServerOptions, WsLimits
+from codespec.websocket_api.server import bound_port, start_ws_server
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -60,8 +60,8 @@ async def until_final(ws, request_id) -> tuple[list[str], dict]:
 
 
 async def test_complete_streams_what_the_engine_returns(endpoint, server_target):
-    from codespec.config import GenerationLimits
-    from codespec.decode import generate_all
+    from codespec.core.config import GenerationLimits
+    from codespec.core.decode import generate_all
 
     prefix, suffix = "def scale(values, factor):\n    return [value * ", "\n"
     async with authorized(endpoint) as ws:
@@ -69,8 +69,8 @@ async def test_complete_streams_what_the_engine_returns(endpoint, server_target)
         deltas, done = await until_final(ws, "c1")
     assert done["type"] == "done", done
     assert "".join(deltas) == done["text"]
-    from service.engine import COMPLETION_STOP_REPEATS
-    from service.inline import target_windows
+    from codespec.service.engine import COMPLETION_STOP_REPEATS
+    from codespec.service.inline import target_windows
 
     windows = target_windows(
         server_target, OPTIONS.completion.prefix_chars, OPTIONS.completion.suffix_chars, OPTIONS.completion.block_tokens

@@ -1,0 +1,7 @@
+"""``python -m codespec``: the ``codespec`` command without its console script."""
+
+import sys
+
+from codespec.commands.cli import main
+
+sys.exit(main())

@@ -1,0 +1,400 @@
+"""What one HTTP request does with the engine (``http_api.server`` routes to it): the request it builds,
+the generation it streams or answers, the prediction tokens it counts.
+
+:class:`HttpDoor` builds engine requests with the service's request builders (the ones every door uses) and
+holds the count of running generations. :class:`Generation` is the response, an ASGI app of its
+own: it listens for the client's ``http.disconnect`` while the job runs (a client that goes away
+cancels its job, which stops at its next cycle), and a streamed response's headers wait for the
+first text (or the end), so an error the engine finds at its first cycle (a prompt longer than
+the context) is still a plain 400.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import difflib
+import logging
+import threading
+import time
+
+from codespec.core.errors import CodespecError, InvalidRequestError
+from codespec.core.next_edit_prompts import zeta_edits, zeta_excerpt
+from codespec.http_api.schema import (
+    ALIAS,
+    COMPLETION_DEFAULT_MAX_TOKENS,
+    ApiError,
+    ChatBody,
+    CompletionBody,
+    Envelope,
+    chat_response,
+    completion_response,
+    error_body,
+    json_text,
+    rewrite_parts,
+    sse,
+    text_chunk,
+    usage_body,
+    usage_chunk,
+)
+from codespec.service.edit import edit_request, plan_text_edit
+from codespec.service.engine import EngineService
+from codespec.service.inline import completion_request
+from codespec.service.jobs import AsyncJob, GenerationRequest, JobResult, prompt_request
+from codespec.service.options import HttpLimits, ServerOptions
+
+log = logging.getLogger(__name__)
+JSON_HEADERS = [(b"content-type", b"application/json")]
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class HttpDoor:
+    """The engine service as the HTTP handlers see it: request building, prediction counting,
+    the count of running generations."""
+
+    def __init__(
+        self, service: EngineService, options: ServerOptions, limits: HttpLimits, draft: str | None = None
+    ) -> None:
+        self.service = service
+        self.options = options
+        self.limits = limits
+        self.model_id = str(getattr(service.target, "name", "") or "codespec")
+        self.draft_id = draft
+        self.created = int(time.time())
+        self.running = 0
+        self._tokenizer = None  # a private copy (a fast tokenizer must not be shared across threads)
+        self._tokenizer_lock = threading.Lock()
+        self._copying: asyncio.Lock | None = None
+
+    # ---- requests ---------------------------------------------------------------------------
+    def served_models(self) -> tuple[str, ...]:
+        """The ``model`` names a request may ask for: the loaded target and the ``codespec`` alias."""
+        return tuple(dict.fromkeys([self.model_id, ALIAS]))
+
+    def check_model(self, name: str | None) -> None:
+        """A name this server does not serve is OpenAI's 404 ``model_not_found`` (unless ``any_model``)."""
+        if name is None or self.limits.any_model or name in self.served_models():
+            return
+        served = ", ".join(repr(served) for served in self.served_models())
+        draft = f"; {self.draft_id!r} is the draft model, which only drafts" if name == self.draft_id else ""
+        raise ApiError(
+            404,
+            f"the model {name!r} is not served here (served: {served}{draft}); "
+            "start the server with --http-any-model to serve every name with the loaded model",
+            "model",
+            "model_not_found",
+        )
+
+    def completion(self, body: CompletionBody) -> GenerationRequest:
+        """``suffix`` given: fill-in-the-middle over the model's FIM format, windowed around the
+        cursor as the editors' completions are. No suffix: ``prompt`` is sent as it is (OpenAI's
+        plain continuation; an editor that renders its own FIM prompt, as Zed does, gets exactly
+        that prompt)."""
+        call, sampling = body.call, body.call.sampling
+        self.check_model(call.model)
+        key = f"http:{call.path}" if call.path else None
+        if body.suffix is None:
+            budget = sampling.max_tokens or COMPLETION_DEFAULT_MAX_TOKENS
+            excerpt = zeta_excerpt(body.prompt) if body.prediction is None else None
+            if excerpt is not None:
+                # A next-edit prompt (Zed's Zeta layout): the answer rewrites the excerpt, so the
+                # excerpt is the draft and the diffs it shows are the edits to repeat (docs/next-edit.md)
+                return prompt_request(
+                    body.prompt,
+                    budget,
+                    chat=True,
+                    sampling=sampling,
+                    reference=excerpt,
+                    edits=call.edits or zeta_edits(body.prompt),
+                    cache_key=key,
+                    uri=call.path,
+                    origin="http",
+                )
+            return prompt_request(
+                body.prompt,
+                budget,
+                sampling=sampling,
+                reference=body.prediction,
+                edits=call.edits,
+                cache_key=key,
+                uri=call.path,
+                origin="http",
+            )
+        request, _ = completion_request(
+            body.prompt + body.suffix,
+            len(body.prompt),
+            self.options,
+            self.service.windows_for(self.options),
+            invoked=True,
+            uri=call.path,
+            cache_key=key,
+            reference=body.prediction,
+            sampling=sampling,
+            deadline=False,
+            origin="http",
+        )
+        return request
+
+    async def chat(self, body: ChatBody) -> GenerationRequest:
+        """With a chat template: ``messages`` rendered by it, sent as they are. Without one:
+        codespec's rewrite format over the last user message's fenced code block."""
+        call, sampling = body.call, body.call.sampling
+        self.check_model(call.model)
+        key = f"http-chat:{call.path}" if call.path else None
+        max_tokens = sampling.max_tokens or self.service.target.max_context  # the service caps it at the context
+        if self.service.prompts.chat:
+            prompt = await self._render_chat(body.messages)
+            return prompt_request(
+                prompt,
+                max_tokens,
+                chat=True,
+                sampling=sampling,
+                reference=body.prediction,
+                edits=call.edits,
+                cache_key=key,
+                uri=call.path,
+                origin="http",
+            )
+        region, instruction = rewrite_parts(body.messages, body.prediction)
+        plan = plan_text_edit(region, instruction, body.prediction, max_tokens)
+        return edit_request(
+            plan, sampling=sampling, cache_key=key, uri=call.path, whole_budget=True, edits=call.edits, origin="http"
+        )
+
+    async def _render_chat(self, messages) -> str:
+        tokenizer = await self.tokenizer()
+
+        def render() -> str:
+            with self._tokenizer_lock:
+                return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+        try:
+            return await asyncio.to_thread(render)
+        except Exception as error:  # the template refuses these messages (roles, order)
+            raise ApiError(
+                400, f"the model's chat template refused these messages: {error}", "messages", "invalid_value"
+            ) from None
+
+    async def tokenizer(self):
+        """A private copy of the target's tokenizer, made once on the engine thread."""
+        if self._tokenizer is None:
+            if self._copying is None:
+                self._copying = asyncio.Lock()
+            async with self._copying:
+                if self._tokenizer is None:
+                    tokenizer = self.service.target.tokenizer
+                    self._tokenizer = await self.service.acall(lambda: copy.deepcopy(tokenizer))
+        return self._tokenizer
+
+    async def prediction_tokens(self, prediction: str, text: str) -> tuple[int, int]:
+        """(accepted, rejected) as OpenAI defines them: the prediction's tokens that appear in the
+        completion (aligned in order, as a diff aligns them), and those that do not."""
+        tokenizer = await self.tokenizer()
+
+        def count() -> tuple[int, int]:
+            with self._tokenizer_lock:
+                predicted = tokenizer.encode(prediction, add_special_tokens=False)
+                produced = tokenizer.encode(text, add_special_tokens=False) if text else []
+            matcher = difflib.SequenceMatcher(None, predicted, produced, autojunk=False)
+            accepted = sum(block.size for block in matcher.get_matching_blocks())
+            return accepted, len(predicted) - accepted
+
+        return await asyncio.to_thread(count)
+
+    # ---- the limit on running generations ---------------------------------------------------
+    def acquire(self) -> None:
+        if self.running >= self.limits.max_requests:
+            raise ApiError(
+                429,
+                f"{self.running} requests are running, the most this server takes at once "
+                f"(--http-max-requests); retry shortly",
+                None,
+                "rate_limit_exceeded",
+                kind="rate_limit_error",
+                headers={"retry-after": "1"},
+            )
+        self.running += 1
+
+    def release(self) -> None:
+        self.running -= 1
+
+
+class Generation:
+    """One generation, sent as JSON or as server-sent events (an ASGI app of its own, so it can
+    listen for the client's disconnect while the engine works)."""
+
+    def __init__(
+        self,
+        door: HttpDoor,
+        request: GenerationRequest,
+        envelope: Envelope,
+        stream: bool,
+        include_usage: bool,
+        prediction: str | None,
+    ) -> None:
+        self.door = door
+        self.request = request
+        self.envelope = envelope
+        self.stream = stream
+        self.include_usage = include_usage
+        self.prediction = prediction
+        self.prompt_param = (
+            "prompt" if envelope.object == "text_completion" else "messages"
+        )  # where a prompt error points
+        self._role_sent = False
+
+    async def __call__(self, scope, receive, send) -> None:
+        deltas: asyncio.Queue = asyncio.Queue()
+        try:
+            job = AsyncJob(self.door.service, self.request, deltas.put_nowait)
+        except CodespecError as error:  # the service is closed
+            self.door.release()
+            await send_json(send, 503, error_body(str(error), "server_error", None, "unavailable"))
+            return
+        result = asyncio.ensure_future(job.result())
+        result.add_done_callback(lambda _: deltas.put_nowait(None))  # after every delta (same loop queue)
+        gone = asyncio.ensure_future(disconnected(receive))
+        try:
+            if self.stream:
+                await self._stream(send, deltas, result, gone)
+            else:
+                await self._respond(send, result, gone)
+        except OSError:  # the client went away while we were sending
+            pass
+        finally:
+            if not result.done():
+                job.cancel()  # stops at the job's next cycle
+                await asyncio.wait({result})
+            gone.cancel()
+            self.door.release()
+
+    async def _respond(self, send, result: asyncio.Future, gone: asyncio.Future) -> None:
+        await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not result.done():
+            return  # the client is gone; the finally cancels the job
+        failure = _failure(result, self.prompt_param)
+        if failure is not None:
+            await send_json(send, failure.status, failure.body())
+            return
+        job_result = result.result()
+        usage, extra = await self._usage(job_result)
+        build = completion_response if self.envelope.object == "text_completion" else chat_response
+        await send_json(send, 200, build(self.envelope, job_result.text, job_result.reason, usage, extra))
+
+    async def _stream(self, send, deltas: asyncio.Queue, result: asyncio.Future, gone: asyncio.Future) -> None:
+        started = False
+        while True:
+            getter = asyncio.ensure_future(deltas.get())
+            await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                return  # the client is gone
+            texts, ended = [], False
+            item = getter.result()
+            while True:  # everything already there goes out as one chunk
+                if item is None:
+                    ended = True
+                    break
+                texts.append(item)
+                if deltas.empty():
+                    break
+                item = deltas.get_nowait()
+            if ended and not started:
+                failure = _failure(result, self.prompt_param)
+                if failure is not None:
+                    await send_json(send, failure.status, failure.body())
+                    return
+            if not started:
+                await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+                started = True
+            text = "".join(texts)
+            if text:
+                await send({"type": "http.response.body", "body": sse(self._chunk(text)), "more_body": True})
+            if ended:
+                await self._finish_stream(send, result)
+                return
+
+    def _chunk(self, text: str) -> dict:
+        first, self._role_sent = not self._role_sent, True  # a chat stream's first chunk names the role
+        return text_chunk(self.envelope, text, first=first)
+
+    async def _finish_stream(self, send, result: asyncio.Future) -> None:
+        failure = _failure(result, self.prompt_param)
+        body = b""
+        if failure is not None:
+            body += sse(failure.body())
+        else:
+            job_result = result.result()
+            if not self._role_sent and self.envelope.object != "text_completion":
+                body += sse(self._chunk(""))
+            body += sse(text_chunk(self.envelope, "", job_result.reason))
+            if self.include_usage:
+                usage, extra = await self._usage(job_result)
+                body += sse(usage_chunk(self.envelope, usage, extra))
+        body += sse("[DONE]")
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _usage(self, job_result: JobResult) -> tuple[dict, dict]:
+        accepted = rejected = None
+        if self.prediction is not None:
+            accepted, rejected = await self.door.prediction_tokens(self.prediction, job_result.text)
+        usage = usage_body(job_result.usage, accepted, rejected)
+        extra = {
+            "finish_reason": job_result.reason,
+            "proposer": job_result.proposer,
+            # Every drafted token, whatever proposed it (context lookup, the index, a draft model, the
+            # prediction); usage.completion_tokens_details counts the prediction's alone (docs/http.md).
+            "speculation": {
+                "drafted_tokens": job_result.stats.get("drafted_tokens", 0),
+                "accepted_tokens": job_result.stats.get("accepted_tokens", 0),
+                "target_forwards": job_result.stats.get("target_forwards", 0),
+                "accepted_prediction_tokens": job_result.usage.accepted_prediction_tokens,
+                "rejected_prediction_tokens": job_result.usage.rejected_prediction_tokens,
+            },
+            "stats": job_result.stats,
+        }
+        return usage, extra
+
+
+def _failure(result: asyncio.Future, prompt_param: str) -> ApiError | None:
+    """The error response for a job that failed, or that was cancelled while its client still
+    waits (the service is shutting down); None: it succeeded. ``prompt_param``: the endpoint's
+    field that holds the prompt (``prompt`` or ``messages``), which a prompt error names."""
+    error = result.exception()
+    if error is None:
+        if result.result().reason == "cancelled":
+            return ApiError(
+                503, "the server is shutting down; the request was cancelled", None, "unavailable", kind="server_error"
+            )
+        return None
+    if isinstance(error, InvalidRequestError):
+        code = "context_length_exceeded" if "context" in str(error) else "invalid_value"
+        return ApiError(400, str(error), prompt_param, code)
+    if isinstance(error, CodespecError):
+        return ApiError(503 if "closed" in str(error) else 500, str(error), None, None, kind="server_error")
+    log.error("HTTP generation failed", exc_info=error)
+    return ApiError(
+        500, f"internal error ({type(error).__name__}); see the server log", None, None, kind="server_error"
+    )
+
+
+async def disconnected(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def send_json(send, status: int, body: dict, headers: dict | None = None) -> None:
+    payload = json_text(body).encode()
+    extra = [(key.encode(), value.encode()) for key, value in (headers or {}).items()]
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*JSON_HEADERS, (b"content-length", str(len(payload)).encode()), *extra],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload, "more_body": False})

@@ -1,0 +1,100 @@
+"""Token ids <-> UTF-8 bytes, fast enough to call on every drafting step.
+
+Lookup proposers that align an output with a text (the copy pointer, the simulator) need the
+exact bytes each token stands for: byte-level BPE tokens concatenate to the UTF-8 text, so a
+token's position in a text is a byte offset and a token that ends inside a character still has
+one. ``tokenizer.decode`` costs ~10 µs per token; a table built once costs a dict lookup.
+
+Byte-level BPE (GPT-2, Llama 3, Qwen, codespec's own tokenizers) is mapped exactly through the
+GPT-2 byte<->unicode table; other tokenizers (SentencePiece) fall back to per-token decoding,
+with ``▁`` read as a space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from codespec.index.tokens import unicode_to_byte
+
+
+def hf_tokenizer_of(tokenizer: Any) -> Any:
+    """The transformers tokenizer behind a tokenizer, an adapter, a bound ``encode`` or a model."""
+    seen = 0
+    while not hasattr(tokenizer, "convert_ids_to_tokens") and seen < 4:
+        inner = (
+            getattr(tokenizer, "__self__", None)
+            or getattr(tokenizer, "tokenizer", None)
+            or getattr(tokenizer, "_tokenizer", None)
+        )
+        if inner is None:
+            break
+        tokenizer, seen = inner, seen + 1
+    if not hasattr(tokenizer, "convert_ids_to_tokens"):
+        raise TypeError(
+            f"need a transformers tokenizer (or an object wrapping one, e.g. index.tokens.TokenizerAdapter "
+            f"or tokenizer.encode), got {type(tokenizer).__name__}"
+        )
+    return tokenizer
+
+
+class TokenBytes:
+    """Encode text to ids and map ids back to bytes, for one tokenizer."""
+
+    def __init__(self, tokenizer: Any, encode: Callable[[str], list[int]] | None = None) -> None:
+        """``encode`` overrides how text becomes ids (e.g. a client's own token ids for a prediction)."""
+        self.tokenizer = hf_tokenizer_of(tokenizer)
+        self._encode = encode
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        self._backend = backend
+        decoder = type(getattr(backend, "decoder", None)).__name__
+        self._byte_level = decoder == "ByteLevel"
+        self._table: dict[int, bytes] = {}
+        self._byte_ids: dict[int, int | None] = {}
+        self._special = frozenset(getattr(self.tokenizer, "all_special_ids", ()))
+
+    def encode(self, text: str) -> list[int]:
+        if self._encode is not None:
+            return list(self._encode(text))
+        if self._backend is not None:
+            return self._backend.encode(text, add_special_tokens=False).ids
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def token(self, token_id: int) -> bytes:
+        """The bytes one token contributes to the text (b"" for special tokens)."""
+        found = self._table.get(token_id)
+        if found is None:
+            found = self._table[token_id] = self._compute(token_id)
+        return found
+
+    def byte_id(self, value: int) -> int | None:
+        """The token that spells the single byte ``value``, or None when the vocabulary has none."""
+        found = self._byte_ids.get(value, -1)
+        if found == -1:
+            if self._byte_level:
+                piece = next(char for char, byte in unicode_to_byte().items() if byte == value)
+            else:  # SentencePiece byte fallback
+                piece = f"<0x{value:02X}>"
+            candidate = self.tokenizer.convert_tokens_to_ids(piece)
+            found = candidate if isinstance(candidate, int) and self.token(candidate) == bytes([value]) else None
+            self._byte_ids[value] = found
+        return found
+
+    def join(self, token_ids: Sequence[int]) -> bytes:
+        table = self._table
+        return b"".join(table[t] if t in table else self.token(t) for t in token_ids)
+
+    def _compute(self, token_id: int) -> bytes:
+        if token_id in self._special:
+            return b""
+        piece = self.tokenizer.convert_ids_to_tokens(token_id)
+        if piece is None:
+            return b""
+        if self._byte_level:
+            mapping = unicode_to_byte()
+            if all(char in mapping for char in piece):
+                return bytes(mapping[char] for char in piece)
+            return piece.encode("utf-8")  # an added (non-special) token is stored as plain text
+        if piece.startswith("<0x") and piece.endswith(">") and len(piece) == 6:  # SentencePiece byte fallback
+            return bytes([int(piece[3:5], 16)])
+        return piece.replace("▁", " ").encode("utf-8")

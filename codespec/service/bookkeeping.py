@@ -1,0 +1,140 @@
+"""What the engine service keeps between requests besides the model: the KV caches by document
+(prompt caching) and the stats it reports."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any
+
+from codespec.core.stats import RequestStats, json_safe
+from codespec.core.target import Target
+from codespec.service.jobs import Usage
+from codespec.service.schema import RequestKind
+
+
+class CachePool:
+    """KV caches by document key, least recently used evicted beyond ``capacity``. An evicted
+    cache keeps its storage and serves the next new key (emptied, not reallocated), up to
+    ``spare`` of them: under many requests the KV memory is reused rather than churned."""
+
+    def __init__(self, target: Target, capacity: int, spare: int = 4) -> None:
+        self.target = target
+        self.capacity = capacity
+        self.caches: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self.spare_limit = spare
+        self.spare: list[Any] = []
+
+    def take(self, key: str | None):
+        cache = self.caches.pop(key or "", None)
+        if cache is not None:
+            return cache
+        if self.spare:
+            cache = self.spare.pop()
+            cache.reset()  # the positions go, the buffers stay (codespec.cache_layer)
+            return cache
+        return self.target.new_cache()
+
+    def give_back(self, key: str | None, cache) -> None:
+        self.caches[key or ""] = cache
+        self.caches.move_to_end(key or "")
+        while len(self.caches) > self.capacity:
+            _, evicted = self.caches.popitem(last=False)
+            if len(self.spare) < self.spare_limit:
+                self.spare.append(evicted)
+
+    def clear(self) -> None:
+        self.caches.clear()
+        self.spare.clear()
+
+
+@dataclass
+class ServiceStats:
+    """Totals since start, and the engine metrics of the last ``window`` requests."""
+
+    requests: collections.Counter = field(default_factory=collections.Counter)  # by kind
+    reasons: collections.Counter = field(default_factory=collections.Counter)  # by finish reason
+    errors: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+    history_entries: int = 0
+    cycles: int = 0  # target forwards the scheduler ran (each serves every request in the batch)
+    cycle_requests: int = 0  # requests served, summed over cycles (/ cycles: the mean batch)
+    largest_batch: int = 0
+    recent: collections.deque = field(default_factory=lambda: collections.deque(maxlen=256))
+    last_requests: collections.deque = field(default_factory=lambda: collections.deque(maxlen=32))
+
+    def record(
+        self,
+        kind: RequestKind,
+        reason: str,
+        usage: Usage,
+        stats: RequestStats,
+        summary: dict,
+        proposer: str,
+        elapsed_s: float,
+    ) -> None:
+        """A finished request (``summary``: its ``stats.summary()``) into the totals, the engine
+        metrics (if it decoded) and the last requests."""
+        self.requests[kind.value] += 1
+        self.reasons[reason] += 1
+        self.prompt_tokens += usage.prompt_tokens
+        self.cached_prompt_tokens += usage.cached_prompt_tokens
+        self.completion_tokens += usage.completion_tokens
+        self.accepted_prediction_tokens += usage.accepted_prediction_tokens
+        self.rejected_prediction_tokens += usage.rejected_prediction_tokens
+        if kind.decodes:  # no decoding: nothing for the engine metrics
+            self.recent.append(stats)
+        self.last_requests.append(
+            {
+                "kind": kind.value,
+                "reason": reason,
+                "proposer": proposer,
+                "elapsed_ms": round(elapsed_s * 1e3, 3),
+                "ttft_ms": summary["ttft_ms"],
+                "tokens": stats.tokens,
+                "target_forwards": len(stats.steps),
+                "prompt_tokens": usage.prompt_tokens,
+                "cached_prompt_tokens": usage.cached_prompt_tokens,
+                "accepted_prediction_tokens": usage.accepted_prediction_tokens,
+                "rejected_prediction_tokens": usage.rejected_prediction_tokens,
+            }
+        )
+
+    def as_dict(self) -> dict:
+        merged = RequestStats()
+        for stats in self.recent:
+            merged = merged.merge(stats)
+        return {
+            "requests": dict(self.requests),
+            "finish_reasons": dict(self.reasons),
+            "errors": self.errors,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "accepted_prediction_tokens": self.accepted_prediction_tokens,
+            "rejected_prediction_tokens": self.rejected_prediction_tokens,
+            "history_entries": self.history_entries,
+            "batching": {
+                "cycles": self.cycles,
+                "mean_batch": round(self.cycle_requests / self.cycles, 3) if self.cycles else 0.0,
+                "largest_batch": self.largest_batch,
+            },
+            "engine": json_safe(merged.summary()),
+            "last_requests": list(self.last_requests),
+        }
+
+
+def prediction_tokens(proposer, stats: RequestStats) -> tuple[int, int]:
+    """Accepted/rejected reference tokens: from the proposer when it counts them, else from the
+    steps whose draft came from the reference."""
+    from codespec.core.draft import CountsPrediction
+
+    if isinstance(proposer, CountsPrediction):
+        return proposer.accepted_prediction_tokens, proposer.rejected_prediction_tokens
+    steps = [step for step in stats.steps if step.proposer.startswith("reference")]
+    accepted = sum(step.accepted for step in steps)
+    return accepted, sum(step.draft_len for step in steps) - accepted

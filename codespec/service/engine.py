@@ -1,0 +1,483 @@
+"""The engine service every door and `codespec complete` share.
+
+One worker thread, the engine thread, owns the model, its tokenizer and the KV caches, and runs
+every index call the editor drives (document updates, history, the lookups inside decode cycles),
+so they are ordered with the cycles. It drives the batch (``service.scheduler``): each cycle one
+target forward serves every active request (continuous batching; docs/architecture.md,
+"Batching"). This module is everything around that batch: prompts rendered and tokenized on a
+preparing thread before they reach the engine (in submission order), each request's ``Decoding``
+and proposer built when it joins, results, stats and history when it leaves, and calls from other
+threads run between cycles. Workspace scans do not run here: they run on the index's own thread
+with their own tokenizer (``service.indexing``), so indexing a large workspace delays a cycle at
+most by one short locked step of the index, never by the scan. Callers on an event loop get
+deltas and results through thread-safe callbacks (``AsyncJob`` wraps them for asyncio).
+
+Prompt caching: each document key keeps the KV cache of its last request; the engine reuses its
+longest common token prefix with the next prompt (as llama.cpp's prompt cache), so a keystroke
+costs a few tokens of prefill. A cache in use by a running request is not shared: a concurrent
+request on the same key gets a fresh one. A document's background prefill (``RequestKind.PREFILL``,
+when it is opened) runs ``PREFILL_CHUNK`` tokens per cycle, so it delays other requests by one
+chunk at most, and a request on the same document takes its cache over at once, with whatever
+it has prefilled so far. Index work for opened and edited documents is an *idle* call: it runs
+when no request waits or runs (or after ``IDLE_CALL_MAX_WAIT_S``), never in front of a completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from codespec.core.config import SERVE_MAX_DRAFT, GenerationLimits, SamplingParams
+from codespec.core.errors import CodespecError
+from codespec.core.prompts import Fim, PromptRenderer, RenderedPrompt
+from codespec.core.stats import RequestStats, json_safe
+from codespec.core.target import Target
+from codespec.service.bookkeeping import CachePool, ServiceStats, prediction_tokens
+from codespec.service.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
+from codespec.service.logsafe import REQUEST_LOG
+from codespec.service.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
+from codespec.service.scheduler import Scheduler, prompt_chunk
+from codespec.service.schema import RequestKind
+
+__all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "Usage"]
+
+log = logging.getLogger(__name__)
+request_log = logging.getLogger(REQUEST_LOG)
+COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is a loop: stop it there
+LARGE_DOCUMENT_CHARS = 64_000  # an opened document this large is tokenized off the engine thread
+IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
+RECENT_HISTORY = 20  # history entries the stats show
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """A request's prompt as the engine runs it, made on the preparing thread."""
+
+    rendered: RenderedPrompt | None  # None for a background prefill
+    prompt_ids: list[int]
+    reference_tokens: int  # a rewrite's reference, in tokens (its budget grows by that much)
+
+
+class EngineService:
+    """Owns the target, the caches, the optional index and the scheduler thread."""
+
+    def __init__(
+        self,
+        target: Target,  # codespec.target: TargetModel, or any backend meeting the contract
+        proposer: str = "auto",
+        max_draft: int = SERVE_MAX_DRAFT,
+        cached_documents: int = 8,
+        index=None,
+        proposer_config=None,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS,
+    ) -> None:
+        self.target = target
+        self.prompts = PromptRenderer(target.tokenizer, target.prompt_format)
+        self.stop_token_ids = self.prompts.stop_token_ids()  # every prompt kind ends at these
+        self.default_proposer = proposer
+        self.max_draft = max_draft
+        self.index = index  # index.WorkspaceIndex, or None: no workspace lookup
+        self.indexer: Any = None  # service.indexing.WorkspaceIndexer: the index's scanning thread
+        self.stats = ServiceStats()
+        # The session history the proposers draft from is the index's (``index.add_history``); this is
+        # only the stats' view of the last entries, (kind, uri, text), newest last.
+        self.recent_history: collections.deque = collections.deque(maxlen=RECENT_HISTORY)
+        self._caches = CachePool(target, cached_documents)
+        self._cond = threading.Condition()
+        self._pending: list[Job] = []
+        self._calls: list[tuple[Callable[[], Any], concurrent.futures.Future]] = []
+        self._idle_calls: list[tuple[Callable[[], Any], concurrent.futures.Future, float, str | None]] = []
+        self.scheduler = Scheduler(
+            target, self._caches, self.stats, max_batch, max_cached_tokens, self._complete, self._fail
+        )
+        self.prompt_chunk = prompt_chunk(target)  # prompt tokens a request prefills per cycle
+        self._closed = False
+        from codespec.proposers.assembly import ProposerAssembly
+
+        self._proposers = ProposerAssembly(target, proposer_config)  # a proposers.setup.ProposerConfig
+        self._preparing: list[Job] = []  # submitted, their prompts being tokenized
+        self._tokenizing: dict[str, list] = {}  # documents being tokenized: their idle calls, held back
+        self._doc_adapter: tuple[Any, Any] | None = None  # (index, the preparing thread's tokenizer adapter)
+        # one thread, so jobs reach the engine in the order they were submitted
+        self._preparer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="codespec-prepare")
+        self._thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
+        self._thread.start()
+
+    # ---- API (any thread) -------------------------------------------------------------------
+    def submit(self, request: GenerationRequest, on_delta: DeltaCallback | None = None) -> Job:
+        """Queue ``request``; its prompt is rendered and tokenized on the preparing thread (a huge
+        prompt takes a second there, never from the cycles of the requests decoding meanwhile),
+        then it waits for the engine thread, in submission order."""
+        job = Job(request, on_delta)
+        with self._cond:
+            if self._closed:
+                raise CodespecError("the engine service is closed")
+            self._preparing.append(job)  # the engine counts it as waiting from now on
+        self._preparer.submit(self._prepare, job)
+        return job
+
+    def call(self, fn: Callable[[], Any], idle: bool = False, document: str | None = None) -> concurrent.futures.Future:
+        """Run ``fn`` on the engine thread between two decode cycles (index updates, stats).
+        Keep ``fn`` short: every active request waits for it (a workspace scan is not one).
+
+        ``idle``: work nobody waits for (indexing an opened or edited document): it runs, in order,
+        only when no completion or edit is waiting or running (or once it has waited
+        ``IDLE_CALL_MAX_WAIT_S``), so it never delays a request on another document; when it
+        runs it goes before the ordinary calls of that cycle, which therefore see its effect.
+        ``document``: the uri an idle call indexes. A request on that document runs that
+        document's idle calls first, in order: its drafts come partly from the document itself,
+        so the index should know its current text (a one-line update costs well under a millisecond)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            if self._closed:
+                future.set_exception(CodespecError("the engine service is closed"))
+                return future
+            if idle and document is not None and document in self._tokenizing:
+                self._tokenizing[document].append((fn, future))  # after the document's install, in order
+            elif idle:
+                self._idle_calls.append((fn, future, time.monotonic(), document))
+            else:
+                self._calls.append((fn, future))
+            self._cond.notify()
+        return future
+
+    def index_document(self, uri: str, text: str, version: int) -> concurrent.futures.Future:
+        """Index an opened document. A large one is tokenized on the preparing thread first (with
+        its own copy of the tokenizer: a megabyte takes about a second, which would stop every
+        decode cycle on the engine thread), then installed by a short idle call; the document's
+        later index calls wait for that install, so they apply in order."""
+        index = self.index
+        if index is None:
+            raise CodespecError("no index is attached")
+        if len(text) < LARGE_DOCUMENT_CHARS:
+            return self.call(lambda: index.add_document(uri, text, version), idle=True, document=uri)
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        with self._cond:
+            if self._closed:
+                done.set_exception(CodespecError("the engine service is closed"))
+                return done
+            self._tokenizing.setdefault(uri, [])
+
+        def tokenize() -> None:
+            try:
+                tokens = self._document_adapter(index).encode_array(text)
+            except Exception as error:  # installed without them: the index tokenizes it itself
+                log.warning("tokenizing %s off the engine thread failed: %s", uri, error)
+                tokens = None
+            calls = [(lambda: index.add_document(uri, text, version, tokens=tokens), done)]
+            with self._cond:  # the install, then what arrived for this document meanwhile, in order
+                calls += self._tokenizing.pop(uri, [])
+                if not self._closed:
+                    now = time.monotonic()
+                    self._idle_calls.extend((fn, future, now, uri) for fn, future in calls)
+                    self._cond.notify()
+                    return
+            for _, future in calls:
+                future.set_exception(CodespecError("the engine service is closed"))
+
+        self._preparer.submit(tokenize)
+        return done
+
+    def _document_adapter(self, index):
+        """The preparing thread's own tokenizer adapter for ``index`` (made once, on first use)."""
+        if self._doc_adapter is None or self._doc_adapter[0] is not index:
+            from codespec.index.ingest import thread_adapter
+
+            self._doc_adapter = (index, thread_adapter(index.adapter))
+        return self._doc_adapter[1]
+
+    async def acall(self, fn: Callable[[], Any]) -> Any:
+        return await asyncio.wrap_future(self.call(fn))
+
+    def windows(self, prefix_chars: int | None, suffix_chars: int | None, max_tokens: int) -> tuple[int, int]:
+        """Prompt window sizes (characters) that fit this model's context; None: this device's default."""
+        from codespec.service.inline import target_windows
+
+        return target_windows(self.target, prefix_chars, suffix_chars, max_tokens)
+
+    def windows_for(self, options) -> tuple[int, int]:
+        """The prompt windows of ``options`` (an ``service.options.ServerOptions``) on this model."""
+        return self.windows(
+            options.completion.prefix_chars, options.completion.suffix_chars, options.completion.block_tokens
+        )
+
+    def warm_up(self) -> None:
+        """One short request through the default proposer: the first forward of a fresh process is
+        slow (allocations, kernel selection) and model proposers load lazily; pay that at start."""
+        request = GenerationRequest(
+            prompt="def main():\n    return",
+            max_tokens=4,
+            cache_key="__warm_up__",
+            reference="def main():\n    return 0\n",
+            kind=RequestKind.WARM,
+        )  # not user history
+        try:
+            self.submit(request).wait()
+        except CodespecError as error:
+            log.warning("warm-up request failed: %s", error)
+        self.call(lambda: self._caches.caches.pop("__warm_up__", None)).result()
+
+    def attach_index(self, index, indexer=None) -> None:
+        """Use ``index`` (an ``index.WorkspaceIndex``) for lookups and history from now on, with the
+        thread that scans the workspace into it (``service.indexing``). On the engine thread."""
+        self.index = index
+        self.indexer = indexer
+
+    def snapshot(self) -> dict:
+        """Stats as a JSON-safe dict (taken on the engine thread, so it is consistent)."""
+        return self.call(self.stats_snapshot).result()
+
+    def record_history(self, kind: str, text: str, uri: str | None = None) -> concurrent.futures.Future:
+        return self.call(lambda: self._add_history(kind, text, uri))
+
+    def clear_history(self) -> concurrent.futures.Future:
+        def clear() -> None:
+            self.recent_history.clear()
+            clear_index = getattr(self.index, "clear_history", None)
+            if clear_index is not None:
+                clear_index()
+
+        return self.call(clear)
+
+    def _prepare(self, job: Job) -> None:
+        """On the preparing thread: the job's prompt ids (or the error they raised), then the queue."""
+        try:
+            job.prepared = None if job.cancelled else self._prepare_prompt(job.request)
+        except Exception as error:  # handed to the job when it starts
+            job.prepared = error
+        with self._cond:
+            self._preparing.remove(job)
+            if not self._closed:
+                self._pending.append(job)
+                self._cond.notify()
+                return
+        job.future.set_exception(CodespecError("the engine service is closed"))
+
+    def _prepare_prompt(self, request: GenerationRequest) -> PreparedPrompt:
+        if not request.kind.decodes:  # a background prefill: the rendered prompt, cut to the context
+            ids = self.target.encode(self.prompts.render(request.prompt).text)[: self.target.max_context - 1]
+            return PreparedPrompt(None, ids, 0)
+        rendered, prompt_ids = self._fit_prompt(request)
+        reference_tokens = 0
+        if request.kind.budget_adds_reference and request.reference:  # a rewrite is about as long as its reference
+            reference_tokens = len(self.target.encode(request.reference))
+        return PreparedPrompt(rendered, prompt_ids, reference_tokens)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            for job in self._pending + self.scheduler.waiting + self.scheduler.active:
+                job.cancel()
+            self._cond.notify()
+        self._thread.join(timeout=30)
+        self._preparer.shutdown(wait=False)
+
+    # ---- engine thread ----------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:  # a bug here would hang every caller: fail them all loudly instead
+            log.exception("engine thread crashed")
+            with self._cond:
+                self._closed = True
+                jobs = self._pending + self.scheduler.waiting + self.scheduler.active
+                self._pending, self.scheduler.waiting, self.scheduler.active = [], [], []
+                calls, self._calls = self._calls + [c[:2] for c in self._idle_calls], []
+                self._idle_calls = []
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(CodespecError("the engine thread crashed; see the server log"))
+            for _, future in calls:
+                if not future.done():
+                    future.set_exception(CodespecError("the engine thread crashed; see the server log"))
+
+    def _loop(self) -> None:
+        while True:
+            batch = self.scheduler
+            with self._cond:
+                while not (
+                    self._pending or batch.active or batch.waiting or self._calls or self._idle_calls or self._closed
+                ):
+                    self._cond.wait()
+                if self._closed and not (
+                    self._pending or batch.active or batch.waiting or self._calls or self._idle_calls
+                ):
+                    return
+                pending, self._pending = self._pending, []
+                calls, self._calls = self._calls, []
+                busy = bool(pending or batch.waiting or self._preparing) or batch.decoding
+                if self._idle_calls and (not busy or self._closed):
+                    # Nothing to yield to: all of them, before the calls (a stats call then sees them done).
+                    calls = [c[:2] for c in self._idle_calls] + calls
+                    self._idle_calls = []
+                elif self._idle_calls and time.monotonic() - self._idle_calls[0][2] > IDLE_CALL_MAX_WAIT_S:
+                    calls.insert(0, self._idle_calls.pop(0)[:2])  # beside a long request: one per cycle
+                asking = pending + batch.waiting + self._preparing
+                wanted = {job.request.uri for job in asking if job.request.uri is not None}
+                if wanted and self._idle_calls:  # the documents these requests are about: indexed first
+                    calls = [c[:2] for c in self._idle_calls if c[3] in wanted] + calls
+                    self._idle_calls = [c for c in self._idle_calls if c[3] not in wanted]
+            for fn, future in calls:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn())
+                    except BaseException as error:  # handed to the caller
+                        future.set_exception(error)
+            batch.waiting.extend(pending)
+            batch.admit(self._start)
+            batch.cycle()
+
+    def _start(self, job: Job) -> None:
+        from codespec.core.decode import Decoding
+        from codespec.core.target import common_prefix_len
+
+        request = job.request
+        if job.cancelled:
+            self._complete(job, "", "cancelled", RequestStats())
+            return
+        self.scheduler.take_over_prefill(request.cache_key)
+        try:
+            prepared = job.prepared if job.prepared is not None else self._prepare_prompt(request)
+            if isinstance(prepared, Exception):
+                raise prepared
+            if not request.kind.decodes:
+                self._start_prefill(job, prepared.prompt_ids)
+                return
+            rendered, prompt_ids = prepared.rendered, prepared.prompt_ids
+            assert rendered is not None
+            max_tokens = request.max_tokens + prepared.reference_tokens
+            max_tokens = max(1, min(max_tokens, self.target.max_context - len(prompt_ids)))
+            sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, seed=request.seed)
+            stop = (*request.stop, *rendered.stop, *self.prompts.end_markers)
+            limits = GenerationLimits(
+                max_tokens,
+                stop,
+                request.deadline_s,
+                self.max_draft,
+                self.stop_token_ids,
+                COMPLETION_STOP_REPEATS if request.kind.stops_on_repeats else 0,
+            )
+            job.proposer = self._make_proposer(request)
+            job.cache = self._caches.take(request.cache_key)
+            job.prompt_len = len(prompt_ids)
+            job.cached_len = min(common_prefix_len(job.cache.token_ids, prompt_ids), max(len(prompt_ids) - 1, 0))
+            job.decoding = Decoding(
+                self.target, prompt_ids, job.proposer, sampling, limits, job, job.cache, prefill_chunk=self.prompt_chunk
+            )
+        except Exception as error:
+            self._fail(job, error)
+            return
+        self.scheduler.active.append(job)
+
+    def _start_prefill(self, job: Job, prompt_ids: list[int]) -> None:
+        from codespec.core.target import common_prefix_len
+
+        job.cache = self._caches.take(job.request.cache_key)
+        job.cached_len = common_prefix_len(job.cache.token_ids, prompt_ids)
+        job.cache.rollback(job.cached_len)
+        job.prompt_len = len(prompt_ids)
+        job.prefill_ids = prompt_ids
+        self.scheduler.active.append(job)
+
+    def _fit_prompt(self, request: GenerationRequest) -> tuple[RenderedPrompt, list[int]]:
+        """The rendered prompt and its ids; a FIM prompt too long for the context is rebuilt from a
+        narrower window (keeping the text nearest the cursor)."""
+        rendered = self.prompts.render(request.prompt)
+        prompt_ids = self.target.encode(rendered.text)
+        budget = self.target.max_context - min(request.max_tokens, self.target.max_context // 4) - 1
+        if not isinstance(request.prompt, Fim) or len(prompt_ids) <= budget:
+            return rendered, prompt_ids
+        prefix, suffix = request.prompt.prefix, request.prompt.suffix
+        for _ in range(8):
+            scale = 0.9 * budget / len(prompt_ids)
+            keep = int(len(prefix) * scale)
+            cut = prefix.find("\n", len(prefix) - keep)  # start the window at a line start
+            prefix = prefix[cut + 1 :] if 0 <= cut < len(prefix) - 1 else prefix[len(prefix) - keep :]
+            suffix = suffix[: int(len(suffix) * scale)]
+            rendered = self.prompts.render(Fim(prefix, suffix))
+            prompt_ids = self.target.encode(rendered.text)
+            if len(prompt_ids) <= budget:
+                break
+        return rendered, prompt_ids
+
+    def _complete(self, job: Job, text: str, reason: str, stats: RequestStats) -> None:
+        self._proposers.release(job.proposer)
+        request = job.request
+        accepted, rejected = prediction_tokens(job.proposer, stats) if request.reference else (0, 0)
+        usage = Usage(job.prompt_len, job.cached_len, stats.tokens, accepted, rejected)
+        name = getattr(job.proposer, "name", "none") if job.proposer is not None else "none"
+        summary = json_safe(stats.summary())
+        elapsed_s = time.perf_counter() - job.submitted_s
+        if request.kind.is_history:
+            request_log.info(
+                "%s %s model=%s prompt=%d (cached %d) output=%d tokens/forward=%.2f proposer=%s %s %.0f ms",
+                request.origin or "-",
+                request.kind.value,
+                getattr(self.target, "name", "") or "-",
+                usage.prompt_tokens,
+                usage.cached_prompt_tokens,
+                usage.completion_tokens,
+                summary["tokens_per_forward"],
+                name,
+                reason,
+                elapsed_s * 1e3,
+            )
+        self.stats.record(request.kind, reason, usage, stats, summary, name, elapsed_s)
+        if text and reason != "cancelled" and request.kind.is_history:
+            self._add_history("generated", text, request.uri)
+        result = JobResult(text, reason, usage, summary, name, elapsed_s)
+        if job.future.set_running_or_notify_cancel():  # False: the caller cancelled the future itself
+            job.future.set_result(result)
+
+    def _fail(self, job: Job, error: Exception) -> None:
+        self._proposers.release(job.proposer)
+        self.stats.errors += 1
+        if not isinstance(error, CodespecError):
+            log.exception("request failed", exc_info=error)
+        if job.future.set_running_or_notify_cancel():
+            job.future.set_exception(error)
+
+    def _add_history(self, kind: str, text: str, uri: str | None) -> None:
+        self.recent_history.append((kind, uri, text))
+        self.stats.history_entries += 1
+        if self.index is not None:
+            try:
+                self.index.add_history(kind, text, uri)
+            except Exception:  # history is a hint for drafting; never fail a request over it
+                log.exception("index.add_history failed")
+
+    def stats_snapshot(self) -> dict:
+        """The stats as a JSON-safe dict; on the engine thread (``call``/``acall`` it), where they are
+        consistent. A door adds its own fields in the same call (``snapshot`` for a plain copy)."""
+        snapshot = self.stats.as_dict()
+        snapshot["active_requests"] = len(self.scheduler.active)
+        snapshot["waiting_requests"] = len(self.scheduler.waiting)
+        snapshot["max_batch"] = self.scheduler.max_batch
+        snapshot["model"] = getattr(self.target, "name", "")
+        snapshot["prompt_format"] = self.prompts.format.name
+        snapshot["proposer"] = self.default_proposer
+        snapshot["index"] = self.index is not None
+        return snapshot
+
+    def _make_proposer(self, request: GenerationRequest):
+        from codespec.proposers.registry import RequestContext
+
+        context = RequestContext(
+            reference=request.reference or None,
+            index=self.index,
+            uri=request.uri,
+            cursor=request.cursor,  # in characters
+            edits=request.edits,
+        )
+        wanted = request.proposer or self.default_proposer
+        return self._proposers.create_with_fallback(
+            [wanted, *(["reference"] if request.reference else []), "context"], context
+        )

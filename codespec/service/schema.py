@@ -1,0 +1,219 @@
+"""What a request may ask, checked once for every door (docs/protocol.md, docs/http.md).
+
+A door reads its wire format (LSP params, a websocket message, an OpenAI body) and hands the raw JSON
+values of the shared fields to these checks; a bad value raises :class:`FieldError`, which the door
+turns into its own error shape (a JSON-RPC error, a websocket ``error``, an OpenAI error body). The
+limits are one set (:data:`LIMITS`), so a request valid at one door is valid at every door.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from codespec.proposers.registry import available_proposers
+
+
+class RequestKind(enum.StrEnum):
+    """What the engine is asked to do; each kind's rules are stated here, once."""
+
+    COMPLETE = "complete"  # ghost text at a cursor: ends on a repeating loop as well as on stops
+    EDIT = "edit"  # a rewrite of a region: its budget comes on top of the region's length
+    NEXT_EDIT = "next-edit"  # a window rewritten as the user's last edits imply: an edit's budget
+    CHAT = "chat"  # a prompt the client rendered (OpenAI chat or a rewrite with its whole budget)
+    WARM = "warm"  # a short generation at start-up: never user history
+    PREFILL = "prefill"  # fill a document's KV cache with its prompt, in chunks; no decoding
+
+    @property
+    def decodes(self) -> bool:
+        return self is not RequestKind.PREFILL
+
+    @property
+    def is_history(self) -> bool:
+        """Its output is what the user saw: it goes into the session history the index drafts from."""
+        return self not in (RequestKind.WARM, RequestKind.PREFILL)
+
+    @property
+    def budget_adds_reference(self) -> bool:
+        return self in (RequestKind.EDIT, RequestKind.NEXT_EDIT)
+
+    @property
+    def interactive(self) -> bool:
+        """What a user waits on as they type (ghost text, a next-edit suggestion): it is admitted
+        first, and beside it the other requests mostly sit out (``service.scheduler``)."""
+        return self in (RequestKind.COMPLETE, RequestKind.NEXT_EDIT)
+
+    @property
+    def stops_on_repeats(self) -> bool:
+        """A small model's loop is noise as ghost text; a rewrite copies repetitive code whole."""
+        return self is RequestKind.COMPLETE
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    max_tokens: int = 1 << 20  # a larger budget is clipped to the model's context anyway
+    max_stop_strings: int = 64  # Zed sends 14 FIM end markers, Continue often more than OpenAI's 4
+    max_stop_chars: int = 512
+    max_temperature: float = 2.0
+
+
+LIMITS = RequestLimits()
+
+
+class FieldError(ValueError):
+    """A request field with a bad value; ``code`` is ``invalid_value`` or ``invalid_type``."""
+
+    def __init__(self, field: str, message: str, code: str = "invalid_value") -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+        self.code = code
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def check_unicode(field: str, value: str) -> str:
+    """Refuse text no encoder accepts (JSON can spell a lone surrogate, UTF-8 cannot)."""
+    if not value.isascii():
+        match = _SURROGATE.search(value)
+        if match is not None:
+            raise FieldError(
+                field,
+                f"{field} is not valid Unicode: a lone surrogate (U+{ord(match.group()):04X}) at character {match.start()}",
+            )
+    return value
+
+
+def integer(value: Any, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FieldError(field, f"{field} must be an integer, got {type(value).__name__}", "invalid_type")
+    return value
+
+
+def max_tokens(value: Any, field: str = "max_tokens", limits: RequestLimits = LIMITS) -> int | None:
+    count = integer(value, field)
+    if count is not None and not 1 <= count <= limits.max_tokens:
+        raise FieldError(field, f"{field} must be in [1, {limits.max_tokens}], got {count}")
+    return count
+
+
+def _number(value: Any, field: str, default: float, low: float, high: float, low_open: bool = False) -> float:
+    if value is None:
+        return default
+    if not _is_number(value):
+        raise FieldError(field, f"{field} must be a number, got {type(value).__name__}", "invalid_type")
+    if value > high or value < low or (low_open and value == low):
+        bracket = "(" if low_open else "["
+        raise FieldError(field, f"{field} must be in {bracket}{low:g}, {high:g}], got {value!r}")
+    return float(value)
+
+
+def temperature(value: Any, limits: RequestLimits = LIMITS) -> float:
+    """0 (the default) is greedy decoding."""
+    return _number(value, "temperature", 0.0, 0.0, limits.max_temperature)
+
+
+def top_p(value: Any) -> float:
+    return _number(value, "top_p", 1.0, 0.0, 1.0, low_open=True)
+
+
+def seed(value: Any) -> int | None:
+    return integer(value, "seed")
+
+
+def stop(value: Any, limits: RequestLimits = LIMITS) -> tuple[str, ...]:
+    """A string or a list of strings; duplicates dropped, order kept."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise FieldError("stop", "stop must be a string or a list of strings", "invalid_type")
+    if len(value) > limits.max_stop_strings:
+        raise FieldError("stop", f"stop may hold at most {limits.max_stop_strings} strings, got {len(value)}")
+    for item in value:
+        if not isinstance(item, str):
+            raise FieldError("stop", "stop must be a string or a list of strings", "invalid_type")
+        if not item or len(item) > limits.max_stop_chars:
+            raise FieldError("stop", f"each stop string must have 1 to {limits.max_stop_chars} characters")
+        check_unicode("stop", item)
+    return tuple(dict.fromkeys(value))
+
+
+def proposer(value: Any) -> str | None:
+    """A proposer name from the one table (``proposers.registry``), or None for the server's default."""
+    if value is None:
+        return None
+    names = available_proposers()
+    if not isinstance(value, str) or value not in names:
+        raise FieldError("proposer", f"proposer must be one of {', '.join(names)}")
+    return value
+
+
+MAX_EDITS = 8  # recent edits a request may carry (the next-edit proposer reads the newest 3)
+MAX_EDIT_CHARS = 4096  # per side of an edit: the lines it touched
+
+
+def edits(value: Any) -> tuple[tuple[str, str], ...]:
+    """The user's recent edits a request carries for next-edit drafting, oldest first: a list of
+    ``{"before": lines, "after": lines}`` (docs/next-edit.md)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise FieldError("edits", "edits must be a list of {before, after} objects", "invalid_type")
+    if len(value) > MAX_EDITS:
+        raise FieldError("edits", f"edits may hold at most {MAX_EDITS} edits, got {len(value)}")
+    pairs = []
+    for item in value:
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("before"), str)
+            or not isinstance(item.get("after"), str)
+        ):
+            raise FieldError("edits", "each edit must be an object {before: string, after: string}", "invalid_type")
+        if len(item["before"]) > MAX_EDIT_CHARS or len(item["after"]) > MAX_EDIT_CHARS:
+            raise FieldError("edits", f"each side of an edit may have at most {MAX_EDIT_CHARS} characters")
+        pairs.append((check_unicode("edits", item["before"]), check_unicode("edits", item["after"])))
+    return tuple(pairs)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What a client may set on any request, at any door, checked (:func:`sampling`)."""
+
+    max_tokens: int | None = None  # None: the request kind's own budget
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] | None = None  # None: the request kind's own stop rule; (): none at all
+    proposer: str | None = None  # None: the server's default
+
+
+def sampling(data: Mapping[str, Any], *max_tokens_keys: str) -> Sampling:
+    """The shared fields of a request's JSON object; ``max_tokens_keys``: the budget's names, first
+    found wins (OpenAI chat: ``max_completion_tokens``, then ``max_tokens``)."""
+    budget = None
+    for key in max_tokens_keys or ("max_tokens",):
+        budget = max_tokens(data.get(key), key)
+        if budget is not None:
+            break
+    raw_stop = data.get("stop")
+    return Sampling(
+        budget,
+        temperature(data.get("temperature")),
+        top_p(data.get("top_p")),
+        seed(data.get("seed")),
+        None if raw_stop is None else stop(raw_stop),
+        proposer(data.get("proposer")),
+    )

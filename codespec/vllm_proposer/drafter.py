@@ -1,0 +1,266 @@
+"""codespec's lookup stack drafting for a whole vLLM batch, without vLLM (docs/vllm.md).
+
+Each decoding sequence gets its own proposer, as a request does in codespec's engine: auto over
+the context lookup, the copy pointer over the code its prompt carries (read back from the
+prompt's text: an edit request's code is its own prediction) and the workspace index. What
+vLLM does not say, the drafter measures: how many of last step's drafts each sequence accepted
+(the tokens sampled for it, less one) and what a step cost (the time between two calls: the
+target forward, sampling and the scheduler, for that many rows), which prices each draft the way
+codespec's scheduler prices drafts in a shared forward (``BatchShare``). With a workspace index,
+what each sequence generated goes into the index's session history when its row leaves the batch
+(as codespec's own engine records each request's output), so later requests draft from it too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codespec.core.draft import BatchShare, Draft, Outcome, ProposeContext, Proposer
+from codespec.core.prompts import detect_format, prompt_code
+from codespec.core.target import TokenizerTarget
+from codespec.proposers.assembly import ProposerAssembly
+from codespec.proposers.costs import LinearCost
+from codespec.proposers.setup import RequestContext
+from codespec.vllm_proposer.options import DrafterOptions
+from codespec.vllm_proposer.rows import Row, RowStates
+
+log = logging.getLogger("vllm.codespec")  # under vLLM's logger: its lines land in vLLM's log
+LOG_EVERY_S, LOG_EVERY_STEPS = 30.0, 500  # how often vLLM's log gets the drafter's counts and step-cost fit
+
+
+@dataclass
+class Followed:
+    """One vLLM request as the drafter follows it."""
+
+    proposer: Proposer
+    prompt_len: int
+    has_code: bool  # its prompt carries code to rewrite (the copy pointer drafts it)
+    pending: Draft | None = None  # last step's draft, waiting for its outcome
+    proposal_s: float = 0.0
+    recent_tokens: float = 1.0  # tokens its last step emitted (what the others price a longer draft against)
+    last_rows: int = 1  # rows its last step put in the forward
+    shared: bool = False  # its last step's forward also ran other sequences' rows
+    output: list[int] = field(default_factory=list)  # what vLLM sampled for it, not yet in the history
+    seen: int = 0  # its length at the last step it ran in
+
+
+@dataclass
+class DrafterStats:
+    steps: int = 0
+    rows: int = 0  # decoding rows over all steps
+    sequences: int = 0  # sequences followed
+    with_code: int = 0  # of them, prompts carrying code to rewrite
+    drafted: int = 0
+    accepted: int = 0
+    emitted: int = 0  # tokens the drafted-for steps emitted (accepted + one each)
+    recorded: int = 0  # outputs put in the index's session history
+    proposal_s: float = 0.0
+    by_depth: list[int] = field(default_factory=list)  # by_depth[i]: steps that accepted more than i drafts
+
+    def summary(self) -> dict:
+        return {
+            "steps": self.steps,
+            "rows": self.rows,
+            "sequences": self.sequences,
+            "with_code": self.with_code,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "recorded": self.recorded,
+            "tokens_per_row_step": round(self.emitted / self.rows, 3) if self.rows else None,
+            "proposal_ms_per_step": round(1000 * self.proposal_s / self.steps, 3) if self.steps else None,
+            "acceptance_by_depth": self.by_depth[:16],
+        }
+
+
+class BatchDrafter:
+    """``step(rows)`` -> one draft (a token list, maybe empty) per row of vLLM's batch."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        k: int,
+        max_model_len: int,
+        options: DrafterOptions = DrafterOptions(),
+        index: Any = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.k = k
+        self.max_model_len = max_model_len
+        self.options = options
+        self.format = detect_format(tokenizer)
+        self.index = index if index is not None else open_index(tokenizer, options)
+        # lookups only: vLLM runs the model, and codespec loads none beside it
+        self.assembly = ProposerAssembly(TokenizerTarget(tokenizer), shipped_draft=False, models=())
+        self.rows: RowStates[Followed] = RowStates(self._follow, self._forget)
+        self.stats = DrafterStats()
+        self.clock = clock
+        self._step_cost = LinearCost("flat", decay=0.95)  # a step's seconds ~ a + b * rows
+        self._returned_at: float | None = None
+        self._rows_out = 0  # rows the drafts of the last call put in the next forward
+        self._live: dict[int, Followed] = {}  # the sequences of the last step, by id
+        self._special = frozenset(getattr(tokenizer, "all_special_ids", None) or ())  # an output ends at one
+        self._logged_at = clock()
+
+    def step(self, rows: Sequence[Row | None]) -> list[list[int]]:
+        start = self.clock()
+        step_s = 0.0 if self._returned_at is None else start - self._returned_at
+        followed = self.stats.sequences
+        states = self.rows.step(rows)
+        # A step that also prefilled (a row still prefilling, or a sequence seen for the first time:
+        # its prompt's last chunk ran in it) cost more than its decoding rows say: no measurement.
+        prefilled = self.stats.sequences > followed or any(row is None for row in rows)
+        if self._rows_out and step_s > 0.0 and not prefilled:
+            self._step_cost.add(self._rows_out, step_s)
+        live = [(row, state) for row, state in zip(rows, states) if row is not None and state is not None]
+        for row, state in live:
+            new_from = len(row.tokens) - row.sampled
+            if state.seen and new_from != state.seen:  # a sequence that grew by more (a follow-up turn)
+                self._record(state)  # what it had generated so far is one entry
+            state.output.extend(int(t) for t in row.tokens[new_from:])
+            state.seen = len(row.tokens)
+            self._observe(row, state, step_s)
+        now = {id(state): state for _, state in live}
+        for key, state in self._live.items():
+            if key not in now:  # its row left the batch: finished (or preempted, then recorded as far as it got)
+                self._record(state)
+        self._live = now
+        everyone = sum(state.recent_tokens for _, state in live)
+        all_rows = sum(state.last_rows for _, state in live)
+        row_cost = self._step_cost.fit() if self._step_cost.fitted and len(live) > 1 else None
+        drafts: list[list[int]] = []
+        rows_out = 0
+        for maybe_row, maybe_state in zip(rows, states):
+            if maybe_row is None or maybe_state is None:
+                drafts.append([])
+                continue
+            row, state = maybe_row, maybe_state
+            room = min(self.k, self.max_model_len - len(row.tokens) - 1)
+            draft = Draft()
+            if room > 0:
+                began = self.clock()
+                share = BatchShare(len(live), everyone - state.recent_tokens, all_rows - state.last_rows, row_cost)
+                context = ProposeContext(row.tokens.tolist(), state.prompt_len, room, batch=share)
+                try:
+                    draft = state.proposer.propose(context).truncated(room)
+                except Exception:  # a proposer's bug costs this row its draft, never vLLM its step
+                    log.exception("codespec's proposer failed; this step runs without a draft")
+                state.proposal_s = self.clock() - began
+            state.pending = draft if draft.token_ids else None
+            state.shared = len(live) > 1
+            state.last_rows = len(draft) + 1
+            rows_out += state.last_rows
+            drafts.append(list(draft.token_ids))
+        self.stats.steps += 1
+        self.stats.rows += len(live)
+        self._rows_out = rows_out
+        self._returned_at = self.clock()
+        self.stats.proposal_s += self._returned_at - start
+        if self._returned_at - self._logged_at >= LOG_EVERY_S or self.stats.steps % LOG_EVERY_STEPS == 0:
+            self._logged_at = self._returned_at
+            self._log_summary()
+        return drafts
+
+    def _log_summary(self) -> None:
+        try:
+            fit = self._step_cost.fit()
+            cost = f"{1000 * fit[0]:.2f} ms + {1000 * fit[1]:.3f} ms/row" if fit else "unmeasured"
+            log.info("codespec proposer: %s; step %s; policy %s", self.stats.summary(), cost, self.policy_summary())
+        except Exception:  # a report must never cost vLLM its step
+            log.exception("codespec proposer: its summary failed")
+
+    def policy_summary(self) -> list[dict]:
+        """What auto has learned, per candidate set: acceptance by depth per proposer (the first 8
+        depths) and its cost of a step by draft length (why drafts are as long as they are)."""
+        out = []
+        for state in self.assembly.policy_states():
+            out.append(
+                {
+                    "acceptance": state.acceptance.summary(digits=2),
+                    "plain_ms": round(1000 * state.verify_cost.plain(), 3),
+                    "drafted_ms": [round(1000 * v, 3) for v in state.verify_cost.verify_fit()],
+                }
+            )
+        return out
+
+    def close(self) -> None:
+        if self.index is not None and hasattr(self.index, "close"):
+            self.index.close()
+
+    def _observe(self, row: Row, state: Followed, step_s: float) -> None:
+        """Last step's outcome for this sequence: vLLM sampled the accepted drafts and one more."""
+        state.recent_tokens = float(row.sampled)
+        draft, state.pending = state.pending, None
+        if draft is None:
+            return
+        accepted = max(0, min(len(draft), row.sampled - 1))
+        emitted = tuple(int(t) for t in row.tokens[len(row.tokens) - row.sampled :])
+        stats = self.stats
+        stats.drafted += len(draft)
+        stats.accepted += accepted
+        stats.emitted += row.sampled
+        stats.by_depth.extend([0] * (accepted - len(stats.by_depth)))
+        for depth in range(accepted):
+            stats.by_depth[depth] += 1
+        try:
+            state.proposer.observe(
+                Outcome(draft, accepted, emitted, len(row.tokens), state.proposal_s, step_s, state.shared)
+            )
+        except Exception:
+            log.exception("codespec's proposer failed to take its outcome")
+
+    def _follow(self, tokens, prompt_len: int) -> Followed:
+        """A new sequence: its proposer, given the code its prompt carries."""
+        prompt = tokens[:prompt_len].tolist()
+        code = prompt_code(self.tokenizer.decode(prompt, skip_special_tokens=False), self.format)
+        request = RequestContext(reference=code or None, index=self.index)
+        # a proposer this sequence cannot have (the copy pointer without code, the index without
+        # one) degrades to the next that can be built, ending at the context lookup's
+        proposer = self.assembly.create_with_fallback([self.options.proposer, "context"], request)
+        proposer.begin(prompt)
+        self.stats.sequences += 1
+        self.stats.with_code += bool(code)
+        return Followed(proposer, prompt_len, bool(code))
+
+    def _forget(self, state: Followed) -> None:
+        self._record(state)
+        state.proposer.end()
+        self.assembly.release(state.proposer)
+
+    def _record(self, state: Followed) -> None:
+        """Put what the sequence generated since it was last recorded in the index's session
+        history, up to its first special token (tokens vLLM accepted past the end are not output)."""
+        output, state.output = state.output, []
+        end = next((n for n, token in enumerate(output) if token in self._special), len(output))
+        if self.index is None or not end:
+            return
+        try:
+            text = self.tokenizer.decode(output[:end], skip_special_tokens=True)
+            if text.strip():
+                self.index.add_history("generated", text)
+                self.stats.recorded += 1
+        except Exception:  # history is a hint for drafting: never cost vLLM its step
+            log.exception("codespec: recording a generated output failed")
+
+
+def open_index(tokenizer: Any, options: DrafterOptions):
+    """The workspace index the options name (scanned at start; the store keeps its tokens, so a
+    workspace ``codespec serve`` indexed is not tokenized again), or None."""
+    if not options.workspace:
+        return None
+    from codespec.index import WorkspaceIndex
+    from codespec.index.persist import default_index_path
+
+    roots = [Path(folder).expanduser().resolve() for folder in options.workspace]
+    store = Path(options.index).expanduser() if options.index else default_index_path(roots)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    index = WorkspaceIndex(tokenizer, str(store), memory_budget_tokens=options.index_max_tokens)
+    began = time.perf_counter()
+    report = index.index_workspace(roots)
+    log.info("codespec: indexed %s in %.1f s (store %s)", report, time.perf_counter() - began, store)
+    return index
