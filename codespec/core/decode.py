@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from codespec.core.config import GenerationLimits, SamplingParams
 from codespec.core.draft import ALONE, EMPTY_DRAFT, BatchShare, Draft, NoDraft, Outcome, ProposeContext, Proposer
-from codespec.core.errors import InvalidRequestError
+from codespec.core.errors import ContextLengthError, InvalidRequestError
+from codespec.core.finish import FinishReason
 from codespec.core.sampling import make_generator
 from codespec.core.stats import RequestStats, StepRecord
 from codespec.core.target import Cache, Target, common_prefix_len
@@ -48,7 +49,7 @@ class StepEvent:
 class Finished:
     text: str
     token_ids: tuple[int, ...]
-    reason: str  # "eos" | "stop" | "repetition" | "length" | "context" | "deadline" | "cancelled"
+    reason: FinishReason
     stats: RequestStats
 
 
@@ -119,7 +120,7 @@ class Decoding:
         self.stats = RequestStats()
         self.text = TextStream(target.decode, limits.stop, context_ids=self.prompt_ids)
         self.end_ids = target.eos_token_ids | limits.stop_token_ids
-        self.reason: str | None = None  # set when decoding is over: Finished.reason
+        self.reason: FinishReason | None = None  # set when decoding is over: Finished.reason
         self.recent_tokens = 1.0  # tokens per step lately (a moving average): what a batch expects of it
         self._first_token_s: float | None = None
         self._last_emit_s = 0.0
@@ -139,10 +140,10 @@ class Decoding:
             self._proposer_state = "open"
             self.proposer.begin(self.prompt_ids)
         if self.cancel is not None and self.cancel.is_set():
-            self.reason = "cancelled"
+            self.reason = FinishReason.CANCELLED
             return None
         if self.limits.deadline_s is not None and time.perf_counter() - self.start >= self.limits.deadline_s:
-            self.reason = "deadline"
+            self.reason = FinishReason.DEADLINE
             return None
         uncached = self.sequence[len(self.cache) :]
         if self.holds(prompt_room):
@@ -200,20 +201,20 @@ class Decoding:
         for token in emitted:
             kept.append(token)
             if token in self.end_ids:  # EOS or a format's end marker: kept in ids, not in text
-                self.reason = "eos"
+                self.reason = FinishReason.EOS
                 break
             delta = self.text.push(token)
             if delta:
                 events.append(TextDelta(delta))
             if self.text.stopped:
-                self.reason = "stop"
+                self.reason = FinishReason.STOP
                 break
             # Checked token by token, like EOS and stop strings, so the cut is the same with or
             # without drafts.
             if limits.stop_repeats and repeating_tail(
                 [*self.output[-REPEAT_MAX_PERIOD * limits.stop_repeats :], *kept], limits.stop_repeats
             ):
-                self.reason = "repetition"
+                self.reason = FinishReason.REPETITION
                 break
         self.sequence.extend(kept)
         self.output.extend(kept)
@@ -247,9 +248,9 @@ class Decoding:
         )
         events.append(StepEvent(step, tuple(kept)))
         if self.reason is None and len(self.output) >= limits.max_new_tokens:
-            self.reason = "length"
+            self.reason = FinishReason.LENGTH
         elif self.reason is None and len(self.sequence) >= self.target.max_context:
-            self.reason = "context"
+            self.reason = FinishReason.CONTEXT
         return events
 
     def close(self) -> None:
@@ -324,7 +325,7 @@ def _check_prompt(target: Target, prompt_ids: list[int]) -> None:
     if not prompt_ids:
         raise InvalidRequestError("the prompt is empty: give at least one token of context")
     if len(prompt_ids) >= target.max_context:
-        raise InvalidRequestError(
+        raise ContextLengthError(
             f"the prompt is {len(prompt_ids)} tokens but the model's context is {target.max_context}; "
             f"shorten it (editors send a window around the cursor)"
         )

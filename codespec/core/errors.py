@@ -11,3 +11,11 @@ class ModelNotFoundError(CodespecError):
 
 class InvalidRequestError(CodespecError, ValueError):
     """A request that cannot be served as given (empty prompt, bad sampling values, too long)."""
+
+
+class ContextLengthError(InvalidRequestError):
+    """A prompt (with room for its output) that does not fit the model's context or KV memory."""
+
+
+class ServiceClosedError(CodespecError):
+    """The engine service is closed (the server is stopping): the request was not run."""

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from codespec.core.errors import CodespecError, InvalidRequestError
+from codespec.core.errors import CodespecError, ContextLengthError, InvalidRequestError
 from codespec.core.gguf_files import BadModelFileError, resolve_gguf
 from codespec.core.gguf_tokenizer import LlamaVocab, agreement, gguf_prompt_format, transformers_tokenizer
 from codespec.core.llama_cpp_lib import load_library, take_errors
@@ -318,7 +318,7 @@ class LlamaCppTarget:
             log.debug("llama.cpp KV memory full: emptied sequence %d", seq)
         if needed > 0:
             held = sum(len(cache) for cache in caches)
-            raise InvalidRequestError(
+            raise ContextLengthError(
                 f"{incoming} new positions do not fit llama.cpp's KV memory ({self.kv_tokens} cells, "
                 f"{held} held by requests in this batch); serve with a larger --max-cached-tokens"
             )

@@ -186,6 +186,8 @@ class TargetModel:
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        self.kv_capacity: int | None = None  # caches grow with their sequences
+        self.threads: int | None = None  # torch's own thread setting (codespec.service.runtime sets it)
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self.max_context = _max_context(model, tokenizer)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])

@@ -61,6 +61,21 @@ class Target(Protocol):
     eos_token_ids: frozenset[int]
     device: torch.device  # where logits live (sampling generators are made for it)
 
+    @property
+    def parameter_count(self) -> int:
+        """The model's weights (0 where unknown): CPU prompt chunks and windows follow it."""
+        ...
+
+    @property
+    def kv_capacity(self) -> int | None:
+        """KV cells all sequences share (a fixed buffer: llama.cpp); None where caches grow."""
+        ...
+
+    @property
+    def threads(self) -> int | None:
+        """CPU threads the backend runs on (a draft model beside it takes the same); None: torch's."""
+        ...
+
     def encode(self, text: str) -> list[int]: ...
 
     def decode(self, token_ids: Sequence[int]) -> str: ...

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 
-from codespec.core.errors import CodespecError, InvalidRequestError
+from codespec.core.errors import CodespecError, ContextLengthError, InvalidRequestError, ServiceClosedError
 from codespec.core.next_edit_prompts import zeta_edits, zeta_excerpt
 from codespec.http_api.schema import (
     ALIAS,
@@ -372,10 +372,12 @@ def _failure(result: asyncio.Future, prompt_param: str) -> ApiError | None:
             )
         return None
     if isinstance(error, InvalidRequestError):
-        code = "context_length_exceeded" if "context" in str(error) else "invalid_value"
+        code = "context_length_exceeded" if isinstance(error, ContextLengthError) else "invalid_value"
         return ApiError(400, str(error), prompt_param, code)
     if isinstance(error, CodespecError):
-        return ApiError(503 if "closed" in str(error) else 500, str(error), None, None, kind="server_error")
+        return ApiError(
+            503 if isinstance(error, ServiceClosedError) else 500, str(error), None, None, kind="server_error"
+        )
     log.error("HTTP generation failed", exc_info=error)
     return ApiError(
         500, f"internal error ({type(error).__name__}); see the server log", None, None, kind="server_error"

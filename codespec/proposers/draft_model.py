@@ -178,7 +178,7 @@ class DraftModelProposer(ModelDrafter):
                 "the target's tokenizer); this build ships no default draft model"
             )
         dtype = DTYPE_NAMES.get(target.dtype, "auto") if hasattr(target, "dtype") else "auto"
-        threads = getattr(target, "threads", None)
+        threads = target.threads
         draft = load_target(str(path), device=str(target.device), dtype=dtype, threads=threads)
         check_vocab_compatible(target, draft)
         return cls(draft, target.vocab_size, config.min_confidence)

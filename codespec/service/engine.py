@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from codespec.core.config import SERVE_MAX_DRAFT, GenerationLimits, SamplingParams
-from codespec.core.errors import CodespecError
+from codespec.core.errors import CodespecError, ServiceClosedError
+from codespec.core.finish import FinishReason
 from codespec.core.prompts import Fim, PromptRenderer, RenderedPrompt
 from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target
@@ -119,7 +120,7 @@ class EngineService:
         job = Job(request, on_delta)
         with self._cond:
             if self._closed:
-                raise CodespecError("the engine service is closed")
+                raise ServiceClosedError("the engine service is closed")
             self._preparing.append(job)  # the engine counts it as waiting from now on
         self._preparer.submit(self._prepare, job)
         return job
@@ -138,7 +139,7 @@ class EngineService:
         future: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
             if self._closed:
-                future.set_exception(CodespecError("the engine service is closed"))
+                future.set_exception(ServiceClosedError("the engine service is closed"))
                 return future
             if idle and document is not None and document in self._tokenizing:
                 self._tokenizing[document].append((fn, future))  # after the document's install, in order
@@ -162,7 +163,7 @@ class EngineService:
         done: concurrent.futures.Future = concurrent.futures.Future()
         with self._cond:
             if self._closed:
-                done.set_exception(CodespecError("the engine service is closed"))
+                done.set_exception(ServiceClosedError("the engine service is closed"))
                 return done
             self._tokenizing.setdefault(uri, [])
 
@@ -181,7 +182,7 @@ class EngineService:
                     self._cond.notify()
                     return
             for _, future in calls:
-                future.set_exception(CodespecError("the engine service is closed"))
+                future.set_exception(ServiceClosedError("the engine service is closed"))
 
         self._preparer.submit(tokenize)
         return done
@@ -259,7 +260,7 @@ class EngineService:
                 self._pending.append(job)
                 self._cond.notify()
                 return
-        job.future.set_exception(CodespecError("the engine service is closed"))
+        job.future.set_exception(ServiceClosedError("the engine service is closed"))
 
     def _prepare_prompt(self, request: GenerationRequest) -> PreparedPrompt:
         if not request.kind.decodes:  # a background prefill: the rendered prompt, cut to the context
@@ -341,7 +342,7 @@ class EngineService:
 
         request = job.request
         if job.cancelled:
-            self._complete(job, "", "cancelled", RequestStats())
+            self._complete(job, "", FinishReason.CANCELLED, RequestStats())
             return
         self.scheduler.take_over_prefill(request.cache_key)
         try:
@@ -408,7 +409,7 @@ class EngineService:
                 break
         return rendered, prompt_ids
 
-    def _complete(self, job: Job, text: str, reason: str, stats: RequestStats) -> None:
+    def _complete(self, job: Job, text: str, reason: FinishReason, stats: RequestStats) -> None:
         self._proposers.release(job.proposer)
         request = job.request
         accepted, rejected = prediction_tokens(job.proposer, stats) if request.reference else (0, 0)

@@ -82,7 +82,7 @@ def target_windows(target, prefix_chars: int | None, suffix_chars: int | None, m
         target.device.type,
         target.max_context,
         max_tokens,
-        getattr(target, "parameter_count", None),
+        target.parameter_count or None,
     )
 
 

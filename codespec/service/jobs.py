@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from codespec.core.finish import FinishReason
 from codespec.core.prompts import Prompt
 from codespec.service.schema import RequestKind, Sampling
 
@@ -119,7 +120,7 @@ class Usage:
 @dataclass(frozen=True)
 class JobResult:
     text: str
-    reason: str  # "eos" | "stop" | "repetition" | "length" | "context" | "deadline" | "cancelled"
+    reason: FinishReason
     usage: Usage
     stats: dict  # RequestStats.summary(), docs/design.md §3 names
     proposer: str

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from codespec.core.finish import FinishReason
 from codespec.core.stats import RequestStats
 from codespec.core.target import Target
 from codespec.proposers.costs import LinearCost
@@ -57,7 +58,7 @@ def prompt_chunk(target: Target) -> int:
     chunking must never depend on what shares its batch: chunks change the prompt's cached keys in
     their last bits). On a CPU, larger models get shorter chunks: at the qwen2.5-coder-0.5b body a
     512-token chunk is a 2.2 s forward and 128 tokens prefill at the same rate in 0.6 s."""
-    parameters = getattr(target, "parameter_count", None)
+    parameters = target.parameter_count
     if target.device.type != "cpu" or not parameters:
         return PROMPT_CHUNK
     rows = CPU_CHUNK_FLOPS / (2.0 * parameters)
@@ -67,7 +68,7 @@ def prompt_chunk(target: Target) -> int:
     return chunk
 
 
-Finish = Callable[[Job, str, str, RequestStats], None]  # (job, text, reason, stats): the job is over
+Finish = Callable[[Job, str, FinishReason, RequestStats], None]  # (job, text, reason, stats): the job is over
 Fail = Callable[[Job, Exception], None]
 
 
@@ -89,7 +90,7 @@ class Scheduler:
         self.stats = stats
         self.max_batch = max_batch
         # a backend with a fixed KV buffer (llama.cpp) bounds what the batch may hold together
-        self.max_cached_tokens = min(max_cached_tokens, getattr(target, "kv_capacity", None) or max_cached_tokens)
+        self.max_cached_tokens = min(max_cached_tokens, target.kv_capacity or max_cached_tokens)
         self.active: list[Job] = []  # in the batch: one forward serves them all each cycle
         self.waiting: list[Job] = []  # submitted, waiting for a place in the batch
         self.row_cost = LinearCost("flat", decay=0.95)  # batched forwards: seconds ~ a + b * rows
@@ -132,7 +133,7 @@ class Scheduler:
         ]:
             self.active.remove(other)
             self.caches.give_back(cache_key, other.cache)
-            self._finish(other, "", "cancelled", RequestStats())
+            self._finish(other, "", FinishReason.CANCELLED, RequestStats())
 
     def cycle(self) -> None:
         """One cycle: each active request plans its step (a draft, a prompt chunk), one
@@ -161,7 +162,9 @@ class Scheduler:
                 if job.request.kind is RequestKind.PREFILL:
                     done = len(job.cache) >= len(job.prefill_ids)
                     if job.cancelled or done:
-                        self._retire_prefill(job, "cancelled" if job.cancelled and not done else "length")
+                        self._retire_prefill(
+                            job, FinishReason.CANCELLED if job.cancelled and not done else FinishReason.LENGTH
+                        )
                         continue
                     if room <= 0:
                         continue
@@ -284,7 +287,7 @@ class Scheduler:
         job.cache = None  # its state is unknown: do not reuse it
         self._fail(job, error)
 
-    def _retire_prefill(self, job: Job, reason: str) -> None:
+    def _retire_prefill(self, job: Job, reason: FinishReason) -> None:
         self.active.remove(job)
         self.caches.give_back(job.request.cache_key, job.cache)  # valid up to its last forward
         self._finish(job, "", reason, RequestStats())

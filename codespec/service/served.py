@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from codespec.core.errors import CodespecError, InvalidRequestError
+from codespec.core.finish import FinishReason
 from codespec.core.prompts import PromptFormat
 from codespec.core.stats import RequestStats, StepRecord
 from codespec.core.target import TokenizerTarget
@@ -60,6 +61,9 @@ class ServedTarget(TokenizerTarget):
     max_context: int = 4096
     engine_model: str = ""
     device: ServedDevice = field(default_factory=ServedDevice)
+    parameter_count: int = 0  # the engine's model, not measured here
+    kv_capacity: int | None = None  # the engine keeps the caches
+    threads: int | None = None
 
     @property
     def vocab_size(self) -> int:
@@ -140,7 +144,7 @@ class Stream:
     job: Job
     deadline: float | None  # time.monotonic() past which it stops
     connection: http.client.HTTPConnection | None = None
-    stopped: str | None = None  # why the watcher closed it: "cancelled" | "deadline"
+    stopped: FinishReason | None = None  # why the watcher closed it: cancelled, deadline or repetition
     cached: int = 0  # prompt tokens the engine's prefix cache held (its usage says)
 
 
@@ -167,7 +171,7 @@ class ServedService(EngineService):
 
         request = job.request
         if job.cancelled:
-            self._complete(job, "", "cancelled", RequestStats())
+            self._complete(job, "", FinishReason.CANCELLED, RequestStats())
             return
         try:
             prepared = job.prepared if job.prepared is not None else self._prepare_prompt(request)
@@ -219,7 +223,7 @@ class ServedService(EngineService):
         stats = RequestStats()
         pieces: list[str] = []
         tokens: list[int] = []
-        reason = "length"
+        reason: FinishReason = FinishReason.LENGTH
         try:
             reason = self._read(stream, body, stats, pieces, tokens, started)
         except Exception as error:
@@ -230,13 +234,13 @@ class ServedService(EngineService):
         if stream.stopped is not None:
             reason = stream.stopped
         self._forget(stream)
-        if pieces or reason != "length" or stats.steps:
+        if pieces or reason != FinishReason.LENGTH or stats.steps:
             stats.ttft_s.append(stats.steps[0].end_s if stats.steps else time.perf_counter() - started)
         text = "".join(pieces) if job.request.kind.decodes else ""
         job.cached_len = stream.cached
         self.call(lambda: self._complete(job, text, reason, stats))
 
-    def _read(self, stream: Stream, body: dict, stats: RequestStats, pieces: list, tokens: list, started: float) -> str:
+    def _read(self, stream: Stream, body: dict, stats: RequestStats, pieces: list, tokens: list, started: float) -> FinishReason:
         job = stream.job
         timeout = READ_TIMEOUT_S
         if stream.deadline is not None:
@@ -262,7 +266,7 @@ class ServedService(EngineService):
             ) from None
         if response.status != 200:
             raise engine_error(self.endpoint.url, response.status, response.read())
-        reason = "length"
+        reason: FinishReason = FinishReason.LENGTH
         last = started
         repeats = COMPLETION_STOP_REPEATS if job.request.kind.stops_on_repeats else 0
         while True:
@@ -305,8 +309,8 @@ class ServedService(EngineService):
                 if finish is not None:
                     reason = finish_reason(finish, choice.get("stop_reason"))
                 if repeats and tokens and _repeating(tokens, repeats):
-                    stream.stopped = "repetition"
-                    return "repetition"
+                    stream.stopped = FinishReason.REPETITION
+                    return FinishReason.REPETITION
 
     def _forget(self, stream: Stream) -> None:
         with self._streams_lock:
@@ -324,9 +328,9 @@ class ServedService(EngineService):
                 if stream.stopped is not None:
                     continue
                 if stream.job.cancelled or self._closed:
-                    stream.stopped = "cancelled"
+                    stream.stopped = FinishReason.CANCELLED
                 elif stream.deadline is not None and now >= stream.deadline:
-                    stream.stopped = "deadline"
+                    stream.stopped = FinishReason.DEADLINE
                 else:
                     continue
                 connection = stream.connection
@@ -346,16 +350,16 @@ class ServedService(EngineService):
         self._watcher.join(timeout=5)
 
 
-def finish_reason(finish: str, stop_reason: Any) -> str:
+def finish_reason(finish: str, stop_reason: Any) -> FinishReason:
     """The engine's finish reason in codespec's words: vLLM says "stop" for an end token (its
     ``stop_reason`` is then None or the token id) and for a stop string (the string)."""
     if finish == "length":
-        return "length"
+        return FinishReason.LENGTH
     if finish == "stop":
-        return "stop" if isinstance(stop_reason, str) else "eos"
+        return FinishReason.STOP if isinstance(stop_reason, str) else FinishReason.EOS
     if finish == "abort":
-        return "cancelled"
-    return str(finish)
+        return FinishReason.CANCELLED
+    return FinishReason.STOP  # a reason this codespec does not know: the engine ended the text
 
 
 def engine_error(url: str, status: int, body: bytes) -> CodespecError:

@@ -73,3 +73,28 @@ def test_finish_reasons_map_to_openai():
         "length",
         "length",
     ]
+
+
+def failed(error: Exception):
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    try:
+        future = loop.create_future()
+        future.set_exception(error)
+        return future
+    finally:
+        loop.close()
+
+
+def test_errors_map_to_the_api_by_their_type_not_their_words():
+    from codespec.core.errors import CodespecError, ContextLengthError, InvalidRequestError, ServiceClosedError
+    from codespec.http_api.routes import _failure
+
+    too_long = _failure(failed(ContextLengthError("the prompt is 9 tokens but ...")), "prompt")
+    assert (too_long.status, too_long.code, too_long.param) == (400, "context_length_exceeded", "prompt")
+    # a message that mentions the context is not a context error (an empty prompt's message does)
+    empty = _failure(failed(InvalidRequestError("the prompt is empty: give at least one token of context")), "prompt")
+    assert (empty.status, empty.code) == (400, "invalid_value")
+    assert _failure(failed(ServiceClosedError("stopping")), "prompt").status == 503
+    assert _failure(failed(CodespecError("the engine service is closed")), "prompt").status == 500
