@@ -28,6 +28,7 @@ import logging
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -206,229 +207,274 @@ def client_errors(handler):
     return wrapped
 
 
-def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServer:
-    server = CodespecServer(base_options)
+# (method or command, options, handler, is_command): what build_server registers on each new server.
+# Handlers are module-level functions, one per feature, as jedi-language-server's are; each takes the
+# server first (pygls passes it), so a test can call one on a server it built.
+FEATURES: list[tuple[str, Any, Callable, bool]] = []
 
-    @server.feature(types.INITIALIZE)
-    async def initialize(ls: CodespecServer, params: types.InitializeParams) -> None:
-        ls.options, messages = parse_options(params.initialization_options, ls.base_options)
-        for message in messages:
-            ls.tell_user(message)
-        encoding = getattr(ls.workspace, "position_encoding", None) or "utf-16"
-        ls.encoding = str(getattr(encoding, "value", encoding)).lower()
-        ls.roots = [
-            path
-            for path in (indexing.uri_to_path(folder.uri) for folder in params.workspace_folders or [])
-            if path is not None
-        ]
-        if not ls.roots and params.root_uri and (root := indexing.uri_to_path(params.root_uri)) is not None:
-            ls.roots = [root]
-        ls.debouncer = Debouncer(ls.options.index.debounce_ms / 1000, ls.sync_index)
-        ls.service = await asyncio.to_thread(start_service, ls.options)
 
-    @server.feature(types.INITIALIZED)
-    async def initialized(ls: CodespecServer, params: types.InitializedParams) -> None:
-        if ls.options.index.enabled and ls.roots:
-            db_path = Path(ls.options.index.path) if ls.options.index.path else indexing.default_index_path(ls.roots)
-            index = await asyncio.to_thread(indexing.open_index, ls.service, db_path, ls.options.index.max_tokens)
-            if index is not None:
-                ls.indexing = asyncio.create_task(run_indexing(ls))
-                for document in ls.documents.documents.values():  # opened before the index existed
-                    add_to_index(ls, document)
+def feature(method: str, options: Any = None) -> Callable[[Callable], Callable]:
+    def register(handler: Callable) -> Callable:
+        FEATURES.append((method, options, handler, False))
+        return handler
 
-    @server.feature(types.SHUTDOWN)
-    def shutdown(ls: CodespecServer, params: Any) -> None:
-        for uri in list(ls.warm_timers):  # a prefill timer firing after this would find no engine
-            cancel_warm(ls, uri)
-        if ls.service is not None:
-            close_service(ls.service)
+    return register
 
-    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: CodespecServer, params: types.DidOpenTextDocumentParams) -> None:
-        item = params.text_document
-        document = ls.documents.open(item.uri, item.text, item.version, item.language_id)
-        add_to_index(ls, document)
-        schedule_warm(ls, document)
 
-    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: CodespecServer, params: types.DidChangeTextDocumentParams) -> None:
-        document = ls.documents.documents.get(params.text_document.uri)
-        if document is None:  # a client bug; nothing to apply the change to
-            log.warning("didChange for %s, which is not open", clip(params.text_document.uri))
-            return
-        version = params.text_document.version
-        for change in params.content_changes:
-            try:
-                if isinstance(change, types.TextDocumentContentChangePartial):
-                    rng = change.range
-                    start, end, inserted, before = document.apply_change(
-                        (rng.start.line, rng.start.character),
-                        (rng.end.line, rng.end.character),
-                        change.text,
-                        None,
-                        ls.encoding,
-                    )
-                else:
-                    start, end, inserted, before = document.apply_change(None, None, change.text, None)
-                ls.edit_history.record(document.uri, before, start, end, inserted, version)
-            except PositionError as error:  # out of sync with the client: say so, keep serving
-                ls.tell_user(
-                    f"codespec: could not apply an edit to {clip(document.uri)} ({clip(str(error))}); "
-                    f"completions there may be off until the file is reopened"
-                )
-                break
-        document.version = version
-        ls.next_edits.changed(document.uri, document.text)
-        if ls.debouncer is not None:
-            ls.debouncer.touch(document.uri)
+def command(name: str) -> Callable[[Callable], Callable]:
+    def register(handler: Callable) -> Callable:
+        FEATURES.append((name, None, handler, True))
+        return handler
 
-    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
-    def did_save(ls: CodespecServer, params: types.DidSaveTextDocumentParams) -> None:
-        if ls.debouncer is not None:
-            ls.debouncer.flush(params.text_document.uri)
+    return register
 
-    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls: CodespecServer, params: types.DidCloseTextDocumentParams) -> None:
-        uri = params.text_document.uri
-        if ls.debouncer is not None:
-            ls.debouncer.flush(uri)
-        ls.documents.close(uri)
-        if ls.service is not None and ls.service.index is not None:
-            index = ls.service.index
-            log_failure(
-                ls.service.call(lambda: index.close_document(uri), idle=True, document=uri),
-                f"closing {uri} in the index",
-            )
-        ls.suggestions.pop(uri, None)
+
+@feature(types.INITIALIZE)
+async def initialize(ls: CodespecServer, params: types.InitializeParams) -> None:
+    ls.options, messages = parse_options(params.initialization_options, ls.base_options)
+    for message in messages:
+        ls.tell_user(message)
+    encoding = getattr(ls.workspace, "position_encoding", None) or "utf-16"
+    ls.encoding = str(getattr(encoding, "value", encoding)).lower()
+    ls.roots = [
+        path
+        for path in (indexing.uri_to_path(folder.uri) for folder in params.workspace_folders or [])
+        if path is not None
+    ]
+    if not ls.roots and params.root_uri and (root := indexing.uri_to_path(params.root_uri)) is not None:
+        ls.roots = [root]
+    ls.debouncer = Debouncer(ls.options.index.debounce_ms / 1000, ls.sync_index)
+    ls.service = await asyncio.to_thread(start_service, ls.options)
+
+
+@feature(types.INITIALIZED)
+async def initialized(ls: CodespecServer, params: types.InitializedParams) -> None:
+    if ls.options.index.enabled and ls.roots:
+        db_path = Path(ls.options.index.path) if ls.options.index.path else indexing.default_index_path(ls.roots)
+        index = await asyncio.to_thread(indexing.open_index, ls.service, db_path, ls.options.index.max_tokens)
+        if index is not None:
+            ls.indexing = asyncio.create_task(run_indexing(ls))
+            for document in ls.documents.documents.values():  # opened before the index existed
+                add_to_index(ls, document)
+
+
+@feature(types.SHUTDOWN)
+def shutdown(ls: CodespecServer, params: Any) -> None:
+    for uri in list(ls.warm_timers):  # a prefill timer firing after this would find no engine
         cancel_warm(ls, uri)
-        ls.inflight.cancel(uri)
-        ls.next_edits.close(uri)
+    if ls.service is not None:
+        close_service(ls.service)
 
-    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
-    @client_errors
-    async def inline_completion(ls: CodespecServer, params: types.InlineCompletionParams):
-        invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
-        found = await complete_at(ls, params.text_document.uri, params.position, invoked)
-        if found is None:
-            return []
-        text, position = found
-        return [
-            types.InlineCompletionItem(
-                insert_text=text,
-                range=types.Range(position, position),
+
+@feature(types.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: CodespecServer, params: types.DidOpenTextDocumentParams) -> None:
+    item = params.text_document
+    document = ls.documents.open(item.uri, item.text, item.version, item.language_id)
+    add_to_index(ls, document)
+    schedule_warm(ls, document)
+
+
+@feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: CodespecServer, params: types.DidChangeTextDocumentParams) -> None:
+    document = ls.documents.documents.get(params.text_document.uri)
+    if document is None:  # a client bug; nothing to apply the change to
+        log.warning("didChange for %s, which is not open", clip(params.text_document.uri))
+        return
+    version = params.text_document.version
+    for change in params.content_changes:
+        try:
+            if isinstance(change, types.TextDocumentContentChangePartial):
+                rng = change.range
+                start, end, inserted, before = document.apply_change(
+                    (rng.start.line, rng.start.character),
+                    (rng.end.line, rng.end.character),
+                    change.text,
+                    None,
+                    ls.encoding,
+                )
+            else:
+                start, end, inserted, before = document.apply_change(None, None, change.text, None)
+            ls.edit_history.record(document.uri, before, start, end, inserted, version)
+        except PositionError as error:  # out of sync with the client: say so, keep serving
+            ls.tell_user(
+                f"codespec: could not apply an edit to {clip(document.uri)} ({clip(str(error))}); "
+                f"completions there may be off until the file is reopened"
+            )
+            break
+    document.version = version
+    ls.next_edits.changed(document.uri, document.text)
+    if ls.debouncer is not None:
+        ls.debouncer.touch(document.uri)
+
+
+@feature(types.TEXT_DOCUMENT_DID_SAVE)
+def did_save(ls: CodespecServer, params: types.DidSaveTextDocumentParams) -> None:
+    if ls.debouncer is not None:
+        ls.debouncer.flush(params.text_document.uri)
+
+
+@feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: CodespecServer, params: types.DidCloseTextDocumentParams) -> None:
+    uri = params.text_document.uri
+    if ls.debouncer is not None:
+        ls.debouncer.flush(uri)
+    ls.documents.close(uri)
+    if ls.service is not None and ls.service.index is not None:
+        index = ls.service.index
+        log_failure(
+            ls.service.call(lambda: index.close_document(uri), idle=True, document=uri),
+            f"closing {uri} in the index",
+        )
+    ls.suggestions.pop(uri, None)
+    cancel_warm(ls, uri)
+    ls.inflight.cancel(uri)
+    ls.next_edits.close(uri)
+
+
+@feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+@client_errors
+async def inline_completion(ls: CodespecServer, params: types.InlineCompletionParams):
+    invoked = params.context.trigger_kind == types.InlineCompletionTriggerKind.Invoked
+    found = await complete_at(ls, params.text_document.uri, params.position, invoked)
+    if found is None:
+        return []
+    text, position = found
+    return [
+        types.InlineCompletionItem(
+            insert_text=text,
+            range=types.Range(position, position),
+            command=accepted_command(params.text_document.uri, text),
+        )
+    ]
+
+
+@feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
+@client_errors
+async def completion(ls: CodespecServer, params: types.CompletionParams):
+    if not ls.options.completion.completion_fallback:
+        return None
+    found = await complete_at(ls, params.text_document.uri, params.position, invoked=True)
+    if found is None:
+        return types.CompletionList(is_incomplete=True, items=[])
+    text, position = found
+    label = next((line.strip() for line in text.splitlines() if line.strip()), text)[:80]
+    return types.CompletionList(
+        is_incomplete=True,
+        items=[
+            types.CompletionItem(
+                label=label,
+                kind=types.CompletionItemKind.Text,
+                detail="codespec",
+                filter_text=label,
+                text_edit=types.TextEdit(types.Range(position, position), text),
                 command=accepted_command(params.text_document.uri, text),
             )
+        ],
+    )
+
+
+@feature(EDIT_METHOD)
+@client_errors
+async def edit(ls: CodespecServer, params: Any) -> dict:
+    raw = edit_logic.as_dict(params)
+    uri = edit_logic.text_document_uri(raw)
+    document = ls.documents.get(uri)
+    plan = edit_logic.plan_edit(document.text, raw, ls.encoding, ls.options.completion.edit_tokens)
+    edit_id = str(raw.get("editId") or uuid.uuid4())
+
+    def on_delta(text: str) -> None:
+        ls.protocol.notify(EDIT_DELTA, {"editId": edit_id, "uri": uri, "text": text})
+
+    recent = rule_inputs(ls.edit_history.recent(uri))  # the rewrite drafts them repeated, too
+    request = edit_logic.edit_request(
+        plan, cache_key=f"edit:{uri}", uri=uri, cursor=plan.start, edits=recent, origin="lsp"
+    )
+    result = await AsyncJob(ls.engine, request, on_delta).result()
+    return edit_logic.edit_response(edit_id, raw["range"], result)
+
+
+@feature(NEXT_EDIT_METHOD)
+@client_errors
+async def next_edit(ls: CodespecServer, params: Any) -> dict:
+    raw = edit_logic.as_dict(params)
+    uri = edit_logic.text_document_uri(raw)
+    return {"edits": await ls.next_edits.answer(ls, uri, raw)}
+
+
+@feature(NEXT_EDIT_SHOWN)
+def next_edit_shown(ls: CodespecServer, params: Any) -> None:
+    log.debug("next edit shown: %s", clip(str(edit_logic.as_dict(params)), 200))
+
+
+@feature(STATS_METHOD)
+@client_errors
+async def stats(ls: CodespecServer, params: Any) -> dict:
+    service = ls.engine
+    open_texts = {uri: document.text for uri, document in ls.documents.documents.items()}
+
+    def collect() -> dict:  # on the engine thread: queued index updates have been applied
+        snapshot = service.stats_snapshot()
+        index = service.index
+        snapshot["documents"] = [
+            {"uri": uri, "indexed": index is not None and indexing.indexed_text(index, uri) == text}
+            for uri, text in open_texts.items()
         ]
-
-    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(resolve_provider=False))
-    @client_errors
-    async def completion(ls: CodespecServer, params: types.CompletionParams):
-        if not ls.options.completion.completion_fallback:
-            return None
-        found = await complete_at(ls, params.text_document.uri, params.position, invoked=True)
-        if found is None:
-            return types.CompletionList(is_incomplete=True, items=[])
-        text, position = found
-        label = next((line.strip() for line in text.splitlines() if line.strip()), text)[:80]
-        return types.CompletionList(
-            is_incomplete=True,
-            items=[
-                types.CompletionItem(
-                    label=label,
-                    kind=types.CompletionItemKind.Text,
-                    detail="codespec",
-                    filter_text=label,
-                    text_edit=types.TextEdit(types.Range(position, position), text),
-                    command=accepted_command(params.text_document.uri, text),
-                )
-            ],
-        )
-
-    @server.feature(EDIT_METHOD)
-    @client_errors
-    async def edit(ls: CodespecServer, params: Any) -> dict:
-        raw = edit_logic.as_dict(params)
-        uri = edit_logic.text_document_uri(raw)
-        document = ls.documents.get(uri)
-        plan = edit_logic.plan_edit(document.text, raw, ls.encoding, ls.options.completion.edit_tokens)
-        edit_id = str(raw.get("editId") or uuid.uuid4())
-
-        def on_delta(text: str) -> None:
-            ls.protocol.notify(EDIT_DELTA, {"editId": edit_id, "uri": uri, "text": text})
-
-        recent = rule_inputs(ls.edit_history.recent(uri))  # the rewrite drafts them repeated, too
-        request = edit_logic.edit_request(
-            plan, cache_key=f"edit:{uri}", uri=uri, cursor=plan.start, edits=recent, origin="lsp"
-        )
-        result = await AsyncJob(ls.engine, request, on_delta).result()
-        return edit_logic.edit_response(edit_id, raw["range"], result)
-
-    @server.feature(NEXT_EDIT_METHOD)
-    @client_errors
-    async def next_edit(ls: CodespecServer, params: Any) -> dict:
-        raw = edit_logic.as_dict(params)
-        uri = edit_logic.text_document_uri(raw)
-        return {"edits": await ls.next_edits.answer(ls, uri, raw)}
-
-    @server.feature(NEXT_EDIT_SHOWN)
-    def next_edit_shown(ls: CodespecServer, params: Any) -> None:
-        log.debug("next edit shown: %s", clip(str(edit_logic.as_dict(params)), 200))
-
-    @server.feature(STATS_METHOD)
-    @client_errors
-    async def stats(ls: CodespecServer, params: Any) -> dict:
-        service = ls.engine
-        open_texts = {uri: document.text for uri, document in ls.documents.documents.items()}
-
-        def collect() -> dict:  # on the engine thread: queued index updates have been applied
-            snapshot = service.stats_snapshot()
-            index = service.index
-            snapshot["documents"] = [
-                {"uri": uri, "indexed": index is not None and indexing.indexed_text(index, uri) == text}
-                for uri, text in open_texts.items()
-            ]
-            snapshot["index_documents"] = len(index.documents()) if index is not None else 0
-            snapshot["index_health"] = index.health() if index is not None else None
-            return snapshot
-
-        snapshot = await service.acall(collect)
-        snapshot["documents_open"] = len(open_texts)
-        protocol = ls.protocol
-        snapshot["held_frames"] = protocol.held_frames if isinstance(protocol, CodespecProtocol) else 0
-        snapshot["pending_index_updates"] = sorted(ls.debouncer.pending) if ls.debouncer else []
-        snapshot["workspace_files_indexed"] = ls.indexed_files
-        snapshot["history"] = [{"kind": kind, "uri": uri, "text": text} for kind, uri, text in service.recent_history]
+        snapshot["index_documents"] = len(index.documents()) if index is not None else 0
+        snapshot["index_health"] = index.health() if index is not None else None
         return snapshot
 
-    @server.command(ACCEPTED_COMMAND)
-    @client_errors
-    async def accepted(ls: CodespecServer, uri: str, text: str) -> None:
-        if len(text) > MAX_ACCEPTED_CHARS:
-            raise JsonRpcInvalidParams(
-                f"codespec.accepted: the text is {len(text)} characters; an accepted "
-                f"completion is at most {MAX_ACCEPTED_CHARS}"
-            )
-        await asyncio.wrap_future(ls.engine.record_history("accepted", text, uri))
+    snapshot = await service.acall(collect)
+    snapshot["documents_open"] = len(open_texts)
+    protocol = ls.protocol
+    snapshot["held_frames"] = protocol.held_frames if isinstance(protocol, CodespecProtocol) else 0
+    snapshot["pending_index_updates"] = sorted(ls.debouncer.pending) if ls.debouncer else []
+    snapshot["workspace_files_indexed"] = ls.indexed_files
+    snapshot["history"] = [{"kind": kind, "uri": uri, "text": text} for kind, uri, text in service.recent_history]
+    return snapshot
 
-    @server.command(REINDEX_COMMAND)
-    @client_errors
-    async def reindex(ls: CodespecServer, *args: Any) -> None:
-        if ls.engine.index is None:
-            ls.tell_user("codespec: the workspace index is off or unavailable", types.MessageType.Info)
-            return
-        if ls.indexing is not None and not ls.indexing.done():
-            await ls.indexing
-            return
-        ls.indexing = asyncio.create_task(run_indexing(ls))
+
+@command(ACCEPTED_COMMAND)
+@client_errors
+async def accepted(ls: CodespecServer, uri: str, text: str) -> None:
+    if len(text) > MAX_ACCEPTED_CHARS:
+        raise JsonRpcInvalidParams(
+            f"codespec.accepted: the text is {len(text)} characters; an accepted "
+            f"completion is at most {MAX_ACCEPTED_CHARS}"
+        )
+    await asyncio.wrap_future(ls.engine.record_history("accepted", text, uri))
+
+
+@command(REINDEX_COMMAND)
+@client_errors
+async def reindex(ls: CodespecServer, *args: Any) -> None:
+    if ls.engine.index is None:
+        ls.tell_user("codespec: the workspace index is off or unavailable", types.MessageType.Info)
+        return
+    if ls.indexing is not None and not ls.indexing.done():
         await ls.indexing
+        return
+    ls.indexing = asyncio.create_task(run_indexing(ls))
+    await ls.indexing
 
-    @server.command(CLEAR_HISTORY_COMMAND)
-    @client_errors
-    async def clear_history(ls: CodespecServer, *args: Any) -> None:
-        ls.edit_history.clear()
-        ls.next_edits.clear()
-        await asyncio.wrap_future(ls.engine.clear_history())
 
+@command(CLEAR_HISTORY_COMMAND)
+@client_errors
+async def clear_history(ls: CodespecServer, *args: Any) -> None:
+    ls.edit_history.clear()
+    ls.next_edits.clear()
+    await asyncio.wrap_future(ls.engine.clear_history())
+
+
+def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServer:
+    """A language server with every feature of this module registered (a fresh one per call)."""
+    server = CodespecServer(base_options)
+    for name, options, handler, is_command in FEATURES:
+        if is_command:
+            server.command(name)(handler)
+        elif options is None:
+            server.feature(name)(handler)
+        else:
+            server.feature(name, options)(handler)
     return server
 
 
