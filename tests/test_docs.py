@@ -78,7 +78,7 @@ def test_slug_follows_github():
         slug("`codespec demo`: what it shows, and how far to trust it")
         == "codespec-demo-what-it-shows-and-how-far-to-trust-it"
     )
-    assert slug("One cycle of the engine thread") == "one-cycle-of-the-engine-thread"
+    assert slug("One inline completion, end to end") == "one-inline-completion-end-to-end"
 
 
 def test_the_link_check_sees_a_broken_link(tmp_path):
