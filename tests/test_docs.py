@@ -5,6 +5,7 @@ module path from before the one ``codespec`` namespace."""
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from pathlib import Path
@@ -14,7 +15,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-EDITOR_READMES = sorted(path for path in (ROOT / "editors").rglob("README*") if "node_modules" not in path.parts)
+
+
+def editor_readmes() -> list[Path]:
+    """README files of the editor clients; an ``npm install`` tree is not walked."""
+    found = []
+    for folder, subfolders, files in os.walk(ROOT / "editors"):
+        subfolders[:] = [name for name in subfolders if name != "node_modules" and not name.startswith(".")]
+        found += [Path(folder) / name for name in files if name.startswith("README")]
+    return sorted(found)
+
+
+EDITOR_READMES = editor_readmes()
 PAGES = [README, *DOCS, *EDITOR_READMES]
 README_MAX_LINES = 150
 RUN_LOG = ROOT / "docs" / "benchmarks.md"  # the one page that records what was measured, on what
