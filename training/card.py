@@ -147,7 +147,7 @@ float32 on CPU). They were trained by `codespec train-default` (this file is wri
 They are tiny: good enough that completions look like Python, that edit prompts copy their input,
 and that the draft-model and early-exit fallbacks behave realistically; not a useful assistant. Point
 `--model` at a real checkpoint (e.g. Qwen2.5-Coder) for real completions: the prompt formats in
-`codespec/prompts.py` are the same.
+`codespec/core/prompts.py` are the same.
 
 ## Models
 
