@@ -11,7 +11,7 @@ step by step as vLLM would run it, one client: a step emits the accepted drafts 
 the prefill's step one token and no draft (vLLM drafts after a sequence's first sampled token).
 codespec's proposer is the class vLLM loads (``BatchDrafter``), on a clock that advances by the
 step cost model, so auto prices its drafts as it would there. The bound binds every drafter that
-copies stretches from the prompt, the workspace or earlier outputs (docs/benchmarks.md, "hindsight
+copies stretches from the prompt, the workspace or earlier outputs (docs/simulate.md, "The hindsight
 bound"), so it says what lookup drafting can reach on a workload at all.
 """
 

@@ -3,7 +3,7 @@
 A client that opens a 5 MB file while the user types sends that didOpen ahead of the keystroke's
 didChange and inline completion. Decoding it (JSON, then pygls' types) takes the event loop
 10-15 ms and the engine's interpreter with it, and the keystroke waited behind it
-(docs/lsp-bench.md, "A 5 MB file opened while typing"). Opening another document changes nothing
+(docs/benchmarks.md, "lsp-large-open"). Opening another document changes nothing
 a completion in this one reads (that document is not in the index until it is opened and its
 indexing debounced), so such a frame is held undecoded and dispatched later, in order, at the
 first of:

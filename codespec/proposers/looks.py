@@ -4,7 +4,7 @@
 decision conditions on. That is right while a look costs a sliver of a forward (a GPU step, a real
 model on a CPU). Next to a tiny model's ~3 ms CPU step, the workspace index's lookup (~0.2 ms
 after a forward has flushed the caches) is 7% of every step, and on completions its drafts rarely
-add anything the request's own text did not already offer (docs/benchmarks.md, issue 17's table).
+add anything the request's own text did not already offer (docs/benchmarks.md, "real-completions").
 
 ``LookGate`` keeps, per lookup, what a look costs and what it saves: the tokens its draft got right
 beyond the baseline's draft that step (the request's own text, asked on every step: under greedy,

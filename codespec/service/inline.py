@@ -44,7 +44,7 @@ def default_windows(device_type: str, parameters: int | None = None) -> tuple[in
     cursor before it), so on a CPU windows stay near 300 tokens, inside what the default model was
     trained on, and the suffix (re-prefilled every keystroke) shrinks as the model grows; a GPU
     prefills thousands of tokens in milliseconds and keeps more context. The measurements behind
-    the sizes are in docs/lsp-bench.md and docs/gguf.md.
+    the sizes are in docs/benchmarks.md (the LSP latency and GGUF inline rows).
     """
     if device_type != "cpu":
         return GPU_WINDOWS
