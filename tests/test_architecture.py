@@ -171,3 +171,87 @@ def test_proposers_are_assembled_in_one_place():
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("codespec.proposers"):
                 wrong += [f"{module} imports {alias.name}" for alias in node.names if alias.name in ASSEMBLING]
     assert not wrong, "assemble proposers with proposers.assembly.ProposerAssembly:\n" + "\n".join(wrong)
+
+
+# library -> the one module allowed to touch its private names (None: none may)
+ADAPTERS = {"pygls": "codespec.lsp.rpc", "transformers": "codespec.core.attention", "vllm": None}
+
+
+def library_private_names(library: str) -> set[str]:
+    """Private attributes and methods the library's own classes define (``self._x = ``, ``def _x(self``)."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec(library)
+    if spec is None or spec.origin is None:
+        return set()
+    names: set[str] = set()
+    for path in Path(spec.origin).parent.rglob("*.py"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        names |= set(re.findall(r"self\.(_[a-z]\w*)\s*[:=]", text)) | set(re.findall(r"def (_[a-z]\w*)\(self", text))
+    return names
+
+
+def imports_library(tree: ast.AST, library: str) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == library for alias in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == library:
+            return True
+    return False
+
+
+def private_touches(tree: ast.AST, private: set[str], library: str) -> set[str]:
+    """The library's private names a module reads, calls, overrides or sets, except names the
+    module defines for itself (its own functions and the attributes it assigns on ``self``)."""
+    own = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    own |= {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Store)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    }
+    touched = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+    }
+    from_library = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == library
+        for alias in node.names
+    }
+    derived = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and any(isinstance(base, ast.Name) and base.id in from_library for base in node.bases)
+    ]
+    overridden: set[str] = set()  # in a subclass of the library's class: methods it overrides, attributes it sets
+    for node in derived:
+        for item in ast.walk(node):
+            if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                overridden.add(item.name)
+            elif isinstance(item, ast.Attribute) and isinstance(item.ctx, ast.Store):
+                overridden.add(item.attr)
+    return (touched - own | overridden) & private
+
+
+def test_private_api_of_pygls_transformers_and_vllm_only_in_their_adapter():
+    wrong = []
+    for library, adapter in ADAPTERS.items():
+        private = library_private_names(library)
+        for module, path in product_modules().items():
+            if not module.startswith("codespec") or module == adapter:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            if not imports_library(tree, library):
+                continue
+            if adapter is None:
+                wrong.append(f"{module} imports {library} (no module of codespec may)")
+            elif touched := private_touches(tree, private, library):
+                wrong.append(f"{module}: {library}'s private {sorted(touched)} (only {adapter} may)")
+    assert not wrong, "\n".join(wrong)

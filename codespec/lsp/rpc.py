@@ -1,5 +1,10 @@
 """JSON-RPC envelopes: every request gets exactly one answer, whatever it looks like.
 
+This is the one module that touches pygls's private methods and attributes (it overrides how
+``LanguageServerProtocol`` receives, dispatches and answers); tests/lsp/test_pygls_adapter.py
+fails when pygls changes any of them, and tests/test_architecture.py keeps every other module to
+pygls's public API.
+
 ``CodespecProtocol.receive`` takes what ``lsp.framing`` read and answers, before pygls sees it:
 
 | what | answer |
@@ -399,6 +404,14 @@ class CodespecProtocol(LanguageServerProtocol):
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
         if (user_handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
             yield user_handler, (params,), None
+
+
+def attach_stop_event(server) -> threading.Event:
+    """The event pygls's ``Server.shutdown`` sets (its private ``_stop_event``) on ``exit``: the
+    frame loop (``serve_frames``) watches it, so the server stops as pygls's own loop would."""
+    event = threading.Event()
+    server._stop_event = event
+    return event
 
 
 async def serve_frames(reader: FrameReader, protocol: CodespecProtocol, stop_event: threading.Event) -> None:

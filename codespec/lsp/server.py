@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -41,7 +40,7 @@ from codespec.lsp.documents import Debouncer, DocumentNotOpen, DocumentStore
 from codespec.lsp.framing import FrameReader
 from codespec.lsp.held import holdable
 from codespec.lsp.next_edits import NextEdits
-from codespec.lsp.rpc import SERVER_NOT_INITIALIZED, CodespecProtocol, serve_frames
+from codespec.lsp.rpc import SERVER_NOT_INITIALIZED, CodespecProtocol, attach_stop_event, serve_frames
 from codespec.lsp.sources import BlockingSource
 from codespec.lsp.workspace import add_to_index, cancel_warm, log_failure, note_too_large, run_indexing, schedule_warm
 from codespec.service import edit as edit_logic
@@ -110,7 +109,7 @@ class CodespecServer(LanguageServer):
         from codespec.service import logsafe
 
         logsafe.install()
-        self._stop_event = threading.Event()
+        stop_event = attach_stop_event(self)
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
         reader = FrameReader(
             BlockingSource(stdin or sys.stdin.buffer),
@@ -120,7 +119,7 @@ class CodespecServer(LanguageServer):
         protocol = self.protocol
         assert isinstance(protocol, CodespecProtocol)  # protocol_cls above
         try:
-            asyncio.run(serve_frames(reader, protocol, self._stop_event))
+            asyncio.run(serve_frames(reader, protocol, stop_event))
         except BrokenPipeError:
             log.error("the connection to the client is lost; shutting down")
         except (KeyboardInterrupt, SystemExit):
