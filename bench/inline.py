@@ -243,7 +243,6 @@ def bench_in_process(args) -> dict:
         completion=CompletionOptions(mode=args.mode),
     )
     service = start_service(options)
-    windows = service.windows_for(options)
     series: dict[str, list[float]] = {
         "cold_item_ms": [],
         "cold_ttft_ms": [],
@@ -252,7 +251,9 @@ def bench_in_process(args) -> dict:
     }
 
     def ask(text: str, offset: int, key: str, phase: str) -> None:
-        request, _ = completion_request(text, offset, options, windows, invoked=False, cache_key=key, deadline=False)
+        request, _ = completion_request(
+            text, offset, options, service.target, invoked=False, cache_key=key, deadline=False
+        )
         started = time.perf_counter()
         result = service.submit(request).wait()
         series[f"{phase}_item_ms"].append((time.perf_counter() - started) * 1e3)

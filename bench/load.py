@@ -36,12 +36,8 @@ def run_load(target, raw, models, cases, plan, settings, say) -> dict:
 
 def _messages_and_recordings(target, cases, options, settings, end_id):
     from codespec.core.prompts import PromptRenderer, Rewrite
-    from codespec.service.inline import completion_request, target_windows
+    from codespec.service.inline import completion_request
 
-    # The windows the websocket server will use for these prompts (EngineService.windows).
-    windows = target_windows(
-        target, options.completion.prefix_chars, options.completion.suffix_chars, options.completion.block_tokens
-    )
     prompts = PromptRenderer(target.tokenizer, target.prompt_format)  # as the server renders them
     messages, recordings = [], []
     for case in cases:
@@ -52,7 +48,9 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
             prompt = prompts.render(Rewrite(case.reference, case.instruction)).text
         else:
             message = {"type": "complete", "prefix": case.prefix, "suffix": case.suffix, "path": case.uri}
-            request, _ = completion_request(case.prefix + case.suffix, len(case.prefix), options, windows, invoked=True)
+            request, _ = completion_request(
+                case.prefix + case.suffix, len(case.prefix), options, target, invoked=True
+            )  # as the websocket server builds it
             prompt = prompts.render(request.prompt).text
         messages.append(message)
         if settings.mode == "replay":

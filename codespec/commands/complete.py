@@ -109,7 +109,7 @@ def complete_once(args) -> int:
             text,
             offset,
             options,
-            service.windows_for(options),
+            service.target,
             invoked=True,
             uri=uri,
             sampling=Sampling(max_tokens=args.max_tokens),

@@ -191,13 +191,12 @@ def run(args) -> int:
     try:
         progress.say(f"indexing {args.workspace}")
         index_folders(service, [args.workspace], options, quiet=True)
-        windows = service.windows_for(options)
         completions = []
         spots = completion_spots(args.workspace)
         progress.phase(f"completions (x{args.repeats} speculative and plain)", len(spots))
         for path, text, offset in spots:
             request, context = completion_request(
-                text, offset, options, windows, invoked=True, uri=path.resolve().as_uri(), deadline=False
+                text, offset, options, service.target, invoked=True, uri=path.resolve().as_uri(), deadline=False
             )
             line = text.count("\n", 0, offset) + 1
             column = offset - text.rfind("\n", 0, offset)

@@ -128,7 +128,7 @@ class HttpDoor:
             body.prompt + body.suffix,
             len(body.prompt),
             self.options,
-            self.service.windows_for(self.options),
+            self.service.target,
             invoked=True,
             uri=call.path,
             cache_key=key,

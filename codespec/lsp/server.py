@@ -494,7 +494,7 @@ async def complete_at(
         text,
         offset,
         options,
-        ls.engine.windows_for(options),
+        ls.engine.target,
         invoked=invoked,
         uri=uri,
         cache_key=uri,

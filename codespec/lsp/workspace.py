@@ -16,7 +16,7 @@ from lsprotocol import types
 
 from codespec.lsp.documents import Document, DocumentStore
 from codespec.service import indexing
-from codespec.service.inline import warm_prompt
+from codespec.service.inline import completion_windows, warm_prompt
 from codespec.service.jobs import GenerationRequest
 from codespec.service.logsafe import clip
 from codespec.service.options import ServerOptions
@@ -76,7 +76,7 @@ def warm_document(ls: Server, document) -> None:
     per engine cycle; a completion arriving meanwhile takes over what is prefilled)."""
     if ls.service is None:
         return
-    prefix_chars, _ = ls.service.windows_for(ls.options)
+    prefix_chars, _ = completion_windows(ls.service.target, ls.options)
     prompt = warm_prompt(document.text, prefix_chars, ls.service.prompts)
     if prompt is not None:
         ls.service.submit(

@@ -198,18 +198,6 @@ class EngineService:
     async def acall(self, fn: Callable[[], Any]) -> Any:
         return await asyncio.wrap_future(self.call(fn))
 
-    def windows(self, prefix_chars: int | None, suffix_chars: int | None, max_tokens: int) -> tuple[int, int]:
-        """Prompt window sizes (characters) that fit this model's context; None: this device's default."""
-        from codespec.service.inline import target_windows
-
-        return target_windows(self.target, prefix_chars, suffix_chars, max_tokens)
-
-    def windows_for(self, options) -> tuple[int, int]:
-        """The prompt windows of ``options`` (an ``service.options.ServerOptions``) on this model."""
-        return self.windows(
-            options.completion.prefix_chars, options.completion.suffix_chars, options.completion.block_tokens
-        )
-
     def warm_up(self) -> None:
         """One short request through the default proposer: the first forward of a fresh process is
         slow (allocations, kernel selection) and model proposers load lazily; pay that at start."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from codespec.core.prompts import Fim, PromptRenderer
+from codespec.core.target import Target
 from codespec.service.jobs import GenerationRequest, request_of
 from codespec.service.options import ServerOptions
 from codespec.service.schema import RequestKind, Sampling
@@ -84,6 +85,12 @@ def target_windows(target, prefix_chars: int | None, suffix_chars: int | None, m
         max_tokens,
         target.parameter_count or None,
     )
+
+
+def completion_windows(target: Target, options: ServerOptions) -> tuple[int, int]:
+    """The prompt windows (characters before, after the cursor) of ``options`` on ``target``."""
+    completion = options.completion
+    return target_windows(target, completion.prefix_chars, completion.suffix_chars, completion.block_tokens)
 
 
 def fit_windows(prefix_chars: int, suffix_chars: int, max_context: int, max_tokens: int) -> tuple[int, int]:
@@ -215,7 +222,7 @@ def completion_request(
     text: str,
     offset: int,
     options: ServerOptions,
-    windows: tuple[int, int],
+    target: Target,
     *,
     invoked: bool,
     uri: str | None = None,
@@ -225,7 +232,8 @@ def completion_request(
     deadline: bool = True,
     origin: str = "",
 ) -> tuple[GenerationRequest, CompletionContext]:
-    """A completion at code point ``offset`` of ``text``; ``windows`` from ``EngineService.windows``.
+    """A completion at code point ``offset`` of ``text`` for ``target`` (its prompt windows follow
+    the model, ``completion_windows``): what every door asks once, to get the engine's request.
 
     ``sampling.stop`` replaces the cursor's stop rule (a newline for a line, a blank line for a block);
     ``reference`` is a reference draft (the rest of a shown suggestion, a client's prediction).
@@ -236,7 +244,7 @@ def completion_request(
         offset,
         options.completion.line_tokens,
         options.completion.block_tokens,
-        *windows,
+        *completion_windows(target, options),
         invoked=invoked,
         mode=options.completion.mode,
     )

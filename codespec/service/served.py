@@ -240,7 +240,9 @@ class ServedService(EngineService):
         job.cached_len = stream.cached
         self.call(lambda: self._complete(job, text, reason, stats))
 
-    def _read(self, stream: Stream, body: dict, stats: RequestStats, pieces: list, tokens: list, started: float) -> FinishReason:
+    def _read(
+        self, stream: Stream, body: dict, stats: RequestStats, pieces: list, tokens: list, started: float
+    ) -> FinishReason:
         job = stream.job
         timeout = READ_TIMEOUT_S
         if stream.deadline is not None:

@@ -214,7 +214,7 @@ class Session:
             message.prefix + message.suffix,
             len(message.prefix),
             options,
-            self.service.windows_for(options),
+            self.service.target,
             invoked=True,
             uri=message.path,
             cache_key=key,

@@ -57,9 +57,7 @@ def expected(target, uri: str):
     service = EngineService(target, proposer="none")
     try:
         offset = SOURCE.index("join_all(argv)")
-        request, context = completion_request(
-            SOURCE, offset, options, service.windows_for(options), invoked=True, uri=uri
-        )
+        request, context = completion_request(SOURCE, offset, options, service.target, invoked=True, uri=uri)
         completion = trim_completion(service.submit(dataclasses.replace(request, proposer="none")).wait().text, context)
         plan = plan_edit(SOURCE, {"range": EDIT, "instruction": INSTRUCTION}, "utf-16", options.completion.edit_tokens)
         edit = (
