@@ -47,7 +47,7 @@ async def bench(args) -> dict:
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
-    from codespec.service.positions import position_at
+    from codespec.service.requests.positions import position_at
 
     root = Path(tempfile.mkdtemp(prefix="codespec-bench-"))
     workspace = root / "workspace"
@@ -234,9 +234,10 @@ async def bench(args) -> dict:
 def bench_in_process(args) -> dict:
     """The same cold / keystroke requests straight into the engine service (no LSP transport, no
     index): separates engine latency from protocol overhead."""
-    from codespec.service.inline import completion_request
-    from codespec.service.options import CompletionOptions, EngineOptions, ServerOptions
-    from codespec.service.runtime import close_service, start_service
+    from codespec.service.engine.service.runtime import close_service, start_service
+
+    from codespec.service.requests.inline import completion_request
+    from codespec.service.requests.options import CompletionOptions, EngineOptions, ServerOptions
 
     options = ServerOptions(
         engine=EngineOptions(model=args.model, device=args.device, proposer=args.proposer or "auto"),

@@ -36,7 +36,7 @@ def run_load(target, raw, models, cases, plan, settings, say) -> dict:
 
 def _messages_and_recordings(target, cases, options, settings, end_id):
     from codespec.core.prompts import PromptRenderer, Rewrite
-    from codespec.service.inline import completion_request
+    from codespec.service.requests.inline import completion_request
 
     prompts = PromptRenderer(target.tokenizer, target.prompt_format)  # as the server renders them
     messages, recordings = [], []
@@ -59,10 +59,11 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
 
 
 async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
-    from codespec.service.auth import Listen
-    from codespec.service.engine import EngineService
-    from codespec.service.options import CompletionOptions, EngineOptions, ServerOptions, WsLimits
-    from codespec.service.runtime import close_service
+    from codespec.service.engine.service.runtime import close_service
+    from codespec.service.engine.service.service import EngineService
+
+    from codespec.service.doors.auth import Listen
+    from codespec.service.requests.options import CompletionOptions, EngineOptions, ServerOptions, WsLimits
     from codespec.websocket_api import bound_port, start_ws_server
 
     options = ServerOptions(

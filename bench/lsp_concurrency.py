@@ -67,7 +67,7 @@ async def run(args) -> dict:
     from pygls.lsp.client import LanguageClient
 
     from codespec.core.stats import percentile
-    from codespec.service.positions import position_at
+    from codespec.service.requests.positions import position_at
 
     scratch = Path(tempfile.mkdtemp(prefix="codespec-lsp-concurrency-"))
     default = "edits-httpx.jsonl" if args.kind == "edit" else "completions-httpx.jsonl"

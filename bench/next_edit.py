@@ -63,7 +63,7 @@ def case_request(case, renderer):
 
 def window_stats(cases) -> dict:
     from codespec.proposers.edit_rules import predict
-    from codespec.service.next_edit import choose_window
+    from codespec.service.requests.next_edit import choose_window
 
     if any(case.edit_path for case in cases):
         return site_stats(cases)
@@ -81,7 +81,7 @@ def site_stats(cases) -> dict:
     (workspace-httpx.jsonl, the other paths) has a site for the same edit, so that a search
     reaching it first would answer there."""
     from codespec.proposers.edit_rules import predict
-    from codespec.service.next_edit import OtherDocument, find_site, site_in
+    from codespec.service.requests.next_edit import OtherDocument, find_site, site_in
 
     with open(SHARED / "workspace-httpx.jsonl", encoding="utf-8") as handle:
         workspace = [json.loads(line) for line in handle if line.strip()]

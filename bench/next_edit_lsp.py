@@ -40,7 +40,7 @@ async def bench(args) -> dict:
     from pygls.lsp.client import LanguageClient
 
     from bench.next_edit_workload import load
-    from codespec.service.positions import position_at
+    from codespec.service.requests.positions import position_at
 
     cases = load(SHARED / "edits-httpx.jsonl", args.cases + args.warm_up)
     root = Path(tempfile.mkdtemp(prefix="codespec-next-edit-"))
@@ -149,12 +149,12 @@ async def bench(args) -> dict:
 
 
 async def bench_cross_file(args) -> dict:
+    from codespec.service.engine.service.indexing import uri_to_path
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
     from bench.next_edit_workload import load
-    from codespec.service.indexing import uri_to_path
-    from codespec.service.positions import position_at
+    from codespec.service.requests.positions import position_at
 
     cases = load(SHARED / "edits-httpx.jsonl", args.cases + args.warm_up, cross_file=True)
     root = Path(tempfile.mkdtemp(prefix="codespec-next-edit-cross-"))
@@ -291,7 +291,7 @@ def _range(rng):
 
 def _offset(text: str, position) -> int:
     """Code point offset of an LSP position (UTF-16 columns) in ``text``."""
-    from codespec.service.positions import LineIndex
+    from codespec.service.requests.positions import LineIndex
 
     return LineIndex(text, "utf-16").offset(position.line, position.character, clamp=True)
 

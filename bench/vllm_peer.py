@@ -29,7 +29,7 @@ def prepare(args) -> int:
     from codespec.core.config import GenerationLimits
     from codespec.core.decode import generate_all
     from codespec.core.prompts import PromptRenderer
-    from codespec.service.edit import edit_request, plan_text_edit
+    from codespec.service.requests.edit import edit_request, plan_text_edit
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

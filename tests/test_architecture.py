@@ -255,3 +255,34 @@ def test_private_api_of_pygls_transformers_and_vllm_only_in_their_adapter():
             elif touched := private_touches(tree, private, library):
                 wrong.append(f"{module}: {library}'s private {sorted(touched)} (only {adapter} may)")
     assert not wrong, "\n".join(wrong)
+
+
+# the service's rooms -> the rooms their modules may import: the request values and builders know no
+# engine; the engine knows the requests; what the doors share may use both
+SERVICE_ROOMS = {
+    "requests": {"requests"},
+    "engine": {"engine", "requests"},
+    "doors": {"doors", "requests"},
+}
+
+
+def test_the_service_s_rooms_import_one_way():
+    wrong = []
+    for module, imported in import_graph().items():
+        names = module.split(".")
+        if names[:2] != ["codespec", "service"] or len(names) < 4:
+            continue
+        room = names[2]
+        for other in sorted(imported):
+            other_names = other.split(".")
+            if (
+                other_names[:2] == ["codespec", "service"]
+                and len(other_names) > 2
+                and other_names[2] not in SERVICE_ROOMS[room]
+            ):
+                wrong.append(f"{module} -> {other}")
+    assert set(SERVICE_ROOMS) == {
+        p.name for p in (ROOT / "codespec" / "service").iterdir() if (p / "__init__.py").exists()
+    }, "every module of the service lives in a room"
+    assert [p.name for p in (ROOT / "codespec" / "service").glob("*.py")] == ["__init__.py"]
+    assert not wrong, "the service's rooms import one way (requests <- engine; requests <- doors):\n" + "\n".join(wrong)

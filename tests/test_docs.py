@@ -38,7 +38,7 @@ HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 HTML_ANCHOR = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"", re.IGNORECASE)
 DATED = re.compile(r"\b20\d\d-\d\d-\d\d\b|\bthis session\b", re.IGNORECASE)
 OLD_PARTS = "service|lsp|proposers|index|http_api|websocket_api|commands|vllm_proposer"
-# `service/engine.py`, `lsp/` ... as a path of its own (not `codespec/lsp/`, not `tests/lsp/`)
+# `service/engine/service.py`, `lsp/` ... as a path of its own (not `codespec/lsp/`, not `tests/lsp/`)
 OLD_DIR = re.compile(rf"(?<![\w./-])(?:{OLD_PARTS})/")
 # `commands.cli`, `vllm_proposer.proposer...` as a module path of its own (not `codespec.commands.cli`)
 OLD_MODULE = re.compile(
@@ -152,8 +152,8 @@ def test_docs_name_the_codespec_namespace(page: Path):
 
 
 def test_the_namespace_check_sees_old_paths():
-    line = "see `service/engine.py`, `python -m commands.cli`, `codespec/model.py` and `vllm_proposer.proposer`"
+    line = "see `service/engine/service.py`, `python -m commands.cli`, `codespec/model.py` and `vllm_proposer.proposer`"
     old_core = re.compile(rf"(?<![\w./-])codespec/(?:{'|'.join(core_module_names())})\.py")
     found = [m.group(0) for pattern in (OLD_DIR, OLD_MODULE, OLD_RUN, old_core) for m in pattern.finditer(line)]
     assert found == ["service/", "commands.cli", "vllm_proposer.proposer", "python -m commands", "codespec/model.py"]
-    assert not OLD_DIR.search("`codespec/service/engine.py`, tests/lsp/test_x.py, [index.md](index.md)")
+    assert not OLD_DIR.search("`codespec/service/engine/service.py`, tests/lsp/test_x.py, [index.md](index.md)")

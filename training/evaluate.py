@@ -99,7 +99,7 @@ def first_line_exact(
     server asks for it (the cursor's mode, these prompt windows, FIM in the target's format), equals
     the recorded first line (both stripped)."""
     from codespec.core.prompts import Fim, PromptRenderer
-    from codespec.service.inline import completion_context, trim_completion
+    from codespec.service.requests.inline import completion_context, trim_completion
 
     renderer = PromptRenderer(target.tokenizer, target.prompt_format)
     hits = 0

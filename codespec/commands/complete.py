@@ -16,7 +16,7 @@ from pathlib import Path
 
 from codespec.commands.serve import engine_options, model_arguments
 from codespec.core.errors import CodespecError
-from codespec.service.positions import LineIndex, PositionError
+from codespec.service.requests.positions import LineIndex, PositionError
 
 
 def add_complete_parser(subparsers) -> None:
@@ -77,12 +77,12 @@ def cursor_offset(text: str, line: int, column: int) -> int:
 
 
 def complete_once(args) -> int:
-    from codespec.service.indexing import index_folders
-    from codespec.service.inline import completion_request, trim_completion
-    from codespec.service.jobs import GenerationRequest
-    from codespec.service.options import CompletionOptions, ServerOptions
-    from codespec.service.runtime import close_service, start_service
-    from codespec.service.schema import Sampling
+    from codespec.service.engine.service.indexing import index_folders
+    from codespec.service.engine.service.runtime import close_service, start_service
+    from codespec.service.requests.inline import completion_request, trim_completion
+    from codespec.service.requests.options import CompletionOptions, ServerOptions
+    from codespec.service.requests.request import GenerationRequest
+    from codespec.service.requests.schema import Sampling
 
     path, line, column = parse_location(args.location)
     try:

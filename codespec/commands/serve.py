@@ -12,7 +12,7 @@ from pathlib import Path
 
 from codespec.core.config import SERVE_MAX_DRAFT
 from codespec.core.prompts import FORMAT_NAMES
-from codespec.service.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
+from codespec.service.requests.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
 
 
 def model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -187,7 +187,7 @@ class Endpoints:
 
 def engine_options(args):
     """The engine options of the flags ``model_arguments`` adds (``serve`` and ``complete``)."""
-    from codespec.service.options import EngineOptions
+    from codespec.service.requests.options import EngineOptions
 
     return EngineOptions(
         model=args.model,
@@ -235,12 +235,12 @@ def plan_endpoints(args) -> Endpoints:
 
 def run_serve(args) -> int:
     from codespec.core.errors import CodespecError
-    from codespec.service.options import ServerOptions
+    from codespec.service.requests.options import ServerOptions
 
     refused = unsupported_transport(args)
     if refused:
         raise CodespecError(refused)
-    from codespec.service import logsafe
+    from codespec.service.doors import logsafe
 
     if args.quiet:
         logsafe.quiet_requests()
@@ -285,7 +285,7 @@ def _serve_lsp_and_network(args, options, endpoints: Endpoints) -> int:
     """The LSP on this thread, the websocket / HTTP endpoints on an event loop thread, one service:
     loaded now from the command line and shared, so the LSP's initialize takes it instead of
     loading a second model (service.runtime.share_service)."""
-    from codespec.service.runtime import LoopThread, close_service, load_service, share_service
+    from codespec.service.engine.service.runtime import LoopThread, close_service, load_service, share_service
 
     service = load_service(options)
     share_service(service, options)
@@ -305,19 +305,19 @@ def _serve_lsp_and_network(args, options, endpoints: Endpoints) -> int:
 
 async def _start_network(args, options, endpoints: Endpoints, service, index: bool) -> list:
     """Start the websocket and HTTP endpoints on the running loop; returns what to stop."""
-    from codespec.service.auth import Listen, resolve_token
+    from codespec.service.doors.auth import Listen, resolve_token
 
     source = resolve_token(args.token, args.token_file)
     where = f"written to {source.file} (readable by you only)" if source.file else f"from {source.origin}"
     if index and args.workspace:
         import asyncio
 
-        from codespec.service.indexing import index_folders
+        from codespec.service.engine.service.indexing import index_folders
 
         await asyncio.to_thread(index_folders, service, args.workspace, options)
     servers: list = []
     if endpoints.ws_port is not None:
-        from codespec.service.options import WsLimits
+        from codespec.service.requests.options import WsLimits
         from codespec.websocket_api.server import bound_port, start_ws_server
 
         ws_limits = WsLimits(
@@ -334,7 +334,7 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
         )
     if endpoints.http_port is not None:
         from codespec.http_api import start_http_server
-        from codespec.service.options import HttpLimits
+        from codespec.service.requests.options import HttpLimits
 
         http_limits = HttpLimits(
             max_body_bytes=args.http_max_body_bytes,
@@ -388,7 +388,7 @@ async def _serve_network(args, options, endpoints: Endpoints) -> int:
     import asyncio
     import signal
 
-    from codespec.service.runtime import close_service, start_service
+    from codespec.service.engine.service.runtime import close_service, start_service
 
     service = await asyncio.to_thread(start_service, options)
     try:

@@ -37,11 +37,12 @@ from codespec.http_api.schema import (
     usage_body,
     usage_chunk,
 )
-from codespec.service.edit import edit_request, plan_text_edit
-from codespec.service.engine import EngineService
-from codespec.service.inline import completion_request
-from codespec.service.jobs import AsyncJob, GenerationRequest, JobResult, prompt_request
-from codespec.service.options import HttpLimits, ServerOptions
+from codespec.service.engine.service.jobs import AsyncJob, JobResult
+from codespec.service.engine.service.service import EngineService
+from codespec.service.requests.edit import edit_request, plan_text_edit
+from codespec.service.requests.inline import completion_request
+from codespec.service.requests.options import HttpLimits, ServerOptions
+from codespec.service.requests.request import GenerationRequest, prompt_request
 
 log = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json")]

@@ -33,9 +33,9 @@ from codespec.http_api.schema import (
     parse_completion,
     parse_json,
 )
-from codespec.service.auth import Listen, presented_token
-from codespec.service.engine import EngineService
-from codespec.service.options import HttpLimits, ServerOptions
+from codespec.service.doors.auth import Listen, presented_token
+from codespec.service.engine.service.service import EngineService
+from codespec.service.requests.options import HttpLimits, ServerOptions
 
 __all__ = ["HttpLimits", "HttpServer", "build_app", "start_http_server"]
 

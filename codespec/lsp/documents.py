@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from codespec.service.positions import LineIndex, PositionError, changed_span
+from codespec.service.requests.positions import LineIndex, PositionError, changed_span
 
 
 @dataclass

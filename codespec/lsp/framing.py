@@ -34,8 +34,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from codespec.service.jsonpeek import ABSENT, FOUND, JSON_STRING_BYTES, UNKNOWN, id_of, peek_id
-from codespec.service.logsafe import clip
+from codespec.service.doors.jsonpeek import ABSENT, FOUND, JSON_STRING_BYTES, UNKNOWN, id_of, peek_id
+from codespec.service.doors.logsafe import clip
 
 __all__ = ["ABSENT", "FOUND", "UNKNOWN", "id_of", "peek_id"]  # the LSP reader's id peek, shared with the websocket door
 

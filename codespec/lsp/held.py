@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from codespec.lsp.framing import Message, Problem, decode
-from codespec.service.jsonpeek import JSON_STRING_BYTES
+from codespec.service.doors.jsonpeek import JSON_STRING_BYTES
 
 log = logging.getLogger(__name__)
 

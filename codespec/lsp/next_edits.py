@@ -32,13 +32,13 @@ from typing import Any, Protocol
 from lsprotocol import types
 
 from codespec.lsp.documents import DocumentStore
-from codespec.service import edit as edit_logic
-from codespec.service.edit_history import EditHistory, RecordedEdit
-from codespec.service.indexing import read_file
-from codespec.service.jobs import AsyncJob, NewestJobs
-from codespec.service.next_edit import FINISHED, NextEditPlan, OtherDocument, next_edit_request, suggestion
-from codespec.service.options import ServerOptions
-from codespec.service.positions import LineIndex
+from codespec.service.engine.service.indexing import read_file
+from codespec.service.engine.service.jobs import AsyncJob, NewestJobs
+from codespec.service.requests import edit as edit_logic
+from codespec.service.requests.edit_history import EditHistory, RecordedEdit
+from codespec.service.requests.next_edit import FINISHED, NextEditPlan, OtherDocument, next_edit_request, suggestion
+from codespec.service.requests.options import ServerOptions
+from codespec.service.requests.positions import LineIndex
 
 log = logging.getLogger(__name__)
 

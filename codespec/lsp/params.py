@@ -9,7 +9,7 @@ from typing import Any
 
 import cattrs
 
-from codespec.service.logsafe import clip
+from codespec.service.doors.logsafe import clip
 
 MAX_DEPTH = 64  # params nested deeper than this are refused (LSP's own types nest about 10 levels)
 _SURROGATE = re.compile("[\ud800-\udfff]")

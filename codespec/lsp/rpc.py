@@ -54,7 +54,7 @@ from pygls.protocol.language_server import lsp_method
 from codespec.lsp.framing import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, FrameReader, Message, Problem, id_of
 from codespec.lsp.held import HeldFrames, HeldNotification
 from codespec.lsp.params import ParamsTooDeep, describe_structure_error, sanitize, strict_scalars
-from codespec.service.logsafe import clip
+from codespec.service.doors.logsafe import clip
 
 log = logging.getLogger(__name__)
 _MISSING = object()

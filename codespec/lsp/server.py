@@ -43,17 +43,17 @@ from codespec.lsp.next_edits import NextEdits
 from codespec.lsp.rpc import SERVER_NOT_INITIALIZED, CodespecProtocol, attach_stop_event, serve_frames
 from codespec.lsp.sources import BlockingSource
 from codespec.lsp.workspace import add_to_index, cancel_warm, log_failure, note_too_large, run_indexing, schedule_warm
-from codespec.service import edit as edit_logic
-from codespec.service import indexing
-from codespec.service.edit_history import EditHistory
-from codespec.service.engine import EngineService
-from codespec.service.inline import Suggestion, completion_request, trim_completion, typed_along
-from codespec.service.jobs import AsyncJob, NewestJobs
-from codespec.service.logsafe import clip
-from codespec.service.next_edit import rule_inputs
-from codespec.service.options import ServerOptions, parse_options
-from codespec.service.positions import LineIndex, PositionError
-from codespec.service.runtime import close_service, start_service
+from codespec.service.doors.logsafe import clip
+from codespec.service.engine import indexing
+from codespec.service.engine.service.jobs import AsyncJob, NewestJobs
+from codespec.service.engine.service.runtime import close_service, start_service
+from codespec.service.engine.service.service import EngineService
+from codespec.service.requests import edit as edit_logic
+from codespec.service.requests.edit_history import EditHistory
+from codespec.service.requests.inline import Suggestion, completion_request, trim_completion, typed_along
+from codespec.service.requests.next_edit import rule_inputs
+from codespec.service.requests.options import ServerOptions, parse_options
+from codespec.service.requests.positions import LineIndex, PositionError
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class CodespecServer(LanguageServer):
         ``lsp.framing`` reading the frames (a bad one is answered and skipped, never fatal)."""
         from pygls.io_ import StdoutWriter
 
-        from codespec.service import logsafe
+        from codespec.service.doors import logsafe
 
         logsafe.install()
         stop_event = attach_stop_event(self)

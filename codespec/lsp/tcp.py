@@ -50,7 +50,7 @@ async def serve_tcp(server, host: str, port: int, ready: Callable[[int], None] |
     from codespec.lsp.held import holdable
     from codespec.lsp.rpc import serve_frames
     from codespec.lsp.sources import stream_source
-    from codespec.service import logsafe
+    from codespec.service.doors import logsafe
 
     logsafe.install()
 

@@ -15,12 +15,12 @@ from typing import Any, Protocol
 from lsprotocol import types
 
 from codespec.lsp.documents import Document, DocumentStore
-from codespec.service import indexing
-from codespec.service.inline import completion_windows, warm_prompt
-from codespec.service.jobs import GenerationRequest
-from codespec.service.logsafe import clip
-from codespec.service.options import ServerOptions
-from codespec.service.schema import RequestKind
+from codespec.service.doors.logsafe import clip
+from codespec.service.engine import indexing
+from codespec.service.requests.inline import completion_windows, warm_prompt
+from codespec.service.requests.options import ServerOptions
+from codespec.service.requests.request import GenerationRequest
+from codespec.service.requests.schema import RequestKind
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
-from codespec.service import schema
-from codespec.service.jsonpeek import FOUND, peek_id
-from codespec.service.logsafe import clip
-from codespec.service.positions import LineIndex, PositionError
+from codespec.service.doors.jsonpeek import FOUND, peek_id
+from codespec.service.doors.logsafe import clip
+from codespec.service.requests import schema
+from codespec.service.requests.positions import LineIndex, PositionError
 
 T = TypeVar("T")
 

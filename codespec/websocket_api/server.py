@@ -16,13 +16,13 @@ import logging
 from typing import Any
 
 from codespec.core.errors import CodespecError
-from codespec.service.auth import Listen, refusal
-from codespec.service.edit import edit_request, plan_text_edit
-from codespec.service.engine import EngineService
-from codespec.service.inline import completion_request, trim_completion
-from codespec.service.jobs import AsyncJob
-from codespec.service.logsafe import clip
-from codespec.service.options import ServerOptions, WsLimits
+from codespec.service.doors.auth import Listen, refusal
+from codespec.service.doors.logsafe import clip
+from codespec.service.engine.service.jobs import AsyncJob
+from codespec.service.engine.service.service import EngineService
+from codespec.service.requests.edit import edit_request, plan_text_edit
+from codespec.service.requests.inline import completion_request, trim_completion
+from codespec.service.requests.options import ServerOptions, WsLimits
 from codespec.websocket_api.protocol import (
     CancelMessage,
     CompleteMessage,
@@ -231,7 +231,7 @@ async def start_ws_server(
     token = listen.token
     from websockets.asyncio.server import serve
 
-    from codespec.service import logsafe
+    from codespec.service.doors import logsafe
 
     logsafe.install()
 

@@ -40,11 +40,12 @@ def expected(target, uri: str):
     """The inline completion and the edit's text by plain decoding, as the server builds them."""
     import dataclasses
 
-    from codespec.service.edit import edit_request, plan_edit
-    from codespec.service.engine import EngineService
-    from codespec.service.inline import completion_request, trim_completion
-    from codespec.service.options import CompletionOptions, ServerOptions
-    from codespec.service.schema import Sampling
+    from codespec.service.engine.service.service import EngineService
+
+    from codespec.service.requests.edit import edit_request, plan_edit
+    from codespec.service.requests.inline import completion_request, trim_completion
+    from codespec.service.requests.options import CompletionOptions, ServerOptions
+    from codespec.service.requests.schema import Sampling
 
     options = ServerOptions(
         completion=CompletionOptions(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from codespec.service.engine.service.service import COMPLETION_STOP_REPEATS, EngineService
 from hosted import (
     CODE,
     LONG_CHAT,
@@ -25,7 +26,6 @@ from hosted import (
 )
 
 from codespec.core.prompts import Fim
-from codespec.service.engine import COMPLETION_STOP_REPEATS, EngineService
 
 
 # ---- models, completions, chat ------------------------------------------------------------------
@@ -101,8 +101,8 @@ def test_plain_prompt_is_sent_as_it_is(shipped):
 def test_a_zeta_next_edit_prompt_drafts_from_its_excerpt_and_its_edits(shipped):
     """Zed sends Zeta's next-edit prompt to /v1/completions with no prediction: the door drafts
     from the excerpt and the diffs it shows, and the answer is plain decoding's."""
-    from codespec.service.edit_history import EditHistory
-    from codespec.service.next_edit import next_edit_request
+    from codespec.service.requests.edit_history import EditHistory
+    from codespec.service.requests.next_edit import next_edit_request
 
     history = EditHistory()
     before = "def f(url):\n    x = fetch(url)\n    return fetch(x)\n"

@@ -10,6 +10,7 @@ import random
 
 import openai
 import pytest
+from codespec.service.engine.service.service import EngineService
 from hosted import (
     CODE,
     LIMITS,
@@ -23,8 +24,7 @@ from hosted import (
     wait_for,
 )
 
-from codespec.service.engine import EngineService
-from codespec.service.options import HttpLimits
+from codespec.service.requests.options import HttpLimits
 
 
 # ---- errors ------------------------------------------------------------------------------------

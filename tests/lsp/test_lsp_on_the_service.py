@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from codespec.service.engine import EngineService
+from codespec.service.engine.service.service import EngineService
 
 WAIT_S = 120
 LONG_TEXT = "".join(f"def function_{i}(value):\n    return value + {i}\n\n" for i in range(10))
@@ -36,7 +36,7 @@ async def test_newer_inline_request_supersedes_the_older_one(server_target):
     from lsprotocol import types
 
     from codespec.lsp.server import CodespecServer, complete_at
-    from codespec.service.options import CompletionOptions, ServerOptions
+    from codespec.service.requests.options import CompletionOptions, ServerOptions
 
     server = CodespecServer(ServerOptions())
     server.options = ServerOptions(completion=CompletionOptions(mode="block", block_tokens=600, deadline_ms=600_000))
@@ -67,7 +67,7 @@ async def test_a_next_edit_after_an_accept_is_drafted_from_its_speculation_and_i
     from codespec.core.default_model import target_path
     from codespec.core.model import TargetModel
     from codespec.lsp.server import CodespecServer
-    from codespec.service.positions import position_at
+    from codespec.service.requests.positions import position_at
 
     server = CodespecServer()
     service = EngineService(TargetModel.load(str(target_path()), device="cpu"), proposer="auto")

@@ -13,8 +13,8 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig
 
 from codespec.core.prompts import PromptRenderer
-from codespec.service.inline import completion_context, completion_prompt, trim_completion
-from codespec.service.options import ServerOptions
+from codespec.service.requests.inline import completion_context, completion_prompt, trim_completion
+from codespec.service.requests.options import ServerOptions
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -76,14 +76,14 @@ def engine_completion(target, text: str, offset: int) -> str:
     """What the engine returns for the same context, decoded plainly (greedy is lossless)."""
     from codespec.core.config import GenerationLimits
     from codespec.core.decode import generate_all
-    from codespec.service.inline import target_windows
+    from codespec.service.requests.inline import target_windows
 
     options = ServerOptions()
     windows = target_windows(
         target, options.completion.prefix_chars, options.completion.suffix_chars, LIMITS["blockTokens"]
     )
     context = completion_context(text, offset, LIMITS["lineTokens"], LIMITS["blockTokens"], *windows, invoked=True)
-    from codespec.service.engine import COMPLETION_STOP_REPEATS
+    from codespec.service.engine.service.service import COMPLETION_STOP_REPEATS
 
     finished = generate_all(
         target,
@@ -207,9 +207,10 @@ def keystrokes(client, uri: str, text: str, line: int, character: int, typed: st
 
 
 async def test_next_edit_is_the_engines_rewrite_of_the_next_site_in_copilots_shape(client, server_target, workspace):
-    from codespec.service.edit_history import EditHistory
-    from codespec.service.engine import EngineService
-    from codespec.service.next_edit import next_edit_request, suggestion
+    from codespec.service.engine.service.service import EngineService
+
+    from codespec.service.requests.edit_history import EditHistory
+    from codespec.service.requests.next_edit import next_edit_request, suggestion
 
     uri = (workspace / "next.py").as_uri()
     text = "def a(url):\n    x = fetch(url)\n    return x\n\n\ndef b(other):\n    return fetch(other)\n"

@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from codespec.lsp.documents import Debouncer, Document
-from codespec.service.auth import presented_token, refusal, resolve_token
-from codespec.service.inline import Suggestion, completion_context, trim_completion, typed_along, window_start
-from codespec.service.options import ServerOptions, parse_options
-from codespec.service.positions import LineIndex, PositionError, changed_span, position_at, range_offsets
+from codespec.service.doors.auth import presented_token, refusal, resolve_token
+from codespec.service.requests.inline import Suggestion, completion_context, trim_completion, typed_along, window_start
+from codespec.service.requests.options import ServerOptions, parse_options
+from codespec.service.requests.positions import LineIndex, PositionError, changed_span, position_at, range_offsets
 
 
 # ---- positions -------------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def test_a_documents_background_prefill_waits_until_the_user_stays_on_it(monkeyp
 
 
 def test_prompt_windows_default_by_device_and_user_sizes_win():
-    from codespec.service.inline import CPU_WINDOWS, GPU_WINDOWS, resolve_windows
+    from codespec.service.requests.inline import CPU_WINDOWS, GPU_WINDOWS, resolve_windows
 
     assert ServerOptions().completion.prefix_chars is None and ServerOptions().completion.suffix_chars is None
     assert resolve_windows(None, None, "cpu", 32768, 160) == CPU_WINDOWS  # a model of unknown size
@@ -247,7 +247,7 @@ def test_prompt_windows_default_by_device_and_user_sizes_win():
 
 
 def test_options_come_in_groups_and_replace_by_group_and_field():
-    from codespec.service.options import GROUPS
+    from codespec.service.requests.options import GROUPS
 
     options = ServerOptions().replace(engine_model="/m", index_max_tokens=5, completion_completion_fallback=False)
     assert options.engine.model == "/m" and options.index.max_tokens == 5

@@ -10,13 +10,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from codespec.service.engine.service.runtime import close_service
+from codespec.service.engine.service.service import EngineService
 
 from codespec.index import WorkspaceIndex
 from codespec.index.ingest import ScanCancelled
-from codespec.service import indexing
-from codespec.service.engine import EngineService
-from codespec.service.jobs import GenerationRequest
-from codespec.service.runtime import close_service
+from codespec.service.engine import indexing
+from codespec.service.requests.request import GenerationRequest
 
 WAIT_S = 60  # a hang guard only
 FILES = 300  # three tokenizer batches (index.scan.BATCH_FILES = 128)
@@ -207,7 +207,7 @@ def test_a_queued_scan_that_is_cancelled_ends_with_scan_cancelled(server_target,
 def test_the_memory_budget_reaches_the_index_and_evicts(server_target, workspace, tmp_path):
     """`index.maxTokens` (IndexOptions.max_tokens) bounds what the server's index keeps in
     memory: the least recently used documents go, the database keeps them all."""
-    from codespec.service.options import parse_options
+    from codespec.service.requests.options import parse_options
 
     options, messages = parse_options({"index": {"maxTokens": 2000}})
     assert options.index.max_tokens == 2000 and not messages

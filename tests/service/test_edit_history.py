@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 import tracemalloc
 
-from codespec.service.edit_history import EditHistory
-from codespec.service.next_edit import choose_window, next_edit_request, suggestion
+from codespec.service.requests.edit_history import EditHistory
+from codespec.service.requests.next_edit import choose_window, next_edit_request, suggestion
 
 URI = "file:///w/m.py"
 

@@ -6,13 +6,13 @@ import threading
 import time
 
 import pytest
+from codespec.service.engine.service.service import EngineService
 
 from codespec.core.errors import CodespecError
 from codespec.core.prompts import Fim
-from codespec.service import indexing
-from codespec.service.engine import EngineService
-from codespec.service.jobs import GenerationRequest
-from codespec.service.schema import RequestKind
+from codespec.service.engine import indexing
+from codespec.service.requests.request import GenerationRequest
+from codespec.service.requests.schema import RequestKind
 
 WAIT_S = 120
 LONG_TEXT = "".join(f"def function_{i}(value):\n    return value + {i}\n\n" for i in range(10))
@@ -64,7 +64,7 @@ def test_prompt_cache_reuses_the_common_prefix_and_changes_nothing(service):
 
 
 def test_warming_a_document_prefills_what_its_completions_share(service):
-    from codespec.service.inline import completion_context, completion_prompt, warm_prompt
+    from codespec.service.requests.inline import completion_context, completion_prompt, warm_prompt
 
     text = LONG_TEXT
     warm = service.submit(
@@ -90,8 +90,9 @@ def test_warming_a_document_prefills_what_its_completions_share(service):
 def test_a_request_takes_over_a_documents_background_prefill(service):
     """A completion arriving while its document is being prefilled neither waits for the whole
     prefill nor starts from an empty cache: it takes the cache over with the chunks done so far."""
-    from codespec.service.inline import completion_context, completion_prompt, warm_prompt
-    from codespec.service.scheduler import PREFILL_CHUNK
+    from codespec.service.engine.service.scheduler import PREFILL_CHUNK
+
+    from codespec.service.requests.inline import completion_context, completion_prompt, warm_prompt
 
     text = LONG_TEXT * 6
     prompt = warm_prompt(text, len(text), service.prompts)
@@ -210,7 +211,7 @@ def test_index_is_reused_after_a_restart_and_history_reaches_it(server_target, t
             ).wait(WAIT_S)
             assert result.usage.completion_tokens == 3
         finally:
-            from codespec.service.runtime import close_service
+            from codespec.service.engine.service.runtime import close_service
 
             close_service(service)
     assert reports[0].tokenized == 3
@@ -223,7 +224,7 @@ def test_idle_calls_wait_for_running_requests_but_keep_their_order(service):
     idle call runs when no request is waiting or running (or after IDLE_CALL_MAX_WAIT_S), in order."""
     import time
 
-    from codespec.service.engine import IDLE_CALL_MAX_WAIT_S
+    from codespec.service.engine.service.service import IDLE_CALL_MAX_WAIT_S
 
     runs: list[tuple[str, bool, float]] = []
 
@@ -304,7 +305,7 @@ def test_a_request_runs_its_own_documents_idle_calls_first(service):
 def test_each_user_request_is_one_line_of_the_request_log_unless_quiet(server_target):
     import logging
 
-    from codespec.service import logsafe
+    from codespec.service.doors import logsafe
 
     lines: list[str] = []
 

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import asyncio
 
+from codespec.service.engine.service.indexing import read_file
+
 from codespec.lsp.next_edits import NextEdits, Speculation
 from codespec.proposers.edit_rules import anchors
-from codespec.service.edit_history import EditHistory
-from codespec.service.indexing import read_file
-from codespec.service.next_edit import PROBES, NextEditPlan, OtherDocument, find_site, next_edit_request, site_in
+from codespec.service.requests.edit_history import EditHistory
+from codespec.service.requests.next_edit import (
+    PROBES,
+    NextEditPlan,
+    OtherDocument,
+    find_site,
+    next_edit_request,
+    site_in,
+)
 
 RENAME = [("    x = fetch(url)\n", "    x = fetch_all(url)\n")]
 ARGUMENT = [("    show(x)\n", "    show(x, flush=True)\n")]

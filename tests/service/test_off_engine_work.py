@@ -8,11 +8,11 @@ from __future__ import annotations
 import threading
 
 import pytest
+from codespec.service.engine.service.runtime import close_service
+from codespec.service.engine.service.service import LARGE_DOCUMENT_CHARS, EngineService
 
-from codespec.service import indexing
-from codespec.service.engine import LARGE_DOCUMENT_CHARS, EngineService
-from codespec.service.jobs import GenerationRequest
-from codespec.service.runtime import close_service
+from codespec.service.engine import indexing
+from codespec.service.requests.request import GenerationRequest
 
 WAIT_S = 120
 

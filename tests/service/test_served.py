@@ -5,8 +5,7 @@ import subprocess
 import sys
 
 import pytest
-
-from codespec.service.served import EngineEndpoint, EngineUnavailable
+from codespec.service.engine.service.served import EngineEndpoint, EngineUnavailable
 
 
 def closed_port() -> int:

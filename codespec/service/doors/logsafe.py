@@ -12,9 +12,10 @@ import logging
 import sys
 from typing import Any
 
+from codespec.service.requests.request import REQUEST_LOG
+
 MAX_QUOTE_CHARS = 200  # what an error message or a log line quotes of a value
 MAX_RECORD_CHARS = 4000  # one log record, traceback included
-REQUEST_LOG = "codespec.requests"  # one line per request on stderr (`serve --quiet`: none)
 
 
 def clip(value: Any, limit: int = MAX_QUOTE_CHARS) -> str:

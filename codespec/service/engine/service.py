@@ -40,12 +40,12 @@ from codespec.core.finish import FinishReason
 from codespec.core.prompts import Fim, PromptRenderer, RenderedPrompt
 from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target
-from codespec.service.bookkeeping import CachePool, ServiceStats, prediction_tokens
-from codespec.service.jobs import AsyncJob, DeltaCallback, GenerationRequest, Job, JobResult, Usage
-from codespec.service.logsafe import REQUEST_LOG
-from codespec.service.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
-from codespec.service.scheduler import Scheduler, prompt_chunk
-from codespec.service.schema import RequestKind
+from codespec.service.engine.service.bookkeeping import CachePool, ServiceStats, prediction_tokens
+from codespec.service.engine.service.jobs import AsyncJob, DeltaCallback, Job, JobResult, Usage
+from codespec.service.engine.service.scheduler import Scheduler, prompt_chunk
+from codespec.service.requests.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
+from codespec.service.requests.request import REQUEST_LOG, GenerationRequest
+from codespec.service.requests.schema import RequestKind
 
 __all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "Usage"]
 

@@ -33,10 +33,10 @@ from codespec.core.next_edit_prompts import (
 )
 from codespec.core.prompts import Prompt, Rewrite
 from codespec.proposers.edit_rules import anchors, predict
-from codespec.service.edit_history import RecordedEdit
-from codespec.service.jobs import GenerationRequest, request_of
-from codespec.service.positions import LineIndex, changed_span
-from codespec.service.schema import RequestKind, Sampling
+from codespec.service.requests.edit_history import RecordedEdit
+from codespec.service.requests.positions import LineIndex, changed_span
+from codespec.service.requests.request import GenerationRequest, request_of
+from codespec.service.requests.schema import RequestKind, Sampling
 
 LINES_BEFORE = 2  # editable window: lines above the cursor's line
 LINES_AFTER = 6  # and below it

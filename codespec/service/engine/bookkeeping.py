@@ -9,8 +9,8 @@ from typing import Any
 
 from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target
-from codespec.service.jobs import Usage
-from codespec.service.schema import RequestKind
+from codespec.service.engine.service.jobs import Usage
+from codespec.service.requests.schema import RequestKind
 
 
 class CachePool:

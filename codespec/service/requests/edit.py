@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from codespec.core.prompts import Rewrite
-from codespec.service.jobs import GenerationRequest, request_of
-from codespec.service.positions import PositionError, range_offsets
-from codespec.service.schema import RequestKind, Sampling
+from codespec.service.requests.positions import PositionError, range_offsets
+from codespec.service.requests.request import GenerationRequest, request_of
+from codespec.service.requests.schema import RequestKind, Sampling
 
 
 class EditParamsError(ValueError):
