@@ -116,12 +116,12 @@ def run_level(client, bodies: list[dict], clients: int, level: str) -> dict:
 
 
 def run(args) -> dict:
-    from codespec.service.engine.service.runtime import LoopThread
-    from codespec.service.engine.service.service import EngineService
     from openai import OpenAI
 
     from codespec.http_api import start_http_server
     from codespec.service.doors.auth import Listen
+    from codespec.service.engine.runtime import LoopThread
+    from codespec.service.engine.service import EngineService
     from codespec.service.requests.options import EngineOptions, ServerOptions
 
     target, description = load_target(args)
@@ -262,10 +262,10 @@ def beside_rewrite(client, bodies: list[dict], workload: Path, max_context: int)
 
 def load_target(args):
     import torch
-    from codespec.service.engine.service.runtime import _set_cpu_threads
 
     from bench.models import bench_tokenizer, random_target, shape_description
     from codespec.core.model import TargetModel
+    from codespec.service.engine.runtime import _set_cpu_threads
 
     _set_cpu_threads(args.threads)
     if args.model_shape:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from codespec.service.engine.service.service import EngineService
+    from codespec.service.engine.service import EngineService
 
 CONFIGS = ("prediction", "no prediction", "plain")
 TOKEN = "bench-http"
@@ -142,11 +142,10 @@ def run(args) -> dict:
     except ImportError:
         import httpx as httpx2  # type: ignore[no-redef]
 
-    from codespec.service.engine.service.runtime import LoopThread, close_service, load_service
-
     from bench.workload import load_cases
     from codespec.http_api import parse_chat, start_http_server
     from codespec.service.doors.auth import Listen
+    from codespec.service.engine.runtime import LoopThread, close_service, load_service
     from codespec.service.requests.options import EngineOptions, ServerOptions
 
     cases = load_cases(Path(args.workload), max_records=args.max_records, max_chars=args.max_chars, stride=args.stride)

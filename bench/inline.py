@@ -234,8 +234,7 @@ async def bench(args) -> dict:
 def bench_in_process(args) -> dict:
     """The same cold / keystroke requests straight into the engine service (no LSP transport, no
     index): separates engine latency from protocol overhead."""
-    from codespec.service.engine.service.runtime import close_service, start_service
-
+    from codespec.service.engine.runtime import close_service, start_service
     from codespec.service.requests.inline import completion_request
     from codespec.service.requests.options import CompletionOptions, EngineOptions, ServerOptions
 

@@ -59,10 +59,9 @@ def _messages_and_recordings(target, cases, options, settings, end_id):
 
 
 async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
-    from codespec.service.engine.service.runtime import close_service
-    from codespec.service.engine.service.service import EngineService
-
     from codespec.service.doors.auth import Listen
+    from codespec.service.engine.runtime import close_service
+    from codespec.service.engine.service import EngineService
     from codespec.service.requests.options import CompletionOptions, EngineOptions, ServerOptions, WsLimits
     from codespec.websocket_api import bound_port, start_ws_server
 

@@ -149,11 +149,11 @@ async def bench(args) -> dict:
 
 
 async def bench_cross_file(args) -> dict:
-    from codespec.service.engine.service.indexing import uri_to_path
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
     from bench.next_edit_workload import load
+    from codespec.service.engine.indexing import uri_to_path
     from codespec.service.requests.positions import position_at
 
     cases = load(SHARED / "edits-httpx.jsonl", args.cases + args.warm_up, cross_file=True)

@@ -77,8 +77,8 @@ def cursor_offset(text: str, line: int, column: int) -> int:
 
 
 def complete_once(args) -> int:
-    from codespec.service.engine.service.indexing import index_folders
-    from codespec.service.engine.service.runtime import close_service, start_service
+    from codespec.service.engine.indexing import index_folders
+    from codespec.service.engine.runtime import close_service, start_service
     from codespec.service.requests.inline import completion_request, trim_completion
     from codespec.service.requests.options import CompletionOptions, ServerOptions
     from codespec.service.requests.request import GenerationRequest

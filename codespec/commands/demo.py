@@ -167,8 +167,8 @@ def rewrite_regions(workspace: Path) -> list[tuple[Path, str, str]]:
 
 
 def run(args) -> int:
-    from codespec.service.engine.service.indexing import index_folders
-    from codespec.service.engine.service.runtime import close_service, start_service
+    from codespec.service.engine.indexing import index_folders
+    from codespec.service.engine.runtime import close_service, start_service
     from codespec.service.requests.edit import edit_request, plan_text_edit
     from codespec.service.requests.inline import completion_request, trim_completion
     from codespec.service.requests.options import EngineOptions, ServerOptions

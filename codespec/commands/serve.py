@@ -285,7 +285,7 @@ def _serve_lsp_and_network(args, options, endpoints: Endpoints) -> int:
     """The LSP on this thread, the websocket / HTTP endpoints on an event loop thread, one service:
     loaded now from the command line and shared, so the LSP's initialize takes it instead of
     loading a second model (service.runtime.share_service)."""
-    from codespec.service.engine.service.runtime import LoopThread, close_service, load_service, share_service
+    from codespec.service.engine.runtime import LoopThread, close_service, load_service, share_service
 
     service = load_service(options)
     share_service(service, options)
@@ -312,7 +312,7 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
     if index and args.workspace:
         import asyncio
 
-        from codespec.service.engine.service.indexing import index_folders
+        from codespec.service.engine.indexing import index_folders
 
         await asyncio.to_thread(index_folders, service, args.workspace, options)
     servers: list = []
@@ -388,7 +388,7 @@ async def _serve_network(args, options, endpoints: Endpoints) -> int:
     import asyncio
     import signal
 
-    from codespec.service.engine.service.runtime import close_service, start_service
+    from codespec.service.engine.runtime import close_service, start_service
 
     service = await asyncio.to_thread(start_service, options)
     try:

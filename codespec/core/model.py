@@ -187,7 +187,7 @@ class TargetModel:
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.kv_capacity: int | None = None  # caches grow with their sequences
-        self.threads: int | None = None  # torch's own thread setting (codespec.service.engine.service.runtime sets it)
+        self.threads: int | None = None  # torch's own thread setting (codespec.service.engine.runtime sets it)
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self.max_context = _max_context(model, tokenizer)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])

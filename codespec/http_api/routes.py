@@ -37,8 +37,8 @@ from codespec.http_api.schema import (
     usage_body,
     usage_chunk,
 )
-from codespec.service.engine.service.jobs import AsyncJob, JobResult
-from codespec.service.engine.service.service import EngineService
+from codespec.service.engine.jobs import AsyncJob, JobResult
+from codespec.service.engine.service import EngineService
 from codespec.service.requests.edit import edit_request, plan_text_edit
 from codespec.service.requests.inline import completion_request
 from codespec.service.requests.options import HttpLimits, ServerOptions

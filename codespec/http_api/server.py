@@ -34,7 +34,7 @@ from codespec.http_api.schema import (
     parse_json,
 )
 from codespec.service.doors.auth import Listen, presented_token
-from codespec.service.engine.service.service import EngineService
+from codespec.service.engine.service import EngineService
 from codespec.service.requests.options import HttpLimits, ServerOptions
 
 __all__ = ["HttpLimits", "HttpServer", "build_app", "start_http_server"]

@@ -32,8 +32,8 @@ from typing import Any, Protocol
 from lsprotocol import types
 
 from codespec.lsp.documents import DocumentStore
-from codespec.service.engine.service.indexing import read_file
-from codespec.service.engine.service.jobs import AsyncJob, NewestJobs
+from codespec.service.engine.indexing import read_file
+from codespec.service.engine.jobs import AsyncJob, NewestJobs
 from codespec.service.requests import edit as edit_logic
 from codespec.service.requests.edit_history import EditHistory, RecordedEdit
 from codespec.service.requests.next_edit import FINISHED, NextEditPlan, OtherDocument, next_edit_request, suggestion

@@ -45,9 +45,9 @@ from codespec.lsp.sources import BlockingSource
 from codespec.lsp.workspace import add_to_index, cancel_warm, log_failure, note_too_large, run_indexing, schedule_warm
 from codespec.service.doors.logsafe import clip
 from codespec.service.engine import indexing
-from codespec.service.engine.service.jobs import AsyncJob, NewestJobs
-from codespec.service.engine.service.runtime import close_service, start_service
-from codespec.service.engine.service.service import EngineService
+from codespec.service.engine.jobs import AsyncJob, NewestJobs
+from codespec.service.engine.runtime import close_service, start_service
+from codespec.service.engine.service import EngineService
 from codespec.service.requests import edit as edit_logic
 from codespec.service.requests.edit_history import EditHistory
 from codespec.service.requests.inline import Suggestion, completion_request, trim_completion, typed_along

@@ -18,8 +18,8 @@ from typing import Any
 from codespec.core.errors import CodespecError
 from codespec.service.doors.auth import Listen, refusal
 from codespec.service.doors.logsafe import clip
-from codespec.service.engine.service.jobs import AsyncJob
-from codespec.service.engine.service.service import EngineService
+from codespec.service.engine.jobs import AsyncJob
+from codespec.service.engine.service import EngineService
 from codespec.service.requests.edit import edit_request, plan_text_edit
 from codespec.service.requests.inline import completion_request, trim_completion
 from codespec.service.requests.options import ServerOptions, WsLimits

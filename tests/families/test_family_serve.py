@@ -40,8 +40,7 @@ def expected(target, uri: str):
     """The inline completion and the edit's text by plain decoding, as the server builds them."""
     import dataclasses
 
-    from codespec.service.engine.service.service import EngineService
-
+    from codespec.service.engine.service import EngineService
     from codespec.service.requests.edit import edit_request, plan_edit
     from codespec.service.requests.inline import completion_request, trim_completion
     from codespec.service.requests.options import CompletionOptions, ServerOptions

@@ -4,8 +4,9 @@ default model where the real copying behaviour matters (one per test module)."""
 from __future__ import annotations
 
 import pytest
-from codespec.service.engine.service.service import EngineService
 from hosted import Hosted
+
+from codespec.service.engine.service import EngineService
 
 
 @pytest.fixture(scope="module")

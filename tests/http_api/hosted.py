@@ -13,13 +13,12 @@ try:  # the HTTP client the openai package depends on (httpx2 in recent releases
 except ImportError:  # pragma: no cover
     import httpx as httpx2
 
-from codespec.service.engine.service.runtime import LoopThread
-from codespec.service.engine.service.service import EngineService
-
 from codespec.core.config import GenerationLimits
 from codespec.core.decode import generate_all
 from codespec.http_api.server import start_http_server
 from codespec.service.doors.auth import Listen
+from codespec.service.engine.runtime import LoopThread
+from codespec.service.engine.service import EngineService
 from codespec.service.requests.options import CompletionOptions, HttpLimits, ServerOptions
 
 TOKEN = "http-test-token"

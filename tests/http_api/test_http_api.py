@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from codespec.service.engine.service.service import COMPLETION_STOP_REPEATS, EngineService
 from hosted import (
     CODE,
     LONG_CHAT,
@@ -26,6 +25,7 @@ from hosted import (
 )
 
 from codespec.core.prompts import Fim
+from codespec.service.engine.service import COMPLETION_STOP_REPEATS, EngineService
 
 
 # ---- models, completions, chat ------------------------------------------------------------------

@@ -10,7 +10,6 @@ import random
 
 import openai
 import pytest
-from codespec.service.engine.service.service import EngineService
 from hosted import (
     CODE,
     LIMITS,
@@ -24,6 +23,7 @@ from hosted import (
     wait_for,
 )
 
+from codespec.service.engine.service import EngineService
 from codespec.service.requests.options import HttpLimits
 
 

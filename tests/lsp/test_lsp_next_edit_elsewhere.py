@@ -69,10 +69,9 @@ def replay_history(uri: str, text: str, changes):
 
 def expected_answer(shapes_uri: str, report_uri: str, version, history, text: str):
     """The suggestion plain greedy decoding of the same request gives (the shipped model, no drafts)."""
-    from codespec.service.engine.service.service import EngineService
-
     from codespec.core.default_model import target_path
     from codespec.core.model import TargetModel
+    from codespec.service.engine.service import EngineService
     from codespec.service.requests.next_edit import OtherDocument, next_edit_request, suggestion
 
     request, plan = next_edit_request(

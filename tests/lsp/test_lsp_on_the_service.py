@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from codespec.service.engine.service.service import EngineService
+from codespec.service.engine.service import EngineService
 
 WAIT_S = 120
 LONG_TEXT = "".join(f"def function_{i}(value):\n    return value + {i}\n\n" for i in range(10))

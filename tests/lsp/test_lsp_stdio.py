@@ -83,7 +83,7 @@ def engine_completion(target, text: str, offset: int) -> str:
         target, options.completion.prefix_chars, options.completion.suffix_chars, LIMITS["blockTokens"]
     )
     context = completion_context(text, offset, LIMITS["lineTokens"], LIMITS["blockTokens"], *windows, invoked=True)
-    from codespec.service.engine.service.service import COMPLETION_STOP_REPEATS
+    from codespec.service.engine.service import COMPLETION_STOP_REPEATS
 
     finished = generate_all(
         target,
@@ -207,8 +207,7 @@ def keystrokes(client, uri: str, text: str, line: int, character: int, typed: st
 
 
 async def test_next_edit_is_the_engines_rewrite_of_the_next_site_in_copilots_shape(client, server_target, workspace):
-    from codespec.service.engine.service.service import EngineService
-
+    from codespec.service.engine.service import EngineService
     from codespec.service.requests.edit_history import EditHistory
     from codespec.service.requests.next_edit import next_edit_request, suggestion
 

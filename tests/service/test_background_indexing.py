@@ -10,12 +10,12 @@ from __future__ import annotations
 import threading
 
 import pytest
-from codespec.service.engine.service.runtime import close_service
-from codespec.service.engine.service.service import EngineService
 
 from codespec.index import WorkspaceIndex
 from codespec.index.ingest import ScanCancelled
 from codespec.service.engine import indexing
+from codespec.service.engine.runtime import close_service
+from codespec.service.engine.service import EngineService
 from codespec.service.requests.request import GenerationRequest
 
 WAIT_S = 60  # a hang guard only

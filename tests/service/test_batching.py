@@ -9,9 +9,9 @@ import threading
 
 import pytest
 import torch
-from codespec.service.engine.service.service import EngineService
 
 from codespec.core.errors import InvalidRequestError
+from codespec.service.engine.service import EngineService
 from codespec.service.requests.request import GenerationRequest
 from codespec.service.requests.schema import RequestKind
 
@@ -66,7 +66,7 @@ def test_past_max_batch_requests_wait_and_are_all_answered(server_target, alone)
     finally:
         service.close()
     assert texts == alone
-    from codespec.service.engine.service.scheduler import COMPLETION_HEADROOM
+    from codespec.service.engine.scheduler import COMPLETION_HEADROOM
 
     # rewrites keep to 2; inline completions (four of the six) may take the headroom beyond it
     assert 2 <= stats["batching"]["largest_batch"] <= 2 + COMPLETION_HEADROOM
@@ -199,7 +199,7 @@ def test_a_rewrite_sits_out_most_cycles_of_an_inline_completion_and_still_moves(
     """Beside an inline completion (a user typing), another request joins one cycle in
     MAX_YIELD + 1: the completion's forwards rarely carry the rewrite's rows, the rewrite is not
     stopped, and neither output changes."""
-    from codespec.service.engine.service.scheduler import MAX_YIELD
+    from codespec.service.engine.scheduler import MAX_YIELD
 
     completion_request = GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=24, proposer="none")
     plain = EngineService(server_target, proposer="none", max_draft=8)
@@ -216,7 +216,7 @@ def test_a_rewrite_sits_out_most_cycles_of_an_inline_completion_and_still_moves(
 def test_each_inline_completion_starts_a_fresh_count_of_sit_outs(server_target):
     """The rewrite sits out the first MAX_YIELD cycles of every completion, also of one that comes
     after another completion ended part-way through the rewrite's count."""
-    from codespec.service.engine.service.scheduler import MAX_YIELD
+    from codespec.service.engine.scheduler import MAX_YIELD
 
     completions = [
         GenerationRequest(prompt="def add(a, b):\n    return", max_tokens=11, proposer="none", cache_key="a"),
@@ -240,7 +240,7 @@ def test_a_next_edit_asked_ahead_does_not_make_others_sit_out(server_target):
 
 
 def test_an_evicted_cache_is_reused_for_the_next_new_document(server_target):
-    from codespec.service.engine.service.bookkeeping import CachePool
+    from codespec.service.engine.bookkeeping import CachePool
 
     pool = CachePool(server_target, capacity=1, spare=1)
     first = pool.take("a")
@@ -259,7 +259,7 @@ def test_prompt_chunks_are_fixed_per_target_and_shorter_for_larger_models_on_a_c
     unknown, PROMPT_CHUNK. The chunk is the target's, never the batch's."""
     from types import SimpleNamespace
 
-    from codespec.service.engine.service.scheduler import MIN_PROMPT_CHUNK, PROMPT_CHUNK, prompt_chunk
+    from codespec.service.engine.scheduler import MIN_PROMPT_CHUNK, PROMPT_CHUNK, prompt_chunk
 
     def sized(parameters, device="cpu"):
         return SimpleNamespace(parameter_count=parameters, device=torch.device(device))

@@ -10,12 +10,12 @@ import pytest
 pytest.importorskip("llama_cpp", reason="the llama.cpp backend needs: pip install 'codespec[gguf]'")
 pytest.importorskip("gguf", reason="export needs gguf-py: pip install 'codespec[gguf]'")
 
-from codespec.service.engine.service.service import EngineService  # noqa: E402
 from test_batching import WAIT_S, requests  # noqa: E402
 
 from codespec.core.default_model import target_path  # noqa: E402
 from codespec.core.gguf_export import export_gguf  # noqa: E402
 from codespec.core.llama_cpp_target import LlamaCppTarget  # noqa: E402
+from codespec.service.engine.service import EngineService  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ import threading
 import time
 
 import pytest
-from codespec.service.engine.service.service import EngineService
 
 from codespec.core.errors import CodespecError
 from codespec.core.prompts import Fim
 from codespec.service.engine import indexing
+from codespec.service.engine.service import EngineService
 from codespec.service.requests.request import GenerationRequest
 from codespec.service.requests.schema import RequestKind
 
@@ -90,8 +90,7 @@ def test_warming_a_document_prefills_what_its_completions_share(service):
 def test_a_request_takes_over_a_documents_background_prefill(service):
     """A completion arriving while its document is being prefilled neither waits for the whole
     prefill nor starts from an empty cache: it takes the cache over with the chunks done so far."""
-    from codespec.service.engine.service.scheduler import PREFILL_CHUNK
-
+    from codespec.service.engine.scheduler import PREFILL_CHUNK
     from codespec.service.requests.inline import completion_context, completion_prompt, warm_prompt
 
     text = LONG_TEXT * 6
@@ -211,7 +210,7 @@ def test_index_is_reused_after_a_restart_and_history_reaches_it(server_target, t
             ).wait(WAIT_S)
             assert result.usage.completion_tokens == 3
         finally:
-            from codespec.service.engine.service.runtime import close_service
+            from codespec.service.engine.runtime import close_service
 
             close_service(service)
     assert reports[0].tokenized == 3
@@ -224,7 +223,7 @@ def test_idle_calls_wait_for_running_requests_but_keep_their_order(service):
     idle call runs when no request is waiting or running (or after IDLE_CALL_MAX_WAIT_S), in order."""
     import time
 
-    from codespec.service.engine.service.service import IDLE_CALL_MAX_WAIT_S
+    from codespec.service.engine.service import IDLE_CALL_MAX_WAIT_S
 
     runs: list[tuple[str, bool, float]] = []
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from codespec.service.engine.service.indexing import read_file
-
 from codespec.lsp.next_edits import NextEdits, Speculation
 from codespec.proposers.edit_rules import anchors
+from codespec.service.engine.indexing import read_file
 from codespec.service.requests.edit_history import EditHistory
 from codespec.service.requests.next_edit import (
     PROBES,

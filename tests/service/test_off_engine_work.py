@@ -8,10 +8,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from codespec.service.engine.service.runtime import close_service
-from codespec.service.engine.service.service import LARGE_DOCUMENT_CHARS, EngineService
 
 from codespec.service.engine import indexing
+from codespec.service.engine.runtime import close_service
+from codespec.service.engine.service import LARGE_DOCUMENT_CHARS, EngineService
 from codespec.service.requests.request import GenerationRequest
 
 WAIT_S = 120

@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 import pytest
-from codespec.service.engine.service.served import EngineEndpoint, EngineUnavailable
+
+from codespec.service.engine.served import EngineEndpoint, EngineUnavailable
 
 
 def closed_port() -> int:

@@ -9,7 +9,6 @@ import json
 
 import pytest
 import pytest_asyncio
-from codespec.service.engine.service.service import EngineService
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.asyncio.client import connect
@@ -17,6 +16,7 @@ from websockets.asyncio.client import connect
 from bench.soak_values import answer_key
 from bench.soak_ws import FINAL_TYPES, ws_message
 from codespec.service.doors.auth import Listen
+from codespec.service.engine.service import EngineService
 from codespec.service.requests.options import CompletionOptions, ServerOptions, WsLimits
 from codespec.websocket_api.server import bound_port, start_ws_server
 

@@ -9,11 +9,11 @@ import random
 import pytest
 import pytest_asyncio
 import websockets
-from codespec.service.engine.service.service import EngineService
 from websockets.asyncio.client import connect
 
 from codespec.core.prompts import PromptRenderer
 from codespec.service.doors.auth import Listen
+from codespec.service.engine.service import EngineService
 from codespec.service.requests.inline import completion_context, completion_prompt
 from codespec.service.requests.options import CompletionOptions, ServerOptions, WsLimits
 from codespec.websocket_api.server import bound_port, start_ws_server
@@ -69,8 +69,7 @@ async def test_complete_streams_what_the_engine_returns(endpoint, server_target)
         deltas, done = await until_final(ws, "c1")
     assert done["type"] == "done", done
     assert "".join(deltas) == done["text"]
-    from codespec.service.engine.service.service import COMPLETION_STOP_REPEATS
-
+    from codespec.service.engine.service import COMPLETION_STOP_REPEATS
     from codespec.service.requests.inline import target_windows
 
     windows = target_windows(

@@ -9,7 +9,7 @@ from typing import Any
 
 from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target
-from codespec.service.engine.service.jobs import Usage
+from codespec.service.engine.jobs import Usage
 from codespec.service.requests.schema import RequestKind
 
 

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
-from codespec.service.engine.service.service import EngineService
+from codespec.service.engine.service import EngineService
 from codespec.service.requests.options import EngineOptions, ServerOptions
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def close_service(service: EngineService) -> None:
 
 
 def _close(service: EngineService) -> None:
-    from codespec.service.engine.service.indexing import stop_indexing
+    from codespec.service.engine.indexing import stop_indexing
 
     stop_indexing(service)
     index = service.index
@@ -98,7 +98,7 @@ def load_service(options: ServerOptions) -> EngineService:
     if options.engine.engine_url:
         import os
 
-        from codespec.service.engine.service.served import load_served
+        from codespec.service.engine.served import load_served
 
         served = load_served(
             options, options.engine.engine_url, options.engine.engine_model, os.environ.get("CODESPEC_ENGINE_API_KEY")

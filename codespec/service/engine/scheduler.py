@@ -22,8 +22,8 @@ from codespec.core.finish import FinishReason
 from codespec.core.stats import RequestStats
 from codespec.core.target import Target
 from codespec.proposers.costs import LinearCost
-from codespec.service.engine.service.bookkeeping import CachePool, ServiceStats
-from codespec.service.engine.service.jobs import Job
+from codespec.service.engine.bookkeeping import CachePool, ServiceStats
+from codespec.service.engine.jobs import Job
 from codespec.service.requests.schema import RequestKind
 
 log = logging.getLogger(__name__)

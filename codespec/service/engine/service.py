@@ -40,9 +40,9 @@ from codespec.core.finish import FinishReason
 from codespec.core.prompts import Fim, PromptRenderer, RenderedPrompt
 from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target
-from codespec.service.engine.service.bookkeeping import CachePool, ServiceStats, prediction_tokens
-from codespec.service.engine.service.jobs import AsyncJob, DeltaCallback, Job, JobResult, Usage
-from codespec.service.engine.service.scheduler import Scheduler, prompt_chunk
+from codespec.service.engine.bookkeeping import CachePool, ServiceStats, prediction_tokens
+from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Job, JobResult, Usage
+from codespec.service.engine.scheduler import Scheduler, prompt_chunk
 from codespec.service.requests.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
 from codespec.service.requests.request import REQUEST_LOG, GenerationRequest
 from codespec.service.requests.schema import RequestKind
