@@ -94,7 +94,7 @@ def start_service(options: ServerOptions) -> EngineService:
 
 def load_service(options: ServerOptions) -> EngineService:
     """Load the model and start a new engine service (never the shared one); with an engine URL,
-    a service whose requests the served engine generates (service.served)."""
+    a service whose requests the served engine generates (service.engine.served)."""
     if options.engine.engine_url:
         import os
 

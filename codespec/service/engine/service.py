@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from codespec.core.config import SERVE_MAX_DRAFT, GenerationLimits, SamplingParams
 from codespec.core.errors import CodespecError, ServiceClosedError
@@ -57,6 +57,19 @@ IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) 
 RECENT_HISTORY = 20  # history entries the stats show
 
 
+class Generation(Protocol):
+    """Where a request's tokens are made when not by this process's target: a served engine
+    (``engine.served``, ``serve --engine-url``). The engine thread still renders and tokenizes the
+    prompt, orders the index calls, and keeps the stats and history; ``start`` takes the job from
+    there and ends it through ``EngineService.finish_job`` or ``fail_job``."""
+
+    def attach(self, engine: EngineService) -> None: ...
+
+    def start(self, job: Job, prepared: PreparedPrompt) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class PreparedPrompt:
     """A request's prompt as the engine runs it, made on the preparing thread."""
@@ -79,8 +92,10 @@ class EngineService:
         proposer_config=None,
         max_batch: int = DEFAULT_MAX_BATCH,
         max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS,
+        generation: Generation | None = None,
     ) -> None:
         self.target = target
+        self.generation = generation  # None: the target decodes here; else a served engine does
         self.prompts = PromptRenderer(target.tokenizer, target.prompt_format)
         self.stop_token_ids = self.prompts.stop_token_ids()  # every prompt kind ends at these
         self.default_proposer = proposer
@@ -111,6 +126,8 @@ class EngineService:
         self._preparer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="codespec-prepare")
         self._thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
         self._thread.start()
+        if generation is not None:
+            generation.attach(self)
 
     # ---- API (any thread) -------------------------------------------------------------------
     def submit(self, request: GenerationRequest, on_delta: DeltaCallback | None = None) -> Job:
@@ -200,7 +217,10 @@ class EngineService:
 
     def warm_up(self) -> None:
         """One short request through the default proposer: the first forward of a fresh process is
-        slow (allocations, kernel selection) and model proposers load lazily; pay that at start."""
+        slow (allocations, kernel selection) and model proposers load lazily; pay that at start.
+        A served engine loads nothing here."""
+        if self.generation is not None:
+            return
         request = GenerationRequest(
             prompt="def main():\n    return",
             max_tokens=4,
@@ -268,6 +288,22 @@ class EngineService:
             self._cond.notify()
         self._thread.join(timeout=30)
         self._preparer.shutdown(wait=False)
+        if self.generation is not None:
+            self.generation.close()
+
+    def finish_job(self, job: Job, text: str, reason: FinishReason, stats: RequestStats) -> None:
+        """End ``job`` with its text (any thread: it ends on the engine thread, with its stats and history)."""
+        self._end_job(job, lambda: self._complete(job, text, reason, stats))
+
+    def fail_job(self, job: Job, error: Exception) -> None:
+        """End ``job`` with ``error`` (any thread)."""
+        self._end_job(job, lambda: self._fail(job, error))
+
+    def _end_job(self, job: Job, end: Callable[[], None]) -> None:
+        ended = self.call(end)
+        if ended.done() and isinstance(ended.exception(), ServiceClosedError):  # stopping: still an answer
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(ServiceClosedError("the engine service is closed"))
 
     # ---- engine thread ----------------------------------------------------------------------
     def _run(self) -> None:
@@ -332,6 +368,9 @@ class EngineService:
         if job.cancelled:
             self._complete(job, "", FinishReason.CANCELLED, RequestStats())
             return
+        if self.generation is not None:
+            self._start_elsewhere(job, self.generation)
+            return
         self.scheduler.take_over_prefill(request.cache_key)
         try:
             prepared = job.prepared if job.prepared is not None else self._prepare_prompt(request)
@@ -365,6 +404,16 @@ class EngineService:
             self._fail(job, error)
             return
         self.scheduler.active.append(job)
+
+    def _start_elsewhere(self, job: Job, generation: Generation) -> None:
+        try:
+            prepared = job.prepared if job.prepared is not None else self._prepare_prompt(job.request)
+            if isinstance(prepared, Exception):
+                raise prepared
+            job.prompt_len = len(prepared.prompt_ids)
+            generation.start(job, prepared)
+        except Exception as error:
+            self._fail(job, error)
 
     def _start_prefill(self, job: Job, prompt_ids: list[int]) -> None:
         from codespec.core.target import common_prefix_len

@@ -35,7 +35,7 @@ class EngineOptions:
     cached_documents: int = 8  # KV caches kept for prompt caching (one per document)
     max_batch: int = DEFAULT_MAX_BATCH  # requests decoding at once, one forward for all each cycle
     max_cached_tokens: int = DEFAULT_MAX_CACHED_TOKENS  # KV positions the batch's requests hold together
-    # a served engine generates instead (its OpenAI-compatible URL; service.served); ``model`` then
+    # a served engine generates instead (its OpenAI-compatible URL; service.engine.served); ``model`` then
     # names only the tokenizer, which must be the engine's
     engine_url: str | None = None
     engine_model: str | None = None  # the engine's model name (None: the first it serves)
