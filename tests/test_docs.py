@@ -42,7 +42,7 @@ OLD_PARTS = "service|lsp|proposers|index|http_api|websocket_api|commands|vllm_pr
 OLD_DIR = re.compile(rf"(?<![\w./-])(?:{OLD_PARTS})/")
 # `commands.cli`, `vllm_proposer.proposer...` as a module path of its own (not `codespec.commands.cli`)
 OLD_MODULE = re.compile(
-    r"(?<![\w./-])(?:service|lsp|proposers|http_api|websocket_api|commands|vllm_proposer)\.(?!md\b)[a-z_]+"
+    r"(?<![\w./-])(?:service|lsp|proposers|http_api|websocket_api|commands|vllm_proposer)\.(?!md\b|py\b)[a-z_]+"
 )
 OLD_RUN = re.compile(r"python -m commands\b")
 
