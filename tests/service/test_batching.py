@@ -269,7 +269,7 @@ def test_prompt_chunks_are_fixed_per_target_and_shorter_for_larger_models_on_a_c
     assert prompt_chunk(sized(494_000_000)) == 128  # qwen2.5-coder-0.5b
     assert prompt_chunk(sized(7_600_000_000)) == MIN_PROMPT_CHUNK
     assert prompt_chunk(sized(7_600_000_000, "meta")) == PROMPT_CHUNK  # not a CPU
-    assert prompt_chunk(SimpleNamespace(device=torch.device("cpu"))) == PROMPT_CHUNK  # size unknown
+    assert prompt_chunk(SimpleNamespace(parameter_count=0, device=torch.device("cpu"))) == PROMPT_CHUNK  # size unknown
     service = EngineService(server_target, proposer="none")
     try:
         assert service.prompt_chunk == prompt_chunk(server_target)

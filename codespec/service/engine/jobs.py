@@ -13,9 +13,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from codespec.core.decode import Decoding
+from codespec.core.draft import Proposer
 from codespec.core.finish import FinishReason
+from codespec.core.prompts import RenderedPrompt
+from codespec.core.target import Cache
 from codespec.service.requests.request import GenerationRequest
 
 DeltaCallback = Callable[[str], None]
@@ -45,6 +49,15 @@ class JobResult:
     elapsed_s: float
 
 
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """A request's prompt as the engine runs it, made on the preparing thread."""
+
+    rendered: RenderedPrompt | None  # None for a background prefill
+    prompt_ids: list[int]
+    reference_tokens: int  # a rewrite's reference, in tokens (its budget grows by that much)
+
+
 class Job:
     """A submitted request: cancel it, wait for it (thread or asyncio)."""
 
@@ -55,15 +68,27 @@ class Job:
         self._cancel = threading.Event()
         self.submitted_s = time.perf_counter()
         # worker-thread state
-        self.decoding: Any = None  # codespec.decode.Decoding: the request's steps
+        self.decoding: Decoding | None = None  # the request's steps
         self.prefill_ids: list[int] = []  # a background prefill's prompt (service.engine)
         self.last_rows = 0  # rows its last cycle's plan put in the forward (what a batch prices drafts with)
         self.yielded = 0  # cycles in a row it sat out beside an interactive request (service.scheduler)
-        self.prepared: Any = None  # service.engine.PreparedPrompt, or the error preparing it raised
-        self.proposer: Any = None  # codespec.draft.Proposer
-        self.cache: Any = None  # codespec.target.Cache
+        self.prepared: PreparedPrompt | Exception | None = None  # or the error preparing it raised
+        self.proposer: Proposer | None = None
+        self.cache: Cache | None = None
         self.prompt_len = 0
         self.cached_len = 0
+
+    @property
+    def steps(self) -> Decoding:
+        """The request's decoding, once the engine started it (a decoding request in the batch)."""
+        assert self.decoding is not None, f"{self.request.kind} request not started"
+        return self.decoding
+
+    @property
+    def kv(self) -> Cache:
+        """The request's KV cache, once the engine started it."""
+        assert self.cache is not None, f"{self.request.kind} request not started"
+        return self.cache
 
     def cancel(self) -> None:
         """Stop at the next cycle (or before starting); the result's reason becomes "cancelled"."""

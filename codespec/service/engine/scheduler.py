@@ -158,9 +158,10 @@ class Scheduler:
         place = {job: index for index, job in enumerate(self.active)}
         room = self.prompt_budget
         for job in sorted(running, key=self._prompt_priority):
+            plan: StepPlan | None
             try:
                 if job.request.kind is RequestKind.PREFILL:
-                    done = len(job.cache) >= len(job.prefill_ids)
+                    done = len(job.kv) >= len(job.prefill_ids)
                     if job.cancelled or done:
                         self._retire_prefill(
                             job, FinishReason.CANCELLED if job.cancelled and not done else FinishReason.LENGTH
@@ -168,18 +169,18 @@ class Scheduler:
                         continue
                     if room <= 0:
                         continue
-                    chunk = job.prefill_ids[len(job.cache) : len(job.cache) + PREFILL_CHUNK]
+                    chunk = job.prefill_ids[len(job.kv) : len(job.kv) + PREFILL_CHUNK]
                     plan = StepPlan(chunk, 1, EMPTY_DRAFT, prefill=True)
                 else:
                     share = BatchShare(
                         len(served), everyone - expected.get(job, 0.0), all_rows - job.last_rows, row_cost
                     )
-                    plan = job.decoding.propose(share, prompt_room=room)
+                    plan = job.steps.propose(share, prompt_room=room)
             except Exception as error:  # a failed request must not take the service down
                 self.drop(job, error)
                 continue
             if plan is None:
-                self._deliver(job, job.decoding.finish())
+                self._deliver(job, job.steps.finish())
             elif plan is not HOLD:
                 room -= plan.prompt_rows
                 planned.append((job, plan))
@@ -194,9 +195,9 @@ class Scheduler:
                 self.drop(job, outcome)
             elif job.request.kind is not RequestKind.PREFILL:
                 try:
-                    events = job.decoding.advance(plan, outcome)
-                    if job.decoding.reason is not None:
-                        events += job.decoding.finish()
+                    events = job.steps.advance(plan, outcome)
+                    if job.steps.reason is not None:
+                        events += job.steps.finish()
                 except Exception as error:
                     self.drop(job, error)
                     continue
@@ -211,7 +212,7 @@ class Scheduler:
                 if room <= 0:
                     held.add(job)
                 else:
-                    room -= min(PREFILL_CHUNK, len(job.prefill_ids) - len(job.cache))
+                    room -= min(PREFILL_CHUNK, len(job.prefill_ids) - len(job.kv))
             elif job.decoding is not None:
                 if job.decoding.holds(room):
                     held.add(job)

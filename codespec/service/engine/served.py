@@ -32,8 +32,8 @@ from codespec.core.finish import FinishReason
 from codespec.core.prompts import PromptFormat
 from codespec.core.stats import RequestStats, StepRecord
 from codespec.core.target import TokenizerTarget
-from codespec.service.engine.jobs import Job
-from codespec.service.engine.service import COMPLETION_STOP_REPEATS, EngineService, PreparedPrompt
+from codespec.service.engine.jobs import Job, PreparedPrompt
+from codespec.service.engine.service import COMPLETION_STOP_REPEATS, EngineService
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 3.0  # an engine that does not accept a connection in this long is down

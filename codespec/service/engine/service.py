@@ -31,7 +31,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from codespec.core.config import SERVE_MAX_DRAFT, GenerationLimits, SamplingParams
@@ -41,7 +40,7 @@ from codespec.core.prompts import Fim, PromptRenderer, RenderedPrompt
 from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target
 from codespec.service.engine.bookkeeping import CachePool, ServiceStats, prediction_tokens
-from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Job, JobResult, Usage
+from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Job, JobResult, PreparedPrompt, Usage
 from codespec.service.engine.scheduler import Scheduler, prompt_chunk
 from codespec.service.requests.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
 from codespec.service.requests.request import REQUEST_LOG, GenerationRequest
@@ -68,15 +67,6 @@ class Generation(Protocol):
     def start(self, job: Job, prepared: PreparedPrompt) -> None: ...
 
     def close(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class PreparedPrompt:
-    """A request's prompt as the engine runs it, made on the preparing thread."""
-
-    rendered: RenderedPrompt | None  # None for a background prefill
-    prompt_ids: list[int]
-    reference_tokens: int  # a rewrite's reference, in tokens (its budget grows by that much)
 
 
 class EngineService:
