@@ -169,8 +169,8 @@ def test_a_model_from_ollamas_store_answers_to_its_ollama_name(one_thread):
     from codespec.core.default_model import target_path
     from codespec.core.model import TargetModel
 
-    loaded = TargetModel.load(str(target_path()), device="cpu")
-    target = TargetModel(loaded.model, loaded.tokenizer, name="ollama:qwen2.5-coder:0.5b")
+    target = TargetModel.load(str(target_path()), device="cpu")
+    target.name = "ollama:qwen2.5-coder:0.5b"  # what load_target names a model it read from Ollama's store
     service = EngineService(target, proposer="auto", max_draft=8)
     hosted = Hosted(service)
     try:
