@@ -8,7 +8,7 @@ import json
 import random
 
 import pytest
-from hosted import TOKEN, WAIT_S, httpx2, post
+from hosted import LONG_CHAT, TOKEN, WAIT_S, cancelled_count, httpx2, post, wait_for
 
 from codespec.http_api import ollama_schema as wire
 
@@ -116,6 +116,18 @@ def test_values_that_change_nothing_are_accepted(tiny):
     assert response.status_code == 200 and response.json()["done"] is True, response.text
     response = post(tiny, "/api/generate", {**body, "options": options, "keep_alive": 1800})  # top_k with greedy: no-op
     assert response.status_code == 200 and response.json()["eval_count"] >= 1, response.text
+
+
+def test_a_client_that_leaves_a_stream_cancels_its_generation(tiny):
+    before = cancelled_count(tiny.service)
+    body = {"model": "codespec", "messages": LONG_CHAT}  # ~2000 tokens from the tiny model, no loop stop
+    with httpx2.stream(
+        "POST", tiny.url + "/api/chat", json=body, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=WAIT_S
+    ) as response:
+        first = json.loads(next(response.iter_lines()))
+        assert first["done"] is False
+    wait_for(lambda: cancelled_count(tiny.service) > before, "the engine to cancel the abandoned job")
+    assert post(tiny, "/api/generate", {"model": "codespec", "prompt": "x", "stream": False}).status_code == 200
 
 
 # ---- a seeded fuzz: every answer is JSON, none is 5xx -------------------------------------------
