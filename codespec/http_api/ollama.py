@@ -42,10 +42,14 @@ ROUTES = {
 }
 
 
-def ollama_error(status: int, message: str, headers: dict | None = None):
+def json_response(body: dict, status: int = 200, headers: dict | None = None):
     from starlette.responses import JSONResponse
 
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def ollama_error(status: int, message: str, headers: dict | None = None):
+    return json_response({"error": message}, status, headers)
 
 
 def ollama_shaped(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -136,33 +140,23 @@ class OllamaApi:
                 "keep_alive 0: codespec keeps its model loaded while it serves, so it cannot be unloaded; "
                 "stop the server to free it"
             )
-        from starlette.responses import JSONResponse
-
         head = {"model": model, "created_at": wire.timestamp()}
         text = {"message": {"role": "assistant", "content": ""}} if chat else {"response": ""}
-        return JSONResponse({**head, **text, "done": True, "done_reason": "load"})
+        return json_response({**head, **text, "done": True, "done_reason": "load"})
 
     # ---- the model -------------------------------------------------------------------------
     async def tags(self, request):
-        from starlette.responses import JSONResponse
-
-        return JSONResponse(wire.tags_response(self.names, self.facts))
+        return json_response(wire.tags_response(self.names, self.facts))
 
     async def show(self, request):
-        from starlette.responses import JSONResponse
-
         self.names.check(wire.show_name(await self.read_json(request)))
-        return JSONResponse(wire.show_response(self.facts))
+        return json_response(wire.show_response(self.facts))
 
     async def ps(self, request):
-        from starlette.responses import JSONResponse
-
-        return JSONResponse(wire.ps_response(self.names, self.facts))
+        return json_response(wire.ps_response(self.names, self.facts))
 
     async def version(self, request):
-        from starlette.responses import JSONResponse
-
-        return JSONResponse({"version": wire.OLLAMA_API_VERSION, "codespec": __version__})
+        return json_response({"version": wire.OLLAMA_API_VERSION, "codespec": __version__})
 
     async def elsewhere(self, request):
         name = request.path_params["rest"].strip("/")

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import random
 
+import ollama
 import pytest
-from hosted import LONG_CHAT, TOKEN, WAIT_S, cancelled_count, httpx2, post, wait_for
+from hosted import LONG_CHAT, TOKEN, WAIT_S, Hosted, cancelled_count, httpx2, post, wait_for
 
 from codespec.http_api import ollama_schema as wire
+from codespec.service.options import HttpLimits
 
 ENDPOINTS = ("/api/generate", "/api/chat", "/api/show")
 
@@ -128,6 +130,29 @@ def test_a_client_that_leaves_a_stream_cancels_its_generation(tiny):
         assert first["done"] is False
     wait_for(lambda: cancelled_count(tiny.service) > before, "the engine to cancel the abandoned job")
     assert post(tiny, "/api/generate", {"model": "codespec", "prompt": "x", "stream": False}).status_code == 200
+
+
+def test_a_full_server_is_429_with_retry_after(tiny):
+    small = Hosted(tiny.service, HttpLimits(max_requests=1))
+    try:
+        body = {"model": "codespec", "messages": LONG_CHAT}
+        with httpx2.Client(timeout=WAIT_S) as client:
+            with client.stream(
+                "POST", small.url + "/api/chat", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+            ) as response:
+                lines = response.iter_lines()  # kept: a dropped line iterator closes the response
+                next(lines)  # running
+                refused = post(small, "/api/generate", {"model": "codespec", "prompt": "x"})
+                assert_ollama_error(refused, 429, "--http-max-requests")
+                assert refused.headers["retry-after"] == "1"
+                with pytest.raises(ollama.ResponseError) as busy:
+                    ollama.Client(host=small.url, headers={"Authorization": f"Bearer {TOKEN}"}).generate(
+                        model="codespec", prompt="x"
+                    )
+                assert busy.value.status_code == 429
+        wait_for(lambda: small.server.door.running == 0, "the slot to be released")
+    finally:
+        small.close()
 
 
 # ---- a seeded fuzz: every answer is JSON, none is 5xx -------------------------------------------
