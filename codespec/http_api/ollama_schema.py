@@ -155,15 +155,7 @@ def parse_options(value: Any) -> Options:
             )
         budget = schema.max_tokens(budget, "num_predict")
         temperature = schema.temperature(value.get("temperature"))
-        top_k = schema.integer(value.get("top_k"), "top_k")
-        if top_k is not None and top_k < 0:
-            raise schema.FieldError("top_k", f"top_k must be 0 (off) or more, got {top_k}")
-        if top_k and temperature > 0:
-            raise schema.FieldError(
-                "top_k",
-                f"top-k sampling is not supported (top_k {top_k} with temperature {temperature:g}): "
-                "send top_k 0, or temperature 0 (greedy, which top_k does not change)",
-            )
+        top_k = schema.top_k(value.get("top_k"))
         num_ctx = schema.integer(value.get("num_ctx"), "num_ctx")
         if num_ctx is not None and num_ctx < 1:
             raise schema.FieldError("num_ctx", f"num_ctx must be at least 1, got {num_ctx}")
@@ -173,6 +165,7 @@ def parse_options(value: Any) -> Options:
             top_p=schema.top_p(value.get("top_p")),
             seed=schema.seed(value.get("seed")),
             stop=schema.stop(value.get("stop")),  # absent: none (the format's end markers and EOS aside)
+            top_k=top_k,
         )
     except schema.FieldError as error:
         raise _option_error(error) from None

@@ -149,10 +149,12 @@ def test_errors_are_ollamas(shipped):
         ollama_client.generate(model="codespec", prompt="x", format="json")
     assert structured.value.status_code == 400 and structured.value.error.startswith("format:")
     with pytest.raises(ollama.ResponseError) as streamed:  # refused before the stream starts
-        list(
-            ollama_client.generate(model="codespec", prompt="x", stream=True, options={"top_k": 40, "temperature": 0.8})
-        )
+        list(ollama_client.generate(model="codespec", prompt="x", stream=True, options={"top_k": -1}))
     assert streamed.value.status_code == 400 and "options.top_k" in streamed.value.error
+    sampled = ollama_client.generate(
+        model="codespec", prompt="def f(", options={"top_k": 5, "temperature": 0.8, "seed": 3, "num_predict": 8}
+    )
+    assert sampled.done and sampled.eval_count >= 1  # top-k sampling runs (the engine's sampler has it)
 
 
 def test_the_token_is_required_and_ollama_api_key_sends_it(shipped, monkeypatch):

@@ -10,6 +10,7 @@ import threading
 import pytest
 import torch
 
+from codespec.core.config import SamplingParams
 from codespec.core.errors import InvalidRequestError
 from codespec.service.engine.service import EngineService
 from codespec.service.requests.request import GenerationRequest
@@ -26,7 +27,7 @@ def requests() -> list[GenerationRequest]:
         GenerationRequest(prompt=CODE, max_tokens=60, kind=RequestKind.EDIT, reference=CODE[:300]),
         GenerationRequest(prompt=CODE[:500] + "def f", max_tokens=40, proposer="context"),
         GenerationRequest(prompt="import os\nimport", max_tokens=30, proposer="none"),
-        GenerationRequest(prompt=CODE[:200], max_tokens=30, temperature=0.8, seed=11),
+        GenerationRequest(prompt=CODE[:200], max_tokens=30, sampling=SamplingParams(temperature=0.8, seed=11)),
         GenerationRequest(prompt="class Stack:\n    def push(self, item):\n", max_tokens=30, proposer="auto"),
     ]
 
@@ -128,7 +129,7 @@ def test_a_request_that_fails_in_a_batch_fails_alone(server_target, alone):
         service.close()
     # plain decoding here (proposer none) against the alone runs' speculative outputs: equal where
     # greedy (the sampled request draws differently once its drafts differ)
-    greedy = [index for index, request in enumerate(batch) if request.temperature == 0]
+    greedy = [index for index, request in enumerate(batch) if request.sampling.temperature == 0]
     assert [texts[i] for i in greedy] == [alone[i] for i in greedy]
 
 

@@ -37,7 +37,7 @@ def test_requests_batched_on_llama_cpp_get_their_alone_output(gguf_target):
     """Greedy requests: the same tokens. The sampled one draws from the same distribution, but
     auto's draft lengths follow measured times here (not a fixed cost model), and a different
     draft consumes the seeded stream differently, so its text is not compared."""
-    greedy = [i for i, request in enumerate(requests()) if request.temperature == 0]
+    greedy = [i for i, request in enumerate(requests()) if request.sampling.temperature == 0]
     assert len(greedy) == len(requests()) - 1
     alone = [serve(gguf_target, [request])[0][0] for request in requests()]
     together, stats = serve(gguf_target, requests())

@@ -185,7 +185,7 @@ class ServedGeneration:
             assert prepared.rendered is not None
             max_tokens = request.max_tokens + prepared.reference_tokens
             max_tokens = max(1, min(max_tokens, self.served.max_context - len(prompt_ids)))
-            sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, seed=request.seed)
+            sampling = request.sampling
             stop = (*request.stop, *prepared.rendered.stop)
             body = self._body(prompt_ids, max_tokens, sampling, stop)
         deadline = None if request.deadline_s is None else time.monotonic() + request.deadline_s
@@ -209,6 +209,8 @@ class ServedGeneration:
         }
         if sampling.seed is not None:
             body["seed"] = sampling.seed
+        if sampling.top_k:
+            body["top_k"] = sampling.top_k
         if stop:
             body["stop"] = list(stop)
         return body

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from codespec.core.config import SERVE_MAX_DRAFT, GenerationLimits, SamplingParams
+from codespec.core.config import SERVE_MAX_DRAFT, GenerationLimits
 from codespec.core.errors import CodespecError, ServiceClosedError
 from codespec.core.finish import FinishReason
 from codespec.core.prompts import Fim, PromptRenderer, RenderedPrompt
@@ -373,7 +373,7 @@ class EngineService:
             assert rendered is not None
             max_tokens = request.max_tokens + prepared.reference_tokens
             max_tokens = max(1, min(max_tokens, self.target.max_context - len(prompt_ids)))
-            sampling = SamplingParams(temperature=request.temperature, top_p=request.top_p, seed=request.seed)
+            sampling = request.sampling
             stop = (*request.stop, *rendered.stop, *self.prompts.end_markers)
             limits = GenerationLimits(
                 max_tokens,

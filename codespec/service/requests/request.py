@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from codespec.core.config import SamplingParams
 from codespec.core.prompts import Prompt
 from codespec.service.requests.schema import RequestKind, Sampling
 
@@ -23,9 +24,7 @@ class GenerationRequest:
     max_tokens: int
     kind: RequestKind = RequestKind.COMPLETE  # each kind's rules: service.schema.RequestKind
     stop: tuple[str, ...] = ()
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
+    sampling: SamplingParams = SamplingParams()  # greedy by default
     reference: str | None = None  # reference draft: the text being rewritten, a prediction, a shown suggestion
     cache_key: str | None = None  # document whose KV cache to reuse
     uri: str | None = None  # for the index proposer's locality ranking
@@ -56,9 +55,7 @@ def request_of(
         max_tokens=max_tokens,
         kind=kind,
         stop=tuple(stop),
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        seed=sampling.seed,
+        sampling=sampling.params(),
         proposer=sampling.proposer,
         **where,
     )

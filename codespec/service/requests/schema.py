@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from codespec.core.config import SamplingParams
 from codespec.proposers.registry import available_proposers
 
 
@@ -132,6 +133,16 @@ def seed(value: Any) -> int | None:
     return integer(value, "seed")
 
 
+def top_k(value: Any) -> int:
+    """0 (the default) is off; top-k then top-p, after the temperature (as the engine's sampler)."""
+    found = integer(value, "top_k")
+    if found is None:
+        return 0
+    if found < 0:
+        raise FieldError("top_k", f"top_k must be 0 (off) or more, got {found}")
+    return found
+
+
 def stop(value: Any, limits: RequestLimits = LIMITS) -> tuple[str, ...]:
     """A string or a list of strings; duplicates dropped, order kept."""
     if value is None:
@@ -198,6 +209,11 @@ class Sampling:
     seed: int | None = None
     stop: tuple[str, ...] | None = None  # None: the request kind's own stop rule; (): none at all
     proposer: str | None = None  # None: the server's default
+    top_k: int = 0  # 0: off
+
+    def params(self) -> SamplingParams:
+        """How the engine picks each token (the one shape the engine and the sampler read)."""
+        return SamplingParams(self.temperature, self.top_k, self.top_p, self.seed)
 
 
 def sampling(data: Mapping[str, Any], *max_tokens_keys: str) -> Sampling:
@@ -216,4 +232,5 @@ def sampling(data: Mapping[str, Any], *max_tokens_keys: str) -> Sampling:
         seed(data.get("seed")),
         None if raw_stop is None else stop(raw_stop),
         proposer(data.get("proposer")),
+        top_k(data.get("top_k")),
     )
