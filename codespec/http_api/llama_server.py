@@ -106,6 +106,7 @@ class Cutoff:
         self.limit_s = t_max_predict_ms / 1e3
         self.text = ""
         self.first_s: float | None = None
+        self.scan = 0  # where the next line to check for its indentation may start
         self.cut = False
 
     def add(self, delta: str, now: float) -> str:
@@ -116,19 +117,21 @@ class Cutoff:
             self.first_s = now
         start = len(self.text)
         text = self.text + delta
-        if self.n_indent > 0:
-            line_start = text.find("\n", max(0, start - 1))
-            while line_start >= 0:
-                position = line_start + 1
-                while position < len(text) and text[position] in " \t":
-                    position += 1
-                if position < len(text) and position - (line_start + 1) < self.n_indent:
-                    self.cut = True
-                    text = text[:position]
-                    break
-                line_start = text.find("\n", line_start + 1)
+        while self.n_indent > 0 and not self.cut:
+            newline = text.find("\n", self.scan)
+            if newline < 0:
+                break
+            position = newline + 1
+            while position < len(text) and text[position] in " \t":
+                position += 1
+            if position >= len(text):
+                break  # the line's indentation is not complete yet: looked at again with the next delta
+            if position - (newline + 1) < self.n_indent:
+                self.cut = True
+                text = text[:position]
+            self.scan = newline + 1
         if not self.cut and self.limit_s > 0 and now - self.first_s > self.limit_s and "\n" in text:
-            self.cut = True  # the newline came past the time limit: end here (llama-server keeps it)
+            self.cut = True  # past the time limit with a newline made: end here (as llama-server does)
         kept = text[start:]
         self.text = text
         return kept
