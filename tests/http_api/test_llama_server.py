@@ -79,6 +79,28 @@ def test_n_predict_zero_takes_the_chunks_and_generates_nothing(shipped):
     assert answer["content"] == "" and answer["tokens_predicted"] == 0 and answer["codespec"]["material_tokens"] > 0
 
 
+def test_new_chunks_go_once_into_the_workspace_session_history(server_target, one_thread):
+    from hosted import Hosted
+
+    from codespec.index import WorkspaceIndex
+    from codespec.service.engine import EngineService
+
+    service = EngineService(server_target, proposer="auto", max_draft=8)
+    index = WorkspaceIndex(server_target.tokenizer, db_path=None)
+    service.call(lambda: service.attach_index(index)).result()
+    hosted = Hosted(service)
+    try:
+        chunks = [{"filename": "a.py", "text": "def alpha():\n    return 1\n"}]
+        for _ in range(2):  # the plugins resend their chunks with every request
+            assert post(hosted, "/infill", {"input_extra": chunks, "n_predict": 0}).status_code == 200
+        entries = service.call(lambda: index.history_entries("input_extra")).result()
+        expected = tuple(server_target.tokenizer.encode(chunks[0]["text"], add_special_tokens=False))
+        assert [entry.token_ids for entry in entries] == [expected]
+    finally:
+        hosted.close()
+        service.close()
+
+
 # ---- the other endpoints -----------------------------------------------------------------------
 def test_completion_health_props_tokenize(shipped):
     completion = post(shipped, "/completion", {"prompt": "def add(a, b):\n", "n_predict": 8}).json()
