@@ -49,9 +49,9 @@ def chunks_for(target: str, workspace: Sequence[tuple[str, str]], files: int, ch
     scored.sort(key=lambda item: -item[0])
     chunks = []
     for _, path, text, first in scored[:files]:
-        lines = text.splitlines(keepends=True)
+        file_lines = text.splitlines(keepends=True)
         start = max(0, first - chunk_lines // 2)
-        chunks.append({"filename": path, "text": "".join(lines[start : start + chunk_lines])})
+        chunks.append({"filename": path, "text": "".join(file_lines[start : start + chunk_lines])})
     return chunks[::-1]  # the ring buffer's newest (the best) last
 
 

@@ -72,7 +72,7 @@ async def run(args) -> dict:
     try:
         import httpx2 as httpx
     except ImportError:  # pragma: no cover
-        import httpx
+        import httpx  # type: ignore[no-redef]
     from lsprotocol import types
     from pygls.lsp.client import LanguageClient
 
@@ -156,7 +156,11 @@ async def run(args) -> dict:
         client.text_document_did_open(
             types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
         )
-        doors = [lambda t, o, r, uri=uri: lsp(uri, t, o, r), infill]
+
+        async def lsp_here(text: str, offset: int, record: bool, uri: str = uri) -> None:
+            await lsp(uri, text, offset, record)
+
+        doors = [lsp_here, infill]
         if number % 2:
             doors.reverse()
         for door in doors:  # the keystroke before: each door's cache holds the document

@@ -73,9 +73,10 @@ class ChunkTokens:
         picked: list[tuple[int, ...]] = []
         total = 0
         for text in reversed(texts):
-            ids = self._tokens.get(text)
-            if ids is None:  # evicted meanwhile by a burst of new chunks: drafted without it
+            kept = self._tokens.get(text)
+            if kept is None:  # evicted meanwhile by a burst of new chunks: drafted without it
                 continue
+            ids = kept
             self._tokens.move_to_end(text)
             if total + len(ids) > MAX_MATERIAL_TOKENS:
                 break
