@@ -10,10 +10,10 @@ is ``auto`` over the lookups (the context lookup, and the material lookup when c
 ``proposers.assembly`` builds it for the server.
 
 The chunks are what llama.vim's ring buffer would hold after the user looked at the files the
-completion copies from: for each workspace file sharing lines with the case's target (the most
-shared first, at most ``--files``), the ``--chunk-lines`` lines around the first shared one (llama.vim's
-``ring_chunk_size`` is 64). A case whose target shares no line with any file gets no chunks, so its two
-runs are the same request.
+completion copies from: for each workspace file sharing 20-character stretches with the case's target
+(the most shared first, at most ``--files``), the ``--chunk-lines`` lines around the first shared one
+(llama.vim's ``ring_chunk_size`` is 64). A case whose target shares no such stretch with any file gets
+no chunks, so its two runs are the same request.
 
     python -m bench.infill_extra --json docs/bench/infill-extra-httpx.json
 """
@@ -30,27 +30,35 @@ from codespec.core.stats import RequestStats
 from codespec.proposers.lookup_sim import replay
 
 WORKLOADS = Path("/work/shared/workloads")
-MIN_LINE_CHARS = 8  # a shared line shorter than this ("return", "}") says nothing about copying
+SHARED_CHARS = 20  # a stretch of the target this long found in a file: the completion copies from it
 
 
-def shared_lines(target: str, text: str) -> list[int]:
-    """Line numbers of ``text`` whose stripped text is a (long enough) line of ``target``."""
-    wanted = {line.strip() for line in target.splitlines() if len(line.strip()) >= MIN_LINE_CHARS}
-    return [number for number, line in enumerate(text.splitlines()) if line.strip() in wanted]
+def shingles(text: str) -> dict[str, int]:
+    """Every ``SHARED_CHARS``-character stretch of ``text`` -> where it first starts."""
+    found: dict[str, int] = {}
+    for start in range(len(text) - SHARED_CHARS + 1):
+        found.setdefault(text[start : start + SHARED_CHARS], start)
+    return found
 
 
-def chunks_for(target: str, workspace: Sequence[tuple[str, str]], files: int, chunk_lines: int) -> list[dict]:
-    """``input_extra`` for a case: a chunk of each file the target copies lines from."""
+def chunks_for(
+    target: str, workspace: Sequence[tuple[str, str, dict[str, int]]], files: int, chunk_lines: int
+) -> list[dict]:
+    """``input_extra`` for a case: a chunk of each file the target copies from (the files sharing
+    the most ``SHARED_CHARS``-character stretches with it, at most ``files``), the ``chunk_lines``
+    lines around the first stretch shared."""
+    wanted = {target[start : start + SHARED_CHARS] for start in range(len(target) - SHARED_CHARS + 1)}
     scored = []
-    for path, text in workspace:
-        lines = shared_lines(target, text)
-        if lines:
-            scored.append((len(lines), path, text, lines[0]))
+    for path, text, stretches in workspace:
+        starts = [stretches[piece] for piece in wanted if piece in stretches]
+        if starts:
+            scored.append((len(starts), path, text, min(starts)))
     scored.sort(key=lambda item: -item[0])
     chunks = []
     for _, path, text, first in scored[:files]:
         file_lines = text.splitlines(keepends=True)
-        start = max(0, first - chunk_lines // 2)
+        first_line = text.count("\n", 0, first)
+        start = max(0, first_line - chunk_lines // 2)
         chunks.append({"filename": path, "text": "".join(file_lines[start : start + chunk_lines])})
     return chunks[::-1]  # the ring buffer's newest (the best) last
 
@@ -89,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.completion.block_tokens,
     )
     cases = [json.loads(line) for line in args.cases.read_text().splitlines() if line.strip()]
-    workspace = [(row["path"], row["text"]) for row in map(json.loads, args.workspace.read_text().splitlines()) if row]
+    rows = [json.loads(line) for line in args.workspace.read_text().splitlines() if line.strip()]
+    workspace = [(row["path"], row["text"], shingles(row["text"])) for row in rows]
 
     target = TokenizerTarget(tokenizer)
     verify_cost = (args.verify_ms[0] / 1e3, args.verify_ms[1] / 1e3)
