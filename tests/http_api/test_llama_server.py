@@ -170,6 +170,18 @@ def test_bad_input_is_400_naming_the_field(shipped, path, body, param):
     assert_error(httpx2.post(shipped.url + path, content=raw, headers=headers, timeout=WAIT_S), 400, param=param)
 
 
+@pytest.mark.parametrize("path", ["/infill", "/completion", "/tokenize", "/detokenize"])
+@pytest.mark.parametrize("raw", [b"", b"not json", b"[1, 2]", b'"text"', b"{"])
+def test_a_body_that_is_not_a_json_object_is_400(shipped, path, raw):
+    headers = {"Authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+    assert_error(httpx2.post(shipped.url + path, content=raw, headers=headers, timeout=WAIT_S), 400, "invalid_json")
+
+
+def test_wrong_methods_are_405(shipped):
+    assert_error(get(shipped, "/infill"), 405)
+    assert_error(post(shipped, "/health", {}), 405)
+
+
 def test_seeded_junk_in_every_field_is_never_a_5xx(shipped):
     """Each field of llama.vim's request replaced by junk of another type (seeded): a 4xx or a 200."""
     junk = [None, -1, 0, 2**40, 1.5, float("nan"), True, "", "x" * 300, [], [1], ["a"], {}, {"a": [1]}]
