@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from codespec.core.errors import CodespecError
+from codespec.http_api.llama_server import llama_routes
 from codespec.http_api.ollama import ollama_routes
 from codespec.http_api.routes import Generation, HttpDoor, send_json
 from codespec.http_api.schema import (
@@ -223,6 +224,7 @@ def build_app(
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             *ollama_routes(door, read_json),  # Ollama's API: /api/generate, /api/chat, ... (http_api.ollama)
+            *llama_routes(door, read_json),  # llama.cpp server's API (llama.vim, llama.vscode)
         ],
         exception_handlers=handlers,
     )

@@ -445,12 +445,13 @@ def build_auto(
 ) -> AutoProposer:
     """``auto`` for one request (``proposers.assembly`` calls this for the server, bench and simulate).
 
-    Lookups: context always, reference / index / next-edit when the request has them. ``models``: long-lived
+    Lookups: context always, reference / material / index / next-edit when the request has them. ``models``: long-lived
     model proposers the caller shares between requests (one request at a time uses them); None
     builds them here (``model_proposers``). ``states``: the caller's table of policy statistics by
     candidate set and policy, continued from when ``AutoConfig.shared_state``; else a fresh start. ``AutoConfig.candidates`` restricts every set.
     """
     from codespec.proposers.context import ContextLookup
+    from codespec.proposers.material import MaterialLookup
     from codespec.proposers.models import model_proposers
     from codespec.proposers.next_edit import NextEditLookup
     from codespec.proposers.reference import ReferenceLookup
@@ -467,6 +468,8 @@ def build_auto(
         next_edit = NextEditLookup.from_setup(setup)  # the window as the last edits change it
         if next_edit.changes:
             lookups.append(next_edit)
+    if setup.request.material and (wanted is None or "material" in wanted or "context" in wanted):
+        lookups.append(MaterialLookup.from_setup(setup))  # the request's own material: the context rule over it
     if allowed("index") and setup.request.index is not None:
         # auto prices every draft by its match length, so it sees the short matches in other
         # documents too (docs/index.md "Which matches draft": human completions follow some)

@@ -32,6 +32,8 @@ class RequestContext:
     cursor: int | None = None  # code point offset of the cursor in ``uri``
     # the user's recent edits, oldest first: (the lines an edit touched before it, after it)
     edits: tuple[tuple[str, str], ...] = ()
+    # token ids of text the client sent beside the prompt to draft from (llama.vim's input_extra)
+    material: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,7 @@ OPTION_NAMES: dict[str, tuple[str, str]] = {
     "uri": ("request", "uri"),
     "cursor": ("request", "cursor"),
     "edits": ("request", "edits"),
+    "material": ("request", "material"),
     "max_ngram": ("context", "max_ngram"),
     "min_ngram": ("context", "min_ngram"),
     "draft_len": ("context", "draft_len"),
@@ -173,6 +176,8 @@ def _value(name: str, value: Any) -> Any:
         return int(value)
     if name == "edits":
         return tuple((str(before), str(after)) for before, after in value)
+    if name == "material":
+        return tuple(tuple(int(token) for token in chunk) for chunk in value)
     if name == "draft_model":
         return None if value is None else str(value)
     return value

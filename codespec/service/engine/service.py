@@ -504,6 +504,7 @@ class EngineService:
             uri=request.uri,
             cursor=request.cursor,  # in characters
             edits=request.edits,
+            material=request.material,
         )
         wanted = request.proposer or self.default_proposer
         return self._proposers.create_with_fallback(

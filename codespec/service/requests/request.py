@@ -30,6 +30,8 @@ class GenerationRequest:
     uri: str | None = None  # for the index proposer's locality ranking
     cursor: int | None = None  # code point offset of the cursor in ``uri``
     edits: tuple[tuple[str, str], ...] = ()  # the user's recent edits (next-edit drafting), oldest first
+    # the target's token ids of text sent beside the prompt to draft from (llama.vim's input_extra chunks)
+    material: tuple[tuple[int, ...], ...] = ()
     deadline_s: float | None = None
     proposer: str | None = None  # None: the service default
     origin: str = ""  # who asked: lsp, websocket, http (the request log names it)
