@@ -168,7 +168,8 @@ HTTP_BASES: list[tuple[str, dict]] = [
 class HttpCase:
     kind: str
     data: bytes  # the whole request as it goes on the wire
-    half_close: bool = False  # the client ends its side after sending (a truncated request)
+    half_close: bool = False  # unanswered after a moment, the client ends its side (a truncated request)
+    cut_short: bool = False  # the request is surely incomplete: the client ends its side at once
 
 
 def _head(method: str, path: str, token: str, headers: list[tuple[str, str]]) -> bytes:
@@ -268,9 +269,12 @@ def framing_case(rng: random.Random, token: str) -> HttpCase:
         ),
     }
     kind = rng.choice(sorted(choices))
-    # The client then ends its side: a request cut short is complete as far as it will ever be, and
-    # the server must say what is wrong with it rather than wait for the rest.
-    return HttpCase(f"framing:{kind}", choices[kind](), half_close=True)
+    # Unanswered after a moment, the client ends its side (a half-close): a request cut short is
+    # then complete as far as it will ever be, and the server must say what is wrong with it
+    # rather than wait for the rest. (Right away would be a client gone: after a whole request
+    # the server cancels its job and answers nothing.)
+    cut_short = kind in ("short_body", "truncated_chunks", "head_cut", "huge_header")
+    return HttpCase(f"framing:{kind}", choices[kind](), half_close=True, cut_short=cut_short)
 
 
 def http_case(rng: random.Random, token: str) -> HttpCase:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import select
 import socket
 import tempfile
 import time
@@ -39,6 +40,7 @@ from codespec.service import jsondecode
 from codespec.service.jsonpeek import FOUND, peek_id
 
 ANSWER_S = 60.0  # a hang guard: every answer here normally comes within a second or two
+LINGER_S = 0.25  # a case cut short waits this long for an answer before its client ends its side
 FINAL_WS_TYPES = {"done", "cancelled", "error", "stats"}
 
 
@@ -82,19 +84,19 @@ class HttpAnswer:
 
 
 def exchange(host: str, port: int, case: HttpCase, timeout: float = ANSWER_S) -> HttpAnswer:
-    """Send one raw request; the response as h11 parses it (the connection closes after it)."""
+    """Send one raw request; its response as h11 reads it, as soon as it is whole."""
     start = time.monotonic()
-    received = b""
+    reader = _ResponseReader()
     timed_out = False
     with socket.create_connection((host, port), timeout=timeout) as sock:
         try:
             sock.sendall(case.data)
-            if case.half_close:
-                sock.shutdown(socket.SHUT_WR)
+            if case.cut_short or (case.half_close and not select.select([sock], [], [], LINGER_S)[0]):
+                sock.shutdown(socket.SHUT_WR)  # no answer yet: the request waits for more; say there is none
         except OSError:  # the server answered and closed before the whole request was written
             pass
         deadline = start + timeout
-        while True:
+        while not reader.done:
             sock.settimeout(max(0.01, deadline - time.monotonic()))
             try:
                 chunk = sock.recv(65536)
@@ -102,33 +104,43 @@ def exchange(host: str, port: int, case: HttpCase, timeout: float = ANSWER_S) ->
                 timed_out = True
                 break
             except OSError:
-                break
+                chunk = b""
+            reader.feed(chunk)
             if not chunk:
                 break
-            received += chunk
-    return _parse_response(received, timed_out, time.monotonic() - start)
+    return HttpAnswer(
+        reader.status, reader.headers, reader.body, timed_out and reader.status is None, time.monotonic() - start
+    )
 
 
-def _parse_response(data: bytes, timed_out: bool, elapsed: float) -> HttpAnswer:
-    client = h11.Connection(h11.CLIENT)
-    client.send(h11.Request(method="GET", target="/", headers=[("Host", "x")]))
-    client.send(h11.EndOfMessage())
-    client.receive_data(data)
-    client.receive_data(b"")
-    status, headers, body = None, {}, b""
-    try:
-        while True:
-            event = client.next_event()
-            if isinstance(event, h11.Response):
-                status = event.status_code
-                headers = {k.decode().lower(): v.decode("latin-1") for k, v in event.headers}
-            elif isinstance(event, h11.Data):
-                body += event.data
-            elif event is h11.NEED_DATA or isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                break
-    except h11.RemoteProtocolError:
-        pass  # a response cut short: what came is kept
-    return HttpAnswer(status, headers, body, timed_out, elapsed)
+class _ResponseReader:
+    """One HTTP response, parsed by h11 as its bytes arrive."""
+
+    def __init__(self) -> None:
+        self.client = h11.Connection(h11.CLIENT)
+        self.client.send(h11.Request(method="POST", target="/", headers=[("Host", "x"), ("Content-Length", "0")]))
+        self.client.send(h11.EndOfMessage())
+        self.status: int | None = None
+        self.headers: dict = {}
+        self.body = b""
+        self.done = False
+
+    def feed(self, data: bytes) -> None:
+        self.client.receive_data(data)  # b"": the end of the connection
+        try:
+            while not self.done:
+                event = self.client.next_event()
+                if isinstance(event, h11.Response):
+                    self.status = event.status_code
+                    self.headers = {k.decode().lower(): v.decode("latin-1") for k, v in event.headers}
+                elif isinstance(event, h11.Data):
+                    self.body += event.data
+                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                    self.done = True
+                elif event is h11.NEED_DATA:
+                    return
+        except h11.RemoteProtocolError:  # a response cut short: what came is kept
+            self.done = True
 
 
 def check_http(case: HttpCase, answer: HttpAnswer, tally: DoorTally) -> None:

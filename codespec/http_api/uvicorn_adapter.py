@@ -6,10 +6,13 @@ received.". :class:`JsonErrorsH11Protocol` answers with the shape every other er
 has (``{"error": {"message", "type", "param", "code"}}``, code ``invalid_http``), h11's own
 reason as the message and h11's status hint (431 for headers over the size limit, else 400).
 
+A client that ends its side in the middle of a request gets that answer too (uvicorn ignores
+the end of input until the connection is lost, and then says nothing).
+
 Every touch of uvicorn's internals is here, and tests/http_api/test_uvicorn_adapter.py fails if
-uvicorn moves under it: the override is :meth:`H11Protocol.send_400_response` (called from
-``handle_events`` on ``h11.RemoteProtocolError``), and the connection is ``self.conn``, made in
-``__init__``.
+uvicorn moves under it: the overrides are :meth:`H11Protocol.send_400_response` (called from
+``handle_events`` on ``h11.RemoteProtocolError``) and ``eof_received`` (a no-op in uvicorn), and
+the connection is ``self.conn``, made in ``__init__`` and read by ``handle_events``.
 """
 
 from __future__ import annotations
@@ -49,14 +52,12 @@ class JsonErrorsH11Protocol(H11Protocol):
         self.conn = _RememberingConnection(h11.SERVER, max_incomplete_event_size=size)
 
     def eof_received(self) -> bool | None:
-        """A client that ends its side of the connection (a half-close) is still answered: in the
-        middle of a request (a body short of its Content-Length, a head without its blank line)
-        with the 400 saying so, after a whole request with its response (uvicorn drops both)."""
+        """A client that ends its side in the middle of a request (a body short of its
+        Content-Length, a head without its blank line) is told so; uvicorn closes without a word.
+        After a whole request an end is a client gone, as uvicorn has it: its job is cancelled."""
         if self.conn.their_state is h11.SEND_BODY or (self.conn.their_state is h11.IDLE and self.conn.trailing_data[0]):
             self.conn.receive_data(b"")
             self.handle_events()  # h11 raises RemoteProtocolError on the early end: send_400_response
-        elif self.conn.their_state in (h11.DONE, h11.MUST_CLOSE) and self.conn.our_state is h11.SEND_RESPONSE:
-            return True  # keep the transport open to write the response; it closes after it
         return super().eof_received()
 
     def send_400_response(self, msg: str) -> None:

@@ -114,13 +114,6 @@ def test_broken_http_framing_gets_the_json_error_body(shipped, data, half_close,
     assert says in error["message"], error
 
 
-def test_a_whole_request_is_answered_after_the_client_half_closes(shipped):
-    body = b'{"prompt": "def f(x):\\n    return ", "max_tokens": 3}'
-    request = http_request("/v1/completions", body, TOKEN)
-    answer = exchange("127.0.0.1", shipped.server.port, HttpCase("half-close", request, half_close=True), ANSWER_S)
-    assert answer.status == 200, answer
-
-
 def test_the_guard_still_answers_well_framed_requests_first(shipped):
     body = b'{"prompt": "\\ud800"}'
     answer = exchange(

@@ -1,4 +1,4 @@
-"""codespec.http_api.uvicorn_adapter leans on uvicorn's h11 protocol in three places; these fail
+"""codespec.http_api.uvicorn_adapter leans on uvicorn's h11 protocol in four places; these fail
 when uvicorn moves under it (an upgrade that renames or stops calling them), before a user sees
 text/plain errors again. The behaviour itself is tested end to end in test_http_hostile.py."""
 
@@ -25,7 +25,7 @@ def test_uvicorn_reads_through_self_conn_made_in_init_and_ignores_eof():
     assert "self.conn = h11.Connection(" in inspect.getsource(H11Protocol.__init__)
     assert "self.conn.next_event()" in inspect.getsource(H11Protocol.handle_events)
     assert "self.conn.receive_data(data)" in inspect.getsource(H11Protocol.data_received)
-    assert H11Protocol.eof_received is not JsonErrorsH11Protocol.eof_received
+    assert inspect.getsource(H11Protocol.eof_received).rstrip().endswith("pass")  # the adapter adds the 400
     assert {"our_state", "their_state", "trailing_data"} <= {name for name in dir(h11.Connection)}
 
 
