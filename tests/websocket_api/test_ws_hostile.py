@@ -76,3 +76,38 @@ def test_literal_cases_name_what_is_wrong(shipped_ws, raw, code, says):
         while (answer := json.loads(ws.recv(timeout=ANSWER_S)))["type"] == "delta":
             pass
         assert answer["type"] == "done" and answer["id"] == "after", answer
+
+
+UPGRADE = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+
+
+@pytest.mark.parametrize(
+    ("head", "status", "code"),
+    [
+        ("GET / HTTP/1.1\r\nHost: x\r\n" + UPGRADE + "Sec-WebSocket-Version: 13\r\n", 401, "unauthorized"),
+        (
+            f"GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nOrigin: https://evil.example\r\n"
+            + UPGRADE
+            + "Sec-WebSocket-Version: 13\r\n",
+            403,
+            "origin_not_allowed",
+        ),
+        (f"GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n", 426, "invalid_handshake"),  # no upgrade
+        (
+            f"GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            + UPGRADE
+            + "Sec-WebSocket-Version: 99\r\n",
+            400,
+            "invalid_handshake",
+        ),
+    ],
+)
+def test_a_refused_handshake_is_a_json_error(shipped_ws, head, status, code):
+    from bench.hostile_cases import HttpCase
+    from bench.hostile_input import exchange
+
+    port = int(shipped_ws.rsplit(":", 1)[1].strip("/"))
+    answer = exchange("127.0.0.1", port, HttpCase("handshake", (head + "\r\n").encode()), ANSWER_S)
+    assert answer.status == status and answer.headers["content-type"] == "application/json", answer
+    body = json.loads(answer.body)
+    assert body["type"] == "error" and body["code"] == code and body["message"], body
