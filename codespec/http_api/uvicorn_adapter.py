@@ -35,7 +35,7 @@ class _RememberingConnection(h11.Connection):
 
     last_error: h11.RemoteProtocolError | None = None
 
-    def next_event(self):  # type: ignore[override]  # h11's own signature, untyped there
+    def next_event(self):
         try:
             return super().next_event()
         except h11.RemoteProtocolError as error:
@@ -51,14 +51,14 @@ class JsonErrorsH11Protocol(H11Protocol):
         size = getattr(self.config, "h11_max_incomplete_event_size", None) or DEFAULT_MAX_EVENT_BYTES
         self.conn = _RememberingConnection(h11.SERVER, max_incomplete_event_size=size)
 
-    def eof_received(self) -> bool | None:
+    def eof_received(self) -> None:
         """A client that ends its side in the middle of a request (a body short of its
         Content-Length, a head without its blank line) is told so; uvicorn closes without a word.
         After a whole request an end is a client gone, as uvicorn has it: its job is cancelled."""
         if self.conn.their_state is h11.SEND_BODY or (self.conn.their_state is h11.IDLE and self.conn.trailing_data[0]):
             self.conn.receive_data(b"")
             self.handle_events()  # h11 raises RemoteProtocolError on the early end: send_400_response
-        return super().eof_received()
+        super().eof_received()
 
     def send_400_response(self, msg: str) -> None:
         error = self.conn.last_error if isinstance(self.conn, _RememberingConnection) else None
