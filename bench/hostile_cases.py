@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,7 +179,7 @@ def _head(method: str, path: str, token: str, headers: list[tuple[str, str]]) ->
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def http_request(path: str, body: bytes, token: str, extra: list[tuple[str, str]] = ()) -> bytes:  # type: ignore[assignment]
+def http_request(path: str, body: bytes, token: str, extra: Sequence[tuple[str, str]] = ()) -> bytes:
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *extra]
     return _head("POST", path, token, headers) + body
 
