@@ -19,6 +19,8 @@ from typing import Any
 
 MAX_INT_DIGITS = 100  # ids, counts, seeds and positions fit in 20; the fields' own checks say the range
 
+MAX_KEY_CHARS = 80  # of a key in a path sent back to the client
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE_B = re.compile(rb"\\u[dD][89a-fA-F]")  # the only way bytes can spell one
 _SURROGATE_ESCAPE_S = re.compile(r"\\u[dD][89a-fA-F]")
@@ -105,6 +107,7 @@ def lone_surrogate(value: Any) -> tuple[str, str, int] | None:
         elif isinstance(node, dict):
             for key, item in reversed(node.items()):
                 name = key if _SURROGATE.search(key) is None else key.encode("utf-8", "backslashreplace").decode()
+                name = name if len(name) <= MAX_KEY_CHARS else name[:MAX_KEY_CHARS] + "..."  # the path is sent back
                 inner = f"{path}.{name}" if path else name
                 stack.append((inner, item))
                 stack.append((f"{inner} (key)", key))

@@ -92,3 +92,8 @@ def test_the_http_and_websocket_doors_decode_alike(raw, http_code, ws_code):
     with pytest.raises(ProtocolError) as ws:
         parse_message(raw, 1 << 20)
     assert ws.value.code == ws_code and ws.value.request_id == 1
+
+
+def test_a_path_names_long_keys_in_short():
+    path, _, _ = lone_surrogate(jsondecode.loads('{"' + "k" * 5000 + '": {"a": "\\ud800"}}'))
+    assert path == "k" * jsondecode.MAX_KEY_CHARS + "....a"
