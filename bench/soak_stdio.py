@@ -20,13 +20,20 @@ class StdioServer:
     ``"id": null`` separately; server-to-client requests are answered with null."""
 
     def __init__(
-        self, model: Path, workspace: Path, options: dict | None = None, stderr_path: Path | None = None
+        self,
+        model: Path,
+        workspace: Path,
+        options: dict | None = None,
+        stderr_path: Path | None = None,
+        args: tuple[str, ...] = (),  # more of `codespec serve`'s flags (--http, --ws: doors beside stdio)
     ) -> None:
         self.model, self.workspace = Path(model), Path(workspace)
         self.options = options or {}
         self.stderr_path = stderr_path or Path(tempfile.mkstemp(prefix="codespec-stdio-", suffix=".log")[1])
         self._stderr = open(self.stderr_path, "wb")
-        self.process = subprocess.Popen(SERVE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        self.process = subprocess.Popen(
+            [*SERVE, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr
+        )
         self.responses: dict[Any, list[dict]] = {}
         self.null_id: list[dict] = []
         self.notifications: list[dict] = []

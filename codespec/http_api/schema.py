@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from codespec.service.requests import schema
+from codespec.service.requests import jsondecode, schema
 
 T = TypeVar("T")
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -91,14 +91,15 @@ class ChatBody:
 
 
 def parse_json(raw: bytes) -> dict:
+    """The body as a JSON object, decoded by the decoder every door shares (strict UTF-8, finite
+    numbers of bounded size); a lone surrogate in any string is a 400 naming where it is."""
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ApiError(400, f"the request body is not valid JSON: {error}", None, "invalid_json") from None
-    except RecursionError:
-        raise ApiError(400, "the request body is nested too deeply to decode", None, "invalid_json") from None
+        data = jsondecode.loads(raw)
+    except jsondecode.JsonInputError as error:
+        raise ApiError(400, f"the request body is {error}", None, "invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object", None, "invalid_json")
+    _checked(schema.refuse_lone_surrogates, data, raw)
     return data
 
 

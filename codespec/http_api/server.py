@@ -240,12 +240,14 @@ class HttpServer:
     def __init__(self, app, sock: socket.socket) -> None:
         import uvicorn
 
+        from codespec.http_api.uvicorn_adapter import JsonErrorsH11Protocol
+
         self.socket = sock
         self.port = sock.getsockname()[1]
         self.door: HttpDoor | None = getattr(app, "door", None)
         config = uvicorn.Config(
             app,
-            http="h11",
+            http=JsonErrorsH11Protocol,  # h11, with this door's JSON body for malformed HTTP
             ws="none",
             lifespan="off",
             log_level="warning",

@@ -36,6 +36,7 @@ from typing import Any
 
 from codespec.service.doors.jsonpeek import ABSENT, FOUND, JSON_STRING_BYTES, UNKNOWN, id_of, peek_id
 from codespec.service.doors.logsafe import clip
+from codespec.service.requests import jsondecode
 
 __all__ = ["ABSENT", "FOUND", "UNKNOWN", "id_of", "peek_id"]  # the LSP reader's id peek, shared with the websocket door
 
@@ -114,9 +115,9 @@ _EOF = object()
 
 def decode(data: bytes) -> Message | Problem:
     """One frame's body as JSON, or the error to answer."""
-    try:
-        return Message(json.loads(data), len(data))
-    except RecursionError:
+    try:  # the decoder every door shares; surrogates pass here, ``lsp.params`` replaces them
+        return Message(jsondecode.loads(data, utf8_errors="surrogatepass"), len(data))
+    except jsondecode.JsonTooDeep:
         state, request_id = peek_id(data)
         message = (
             "the message is nested too deeply to decode; LSP messages are never nested more than a few dozen levels"
@@ -124,10 +125,9 @@ def decode(data: bytes) -> Message | Problem:
         if state == FOUND or (state == ABSENT and data.lstrip()[:1] == b"{"):  # a request / a notification
             return Problem(INVALID_PARAMS, message, request_id, state == FOUND)
         return Problem(PARSE_ERROR, message)  # not even an object: answered with "id": null
-    except (ValueError, TypeError) as error:  # JSONDecodeError, UnicodeDecodeError, a 5,000-digit number
+    except jsondecode.JsonInputError as error:  # not UTF-8, not JSON, a 5,000-digit number, NaN
         state, request_id = peek_id(data)
-        what = "not UTF-8" if isinstance(error, UnicodeDecodeError) else "not valid JSON"
-        return Problem(PARSE_ERROR, f"the message body is {what}: {clip(str(error))}", request_id, state == FOUND)
+        return Problem(PARSE_ERROR, f"the message body is {clip(str(error))}", request_id, state == FOUND)
 
 
 def ends_open(data: bytes) -> bool:

@@ -3,20 +3,20 @@
 Every way a message can be wrong maps to a ``ProtocolError`` with a stable ``code``; the server
 turns it into an ``error`` message and keeps the connection open. An error carries the request's
 ``id`` whenever it can be read, an oversized message included (its id is looked up without
-decoding it). Text fields must be valid Unicode: a lone surrogate (``"\ud800"`` in JSON), which
-no tokenizer can encode, is an ``invalid_request`` naming the field.
+decoding it). Messages are decoded by the decoder every door shares (``service.jsondecode``):
+what it cannot read is ``invalid_json``; a lone surrogate (``"\ud800"`` in JSON) in any string,
+which no tokenizer can encode, is an ``invalid_request`` naming where it is.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
 from codespec.service.doors.jsonpeek import FOUND, peek_id
 from codespec.service.doors.logsafe import clip
-from codespec.service.requests import schema
+from codespec.service.requests import jsondecode, schema
 from codespec.service.requests.positions import LineIndex, PositionError
 
 T = TypeVar("T")
@@ -74,16 +74,11 @@ def parse_message(raw: str | bytes, max_bytes: int) -> Message:
             request_id if state == FOUND else None,
         )
     try:
-        data = json.loads(raw)
-    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a number of 5,000 digits
+        data = jsondecode.loads(raw)  # the decoder every door shares: strict UTF-8, bounded numbers
+    except jsondecode.JsonInputError as error:
         state, request_id = peek_id(raw)
         raise ProtocolError(
-            "invalid_json", f"message is not valid JSON: {clip(str(error))}", request_id if state == FOUND else None
-        ) from None
-    except RecursionError:  # "[[[[..." within the size limit: the decoder recurses once per level
-        state, request_id = peek_id(raw)
-        raise ProtocolError(
-            "invalid_json", "message is nested too deeply to decode", request_id if state == FOUND else None
+            "invalid_json", f"message is {clip(str(error))}", request_id if state == FOUND else None
         ) from None
     if not isinstance(data, dict):
         raise ProtocolError("invalid_request", 'a message is a JSON object with a "type"')
@@ -91,6 +86,10 @@ def parse_message(raw: str | bytes, max_bytes: int) -> Message:
     kind = data.get("type")
     if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
         raise ProtocolError("invalid_request", "id must be a string or an integer")
+    try:
+        schema.refuse_lone_surrogates(data, raw)  # in any string: no tokenizer or encoder takes one
+    except schema.FieldError as error:
+        raise ProtocolError("invalid_request", error.message, request_id) from None
     parsers: dict[str, Callable[[dict], Message]] = {
         "complete": _complete,
         "edit": _edit,
@@ -124,12 +123,7 @@ def _text(data: dict, key: str, required: bool = False) -> str | None:
         return None
     if not isinstance(value, str):
         raise ProtocolError("invalid_request", f"{key} must be a string")
-    _check_unicode(key, value)
     return value
-
-
-def _check_unicode(key: str, value: str) -> None:
-    _checked(schema.check_unicode, key, value)
 
 
 def _checked(check: Callable[..., T], *args: Any) -> T:

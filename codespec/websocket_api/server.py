@@ -242,6 +242,9 @@ async def start_ws_server(
             return connection.respond(status, reason)
         return None
 
+    def process_response(connection, request, response):
+        return None if response.status_code == 101 else json_refusal(response)
+
     async def handler(connection) -> None:
         await Session(connection, service, options, limits).run()
 
@@ -250,9 +253,33 @@ async def start_ws_server(
         listen.host,
         listen.port,
         process_request=process_request,
+        process_response=process_response,
         max_size=limits.max_frame_bytes,
         max_queue=64,
     )
+
+
+HANDSHAKE_CODES = {401: "unauthorized", 403: "origin_not_allowed", 503: "unavailable"}
+
+
+def json_refusal(response):
+    """A refused handshake (a missing token, a foreign origin, a request that is not a websocket
+    upgrade) as this door's JSON ``error`` message instead of the library's text/plain."""
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
+
+    text = response.body.decode("utf-8", "replace").strip() or response.reason_phrase
+    code = HANDSHAKE_CODES.get(response.status_code, "invalid_handshake")
+    body = json.dumps(error_message(code, text)).encode()
+    headers = Headers(
+        [(name, value) for name, value in response.headers.raw_items() if name.lower() not in _BODY_HEADERS]
+    )
+    headers["Content-Type"] = "application/json"
+    headers["Content-Length"] = str(len(body))
+    return Response(response.status_code, response.reason_phrase, headers, body)
+
+
+_BODY_HEADERS = {"content-type", "content-length"}
 
 
 def bound_port(server) -> int:

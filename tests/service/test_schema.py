@@ -38,6 +38,10 @@ FIELDS = [
     ("top_p", 1.5, False),
     ("seed", 7, True),
     ("seed", "7", False),
+    ("seed", -(2**63), True),
+    ("seed", 2**64 - 1, True),
+    ("seed", 2**64, False),  # a torch generator refuses it: a 500 before the bound
+    ("seed", -(2**63) - 1, False),
     ("proposer", "context", True),
     ("proposer", "fastest", False),
 ]
@@ -74,6 +78,13 @@ def test_a_lone_surrogate_in_a_stop_string_is_refused_by_both_doors():
         parse_message(raw, 1 << 20)
     with pytest.raises(ApiError, match="lone surrogate"):
         parse_completion(json.loads(raw.replace('"type": "complete", "id": 1, "prefix"', '"prompt"')))
+
+
+def test_a_float_that_is_not_finite_is_refused_by_value():
+    # the shared decoder never makes one (service.jsondecode); a door that decodes otherwise still gets a 400
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(schema.FieldError, match="must be a finite number"):
+            schema.temperature(value)
 
 
 def test_stop_strings_keep_their_order_without_duplicates():

@@ -17,6 +17,7 @@ from typing import Any
 
 from codespec.core.config import SamplingParams
 from codespec.proposers.registry import available_proposers
+from codespec.service.requests.jsondecode import lone_surrogate, may_hold_surrogates
 
 
 class RequestKind(enum.StrEnum):
@@ -60,6 +61,7 @@ class RequestLimits:
     max_stop_strings: int = 64  # Zed sends 14 FIM end markers, Continue often more than OpenAI's 4
     max_stop_chars: int = 512
     max_temperature: float = 2.0
+    seeds: tuple[int, int] = (-(1 << 63), (1 << 64) - 1)  # what a torch generator takes
 
 
 LIMITS = RequestLimits()
@@ -94,6 +96,19 @@ def check_unicode(field: str, value: str) -> str:
     return value
 
 
+def refuse_lone_surrogates(value: Any, raw: bytes | str) -> None:
+    """A request decoded from ``raw`` (``service.jsondecode.loads``) with a lone surrogate in any
+    string, a key or a field no door reads included, is a FieldError naming where."""
+    if not may_hold_surrogates(raw):
+        return
+    found = lone_surrogate(value)
+    if found is not None:
+        path, surrogate, index = found
+        raise FieldError(
+            path, f"{path} is not valid Unicode: a lone surrogate (U+{ord(surrogate):04X}) at character {index}"
+        )
+
+
 def integer(value: Any, field: str) -> int | None:
     if value is None:
         return None
@@ -113,6 +128,8 @@ def _number(value: Any, field: str, default: float, low: float, high: float, low
     if value is None:
         return default
     if not _is_number(value):
+        if isinstance(value, float):  # NaN or infinity: only Python's own decoder lets them through
+            raise FieldError(field, f"{field} must be a finite number, got {value!r}")
         raise FieldError(field, f"{field} must be a number, got {type(value).__name__}", "invalid_type")
     if value > high or value < low or (low_open and value == low):
         bracket = "(" if low_open else "["
@@ -129,8 +146,12 @@ def top_p(value: Any) -> float:
     return _number(value, "top_p", 1.0, 0.0, 1.0, low_open=True)
 
 
-def seed(value: Any) -> int | None:
-    return integer(value, "seed")
+def seed(value: Any, limits: RequestLimits = LIMITS) -> int | None:
+    number = integer(value, "seed")
+    low, high = limits.seeds
+    if number is not None and not low <= number <= high:
+        raise FieldError("seed", f"seed must be in [{low}, {high}] (64 bits), got {number}")
+    return number
 
 
 def top_k(value: Any) -> int:
