@@ -25,8 +25,10 @@ from codespec.core.prompts import Fim, Prompt, PromptRenderer, RenderedPrompt, R
 from codespec.core.target import Target
 from codespec.service.admission import SLICE_CHARS, TokenBound, count_exceeds
 from codespec.service.jobs import GenerationRequest
+from codespec.service.memory import LARGE_FREE_BYTES, release_free_memory
 
 SMALL_PROMPT_CHARS = 16_384  # a prompt up to this long is prepared on the small lane (~25 ms of tokenizing)
+TOKENIZER_BYTES_PER_CHAR = 250  # what a fast tokenizer's buffers hold while it encodes a text, about
 
 
 @dataclass(frozen=True)
@@ -81,8 +83,19 @@ class PromptPreparer:
         self._large = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="codespec-prepare-large")
 
     def run(self, chars: int, fn: Callable[[], Any]) -> concurrent.futures.Future:
-        """Run ``fn`` (the work for a text of ``chars`` characters) on its lane."""
-        return (self._small if chars <= SMALL_PROMPT_CHARS else self._large).submit(fn)
+        """Run ``fn`` (the work for a text of ``chars`` characters) on its lane; after a large
+        text's, the tokenizer's freed buffers (~250 bytes a character) go back to the system."""
+        if chars <= SMALL_PROMPT_CHARS:
+            return self._small.submit(fn)
+
+        def large() -> Any:
+            try:
+                return fn()
+            finally:
+                if chars * TOKENIZER_BYTES_PER_CHAR >= LARGE_FREE_BYTES:
+                    release_free_memory()
+
+        return self._large.submit(large)
 
     def refusal(self, request: GenerationRequest) -> Refusal | None:
         """A request whose prompt or reference is surely longer than the context (O(1): lengths only).
