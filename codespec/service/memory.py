@@ -21,23 +21,23 @@ log = logging.getLogger(__name__)
 LARGE_FREE_BYTES = 4 << 20  # work that freed this much is followed by a trim
 
 _lock = threading.Lock()
-_libc: ctypes.CDLL | None | bool = None  # False: not glibc
+_libc: list[ctypes.CDLL | None] = []  # filled once: glibc, or None where there is no malloc_trim
 
 
 def _glibc() -> ctypes.CDLL | None:
-    global _libc
-    if _libc is None:
-        _libc = False
+    if not _libc:
+        found = None
         if sys.platform.startswith("linux"):
             try:
                 libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
                 if hasattr(libc, "malloc_trim"):
                     libc.malloc_trim.argtypes = [ctypes.c_size_t]
                     libc.malloc_trim.restype = ctypes.c_int
-                    _libc = libc
+                    found = libc
             except OSError as error:
                 log.debug("no malloc_trim: %s", error)
-    return _libc or None
+        _libc.append(found)
+    return _libc[0]
 
 
 def release_free_memory() -> bool:
