@@ -39,7 +39,10 @@ class TokenBound:
         get_vocab = getattr(tokenizer, "get_vocab", None)
         if get_vocab is None:
             return None
-        spellings = list(get_vocab())
+        try:
+            spellings = list(get_vocab())
+        except Exception:  # a tokenizer without a readable vocabulary: no bound, every prompt is tokenized
+            return None
         spellings += [
             str(getattr(token, "content", token)) for token in getattr(tokenizer, "added_tokens_decoder", {}).values()
         ]

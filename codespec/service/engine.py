@@ -164,7 +164,7 @@ class EngineService:
         return future
 
     def index_document(self, uri: str, text: str, version: int) -> concurrent.futures.Future:
-        """Index an opened document. A large one is tokenized on the preparing thread first (with
+        """Index an opened document. A large one is tokenized on the large preparing lane first (with
         its own copy of the tokenizer: a megabyte takes about a second, which would stop every
         decode cycle on the engine thread), then installed by a short idle call; the document's
         later index calls wait for that install, so they apply in order."""
