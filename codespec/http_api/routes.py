@@ -206,6 +206,14 @@ class HttpDoor:
 
         return await asyncio.to_thread(count)
 
+    def check_fits(self, request: GenerationRequest, prompt_param: str) -> None:
+        """A request that surely cannot fit the context is a 400 now (lengths only, no tokenizing),
+        before it counts as running or waits for anything; ``prompt_param``: the endpoint's prompt field."""
+        refusal = self.service.refusal(request)
+        if refusal is not None:
+            param = "prediction" if refusal.field == "reference" else prompt_param
+            raise ApiError(400, refusal.message, param, "context_length_exceeded")
+
     # ---- the limit on running generations ---------------------------------------------------
     def acquire(self) -> None:
         if self.running >= self.limits.max_requests:

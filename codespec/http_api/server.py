@@ -22,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from codespec.core.errors import CodespecError
+from codespec.http_api.bodies import BODIES_IN_FLIGHT, BodyBudget
+from codespec.http_api.bodies import read_json as read_body
 from codespec.http_api.llama_server import llama_routes
 from codespec.http_api.ollama import ollama_routes
 from codespec.http_api.routes import Generation, HttpDoor, send_json
@@ -33,7 +35,6 @@ from codespec.http_api.schema import (
     new_id,
     parse_chat,
     parse_completion,
-    parse_json,
 )
 from codespec.service.doors.auth import Listen, presented_token
 from codespec.service.engine.service import EngineService
@@ -135,25 +136,10 @@ def build_app(
 
     door = HttpDoor(service, options, limits, draft)
 
-    async def read_json(request: Request) -> dict:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-            raise _too_large(int(declared))
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limits.max_body_bytes:
-                raise _too_large(size)
-            chunks.append(chunk)
-        return parse_json(b"".join(chunks))
+    budget = BodyBudget(BODIES_IN_FLIGHT * limits.max_body_bytes)
 
-    def _too_large(size: int) -> ApiError:
-        return ApiError(
-            413,
-            f"the request body is {size} bytes or more; the limit is {limits.max_body_bytes} (--http-max-body-bytes)",
-            None,
-            "request_too_large",
-        )
+    async def read_json(request: Request) -> dict:
+        return await read_body(request, limits.max_body_bytes, budget)
 
     async def models(request: Request):
         return JSONResponse(models_response(door.model_id, door.draft_id, door.created))
@@ -161,6 +147,7 @@ def build_app(
     async def completions(request: Request):
         body = parse_completion(await read_json(request))
         generation = door.completion(body)
+        door.check_fits(generation, "prompt")  # before it counts as running: refused at once, never a 429
         door.acquire()
         return Generation(
             door,
@@ -174,6 +161,7 @@ def build_app(
     async def chat_completions(request: Request):
         body = parse_chat(await read_json(request))
         generation = await door.chat(body)
+        door.check_fits(generation, "messages")
         door.acquire()
         return Generation(
             door,

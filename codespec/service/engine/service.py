@@ -4,8 +4,9 @@ One worker thread, the engine thread, owns the model, its tokenizer and the KV c
 every index call the editor drives (document updates, history, the lookups inside decode cycles),
 so they are ordered with the cycles. It drives the batch (``service.scheduler``): each cycle one
 target forward serves every active request (continuous batching; docs/architecture.md,
-"Batching"). This module is everything around that batch: prompts rendered and tokenized on a
-preparing thread before they reach the engine (in submission order), each request's ``Decoding``
+"Batching"). This module is everything around that batch: prompts rendered and tokenized on
+preparing lanes before they reach the engine (``service.preparing``: one lane for small prompts,
+one for large, and a prompt that cannot fit the context refused before either), each request's ``Decoding``
 and proposer built when it joins, results, stats and history when it leaves, and calls from other
 threads run between cycles. Workspace scans do not run here: they run on the index's own thread
 with their own tokenizer (``service.indexing``), so indexing a large workspace delays a cycle at
@@ -36,17 +37,18 @@ from typing import Any, Protocol
 from codespec.core.config import SERVE_MAX_DRAFT, GenerationLimits
 from codespec.core.errors import CodespecError, ServiceClosedError
 from codespec.core.finish import FinishReason
-from codespec.core.prompts import Fim, PromptRenderer, RenderedPrompt
+from codespec.core.prompts import PromptRenderer
 from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target
 from codespec.service.engine.bookkeeping import CachePool, ServiceStats, prediction_tokens
 from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Job, JobResult, PreparedPrompt, Usage
 from codespec.service.engine.scheduler import Scheduler, prompt_chunk
+from codespec.service.engine.preparing import PromptPreparer, Refusal, request_chars
 from codespec.service.requests.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
 from codespec.service.requests.request import REQUEST_LOG, GenerationRequest
 from codespec.service.requests.schema import RequestKind
 
-__all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "Usage"]
+__all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "PreparedPrompt", "Usage"]
 
 log = logging.getLogger(__name__)
 request_log = logging.getLogger(REQUEST_LOG)
@@ -111,9 +113,9 @@ class EngineService:
         self._proposers = ProposerAssembly(target, proposer_config)  # a proposers.setup.ProposerConfig
         self._preparing: list[Job] = []  # submitted, their prompts being tokenized
         self._tokenizing: dict[str, list] = {}  # documents being tokenized: their idle calls, held back
-        self._doc_adapter: tuple[Any, Any] | None = None  # (index, the preparing thread's tokenizer adapter)
-        # one thread, so jobs reach the engine in the order they were submitted
-        self._preparer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="codespec-prepare")
+        self._doc_adapter: tuple[Any, Any] | None = None  # (index, the large lane's tokenizer adapter)
+        # two lanes by prompt size (service.preparing): a big prompt never holds a small one back
+        self.preparer = PromptPreparer(target, self.prompts)
         self._thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
         self._thread.start()
         if generation is not None:
@@ -121,16 +123,38 @@ class EngineService:
 
     # ---- API (any thread) -------------------------------------------------------------------
     def submit(self, request: GenerationRequest, on_delta: DeltaCallback | None = None) -> Job:
-        """Queue ``request``; its prompt is rendered and tokenized on the preparing thread (a huge
-        prompt takes a second there, never from the cycles of the requests decoding meanwhile),
-        then it waits for the engine thread, in submission order."""
+        """Queue ``request``; its prompt is rendered and tokenized on a preparing lane (by its size:
+        a huge prompt takes its time there, never from the cycles of the requests decoding
+        meanwhile nor from a small prompt's preparing), then it waits for the engine thread. A
+        request that cannot fit the context fails at once (:meth:`refusal`), before any of that."""
         job = Job(request, on_delta)
         with self._cond:
             if self._closed:
                 raise ServiceClosedError("the engine service is closed")
+        refusal = self.refusal(request)
+        if refusal is not None:
+            self._refuse(job, refusal.error())
+            return job
+        with self._cond:
             self._preparing.append(job)  # the engine counts it as waiting from now on
-        self._preparer.submit(self._prepare, job)
+        self.preparer.run(request_chars(request), lambda: self._prepare(job))
         return job
+
+    def refusal(self, request: GenerationRequest) -> Refusal | None:
+        """Why ``request`` surely cannot fit the model's context, from lengths alone (any thread,
+        O(1)): a door asks before it counts the request as running."""
+        return self.preparer.refusal(request)
+
+    def _refuse(self, job: Job, error: Exception) -> None:
+        """Fail ``job`` now, on this thread: it holds no place, cache or proposer yet."""
+        if not isinstance(error, CodespecError):
+            log.error("preparing a request failed", exc_info=error)
+        if job.future.set_running_or_notify_cancel():
+            job.future.set_exception(error)
+        self.call(self._count_error)  # the stats belong to the engine thread
+
+    def _count_error(self) -> None:
+        self.stats.errors += 1
 
     def call(self, fn: Callable[[], Any], idle: bool = False, document: str | None = None) -> concurrent.futures.Future:
         """Run ``fn`` on the engine thread between two decode cycles (index updates, stats).
@@ -158,7 +182,7 @@ class EngineService:
         return future
 
     def index_document(self, uri: str, text: str, version: int) -> concurrent.futures.Future:
-        """Index an opened document. A large one is tokenized on the preparing thread first (with
+        """Index an opened document. A large one is tokenized on the large preparing lane first (with
         its own copy of the tokenizer: a megabyte takes about a second, which would stop every
         decode cycle on the engine thread), then installed by a short idle call; the document's
         later index calls wait for that install, so they apply in order."""
@@ -191,11 +215,11 @@ class EngineService:
             for _, future in calls:
                 future.set_exception(ServiceClosedError("the engine service is closed"))
 
-        self._preparer.submit(tokenize)
+        self.preparer.run(len(text), tokenize)
         return done
 
     def _document_adapter(self, index):
-        """The preparing thread's own tokenizer adapter for ``index`` (made once, on first use)."""
+        """The large lane's own tokenizer adapter for ``index`` (made once, on first use)."""
         if self._doc_adapter is None or self._doc_adapter[0] is not index:
             from codespec.index.ingest import thread_adapter
 
@@ -247,11 +271,16 @@ class EngineService:
         return self.call(clear)
 
     def _prepare(self, job: Job) -> None:
-        """On the preparing thread: the job's prompt ids (or the error they raised), then the queue."""
+        """On a preparing lane: the job's prompt ids, then the queue; a prompt that cannot run (too
+        long for the context) fails here, without waiting for a place in the batch."""
         try:
             job.prepared = None if job.cancelled else self._prepare_prompt(job.request)
-        except Exception as error:  # handed to the job when it starts
-            job.prepared = error
+        except Exception as error:
+            with self._cond:
+                self._preparing.remove(job)
+                self._cond.notify()  # the engine may be waiting on it to run idle work
+            self._refuse(job, error)
+            return
         with self._cond:
             self._preparing.remove(job)
             if not self._closed:
@@ -261,14 +290,7 @@ class EngineService:
         job.future.set_exception(ServiceClosedError("the engine service is closed"))
 
     def _prepare_prompt(self, request: GenerationRequest) -> PreparedPrompt:
-        if not request.kind.decodes:  # a background prefill: the rendered prompt, cut to the context
-            ids = self.target.encode(self.prompts.render(request.prompt).text)[: self.target.max_context - 1]
-            return PreparedPrompt(None, ids, 0)
-        rendered, prompt_ids = self._fit_prompt(request)
-        reference_tokens = 0
-        if request.kind.budget_adds_reference and request.reference:  # a rewrite is about as long as its reference
-            reference_tokens = len(self.target.encode(request.reference))
-        return PreparedPrompt(rendered, prompt_ids, reference_tokens)
+        return self.preparer.prepare(request)
 
     def close(self) -> None:
         with self._cond:
@@ -277,7 +299,7 @@ class EngineService:
                 job.cancel()
             self._cond.notify()
         self._thread.join(timeout=30)
-        self._preparer.shutdown(wait=False)
+        self.preparer.shutdown()
         if self.generation is not None:
             self.generation.close()
 
@@ -414,27 +436,6 @@ class EngineService:
         job.prompt_len = len(prompt_ids)
         job.prefill_ids = prompt_ids
         self.scheduler.active.append(job)
-
-    def _fit_prompt(self, request: GenerationRequest) -> tuple[RenderedPrompt, list[int]]:
-        """The rendered prompt and its ids; a FIM prompt too long for the context is rebuilt from a
-        narrower window (keeping the text nearest the cursor)."""
-        rendered = self.prompts.render(request.prompt)
-        prompt_ids = self.target.encode(rendered.text)
-        budget = self.target.max_context - min(request.max_tokens, self.target.max_context // 4) - 1
-        if not isinstance(request.prompt, Fim) or len(prompt_ids) <= budget:
-            return rendered, prompt_ids
-        prefix, suffix = request.prompt.prefix, request.prompt.suffix
-        for _ in range(8):
-            scale = 0.9 * budget / len(prompt_ids)
-            keep = int(len(prefix) * scale)
-            cut = prefix.find("\n", len(prefix) - keep)  # start the window at a line start
-            prefix = prefix[cut + 1 :] if 0 <= cut < len(prefix) - 1 else prefix[len(prefix) - keep :]
-            suffix = suffix[: int(len(suffix) * scale)]
-            rendered = self.prompts.render(Fim(prefix, suffix))
-            prompt_ids = self.target.encode(rendered.text)
-            if len(prompt_ids) <= budget:
-                break
-        return rendered, prompt_ids
 
     def _complete(self, job: Job, text: str, reason: FinishReason, stats: RequestStats) -> None:
         self._proposers.release(job.proposer)

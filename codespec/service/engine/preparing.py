@@ -1,0 +1,162 @@
+"""A request's prompt, made ready before it reaches the engine thread: refused at once when it cannot
+fit the context, else rendered and tokenized on one of two lanes.
+
+**Refused at once** (:meth:`PromptPreparer.refusal`, on the caller's thread, no tokenizing): a
+prompt or a reference draft with more characters than the model's context can hold at the most
+characters a token of this tokenizer covers (``service.admission``). A prompt that passes that
+bound but is still too long is found on its lane, by a count in slices that stops once the
+context is passed, and its job fails there: it never waits for a place in the batch.
+
+**Two lanes** (one thread each): prompts up to ``SMALL_PROMPT_CHARS`` characters (an editor's
+completion, a short chat) on the small lane, larger ones and large opened documents on the large
+lane. Each lane keeps arrival order; a big prompt's tokenizing never delays a small one
+(tokenizers release the GIL while they work, so the lanes run side by side).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from codespec.core.errors import ContextLengthError
+from codespec.core.prompts import Fim, Prompt, PromptRenderer, RenderedPrompt, Rewrite
+from codespec.core.target import Target
+from codespec.service.engine.jobs import PreparedPrompt
+from codespec.service.engine.memory import LARGE_FREE_BYTES, release_free_memory
+from codespec.service.requests.admission import SLICE_CHARS, TokenBound, count_exceeds
+from codespec.service.requests.request import GenerationRequest
+
+SMALL_PROMPT_CHARS = 16_384  # a prompt up to this long is prepared on the small lane (~25 ms of tokenizing)
+TOKENIZER_BYTES_PER_CHAR = 250  # what a fast tokenizer's buffers hold while it encodes a text, about
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request cannot fit the context, known without tokenizing it."""
+
+    field: str  # "prompt" or "reference" (a door names its own parameter: prompt, messages, prediction)
+    message: str
+
+    def error(self) -> ContextLengthError:
+        return ContextLengthError(self.message)
+
+
+def prompt_chars(prompt: Prompt) -> int:
+    """The characters a prompt brings (what its rendering and tokenizing cost grows with)."""
+    if isinstance(prompt, str):
+        return len(prompt)
+    if isinstance(prompt, Fim):
+        return len(prompt.prefix) + len(prompt.suffix)
+    return len(prompt.original) + len(prompt.instruction or "")
+
+
+def request_chars(request: GenerationRequest) -> int:
+    return prompt_chars(request.prompt) + len(request.reference or "")
+
+
+def too_long(tokens: int, context: int, at_least: bool = False) -> ContextLengthError:
+    """The context error every door turns into its 400 ``context_length_exceeded``."""
+    return ContextLengthError(
+        f"the prompt is {'at least ' if at_least else ''}{tokens} tokens but the model's context is {context}; "
+        "shorten it (editors send a window around the cursor)"
+    )
+
+
+class PromptPreparer:
+    """The service's prompt side: the cheap refusal, the two lanes, rendering and tokenizing."""
+
+    def __init__(self, target: Target, prompts: PromptRenderer) -> None:
+        self.target = target
+        self.prompts = prompts
+        self.bound = TokenBound.of(getattr(target, "tokenizer", None))
+        self._small = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="codespec-prepare")
+        self._large = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="codespec-prepare-large")
+
+    def run(self, chars: int, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        """Run ``fn`` (the work for a text of ``chars`` characters) on its lane; after a large
+        text's, the tokenizer's freed buffers (~250 bytes a character) go back to the system."""
+        if chars <= SMALL_PROMPT_CHARS:
+            return self._small.submit(fn)
+
+        def large() -> Any:
+            try:
+                return fn()
+            finally:
+                if chars * TOKENIZER_BYTES_PER_CHAR >= LARGE_FREE_BYTES:
+                    release_free_memory()
+
+        return self._large.submit(large)
+
+    def refusal(self, request: GenerationRequest) -> Refusal | None:
+        """A request whose prompt or reference is surely longer than the context (O(1): lengths only).
+        A FIM prompt is never refused (it is windowed to fit), nor a background prefill (cut)."""
+        if self.bound is None or not request.kind.decodes:
+            return None
+        context = self.target.max_context
+        prompt = request.prompt
+        text = prompt if isinstance(prompt, str) else prompt.original if isinstance(prompt, Rewrite) else None
+        if text is not None and self.bound.at_least(text) >= context:
+            return Refusal("prompt", str(self._bound_error(text)))
+        if request.reference and self.bound.at_least(request.reference) >= context:
+            tokens = self.bound.at_least(request.reference)
+            return Refusal(
+                "reference",
+                f"the prediction is at least {tokens} tokens ({len(request.reference)} characters) but the "
+                f"model's context is {context}: no answer can be that long",
+            )
+        return None
+
+    def _bound_error(self, text: str) -> ContextLengthError:
+        assert self.bound is not None
+        tokens = self.bound.at_least(text)
+        return ContextLengthError(
+            f"the prompt is at least {tokens} tokens ({len(text)} characters; a token of this model covers at most "
+            f"{self.bound.per_token(text)}) but the model's context is {self.target.max_context}; "
+            "shorten it (editors send a window around the cursor)"
+        )
+
+    def prepare(self, request: GenerationRequest) -> PreparedPrompt:
+        """On a lane: the prompt rendered and tokenized; a prompt too long for the context raises."""
+        if not request.kind.decodes:  # a background prefill: the rendered prompt, cut to the context
+            ids = self.target.encode(self.prompts.render(request.prompt).text)[: self.target.max_context - 1]
+            return PreparedPrompt(None, ids, 0)
+        rendered, prompt_ids = self.fit(request)
+        if len(prompt_ids) >= self.target.max_context:
+            raise too_long(len(prompt_ids), self.target.max_context)
+        reference_tokens = 0
+        if request.kind.budget_adds_reference and request.reference:  # a rewrite is about as long as its reference
+            reference_tokens = len(self.target.encode(request.reference))
+        return PreparedPrompt(rendered, prompt_ids, reference_tokens)
+
+    def fit(self, request: GenerationRequest) -> tuple[RenderedPrompt, list[int]]:
+        """The rendered prompt and its ids; a FIM prompt too long for the context is rebuilt from a
+        narrower window (keeping the text nearest the cursor). Any other prompt much longer than
+        the context in characters is first counted in slices, and refused once it has passed."""
+        rendered = self.prompts.render(request.prompt)
+        context = self.target.max_context
+        if not isinstance(request.prompt, Fim) and len(rendered.text) > max(SLICE_CHARS, 2 * context):
+            counted = count_exceeds(self.target.encode, rendered.text, context - 1)
+            if counted is not None:
+                raise too_long(counted, context, at_least=True)
+        prompt_ids = self.target.encode(rendered.text)
+        budget = context - min(request.max_tokens, context // 4) - 1
+        if not isinstance(request.prompt, Fim) or len(prompt_ids) <= budget:
+            return rendered, prompt_ids
+        prefix, suffix = request.prompt.prefix, request.prompt.suffix
+        for _ in range(8):
+            scale = 0.9 * budget / len(prompt_ids)
+            keep = int(len(prefix) * scale)
+            cut = prefix.find("\n", len(prefix) - keep)  # start the window at a line start
+            prefix = prefix[cut + 1 :] if 0 <= cut < len(prefix) - 1 else prefix[len(prefix) - keep :]
+            suffix = suffix[: int(len(suffix) * scale)]
+            rendered = self.prompts.render(Fim(prefix, suffix))
+            prompt_ids = self.target.encode(rendered.text)
+            if len(prompt_ids) <= budget:
+                break
+        return rendered, prompt_ids
+
+    def shutdown(self) -> None:
+        self._small.shutdown(wait=False)
+        self._large.shutdown(wait=False)
