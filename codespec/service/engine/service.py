@@ -42,8 +42,8 @@ from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target
 from codespec.service.engine.bookkeeping import CachePool, ServiceStats, prediction_tokens
 from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Job, JobResult, PreparedPrompt, Usage
-from codespec.service.engine.scheduler import Scheduler, prompt_chunk
 from codespec.service.engine.preparing import PromptPreparer, Refusal, request_chars
+from codespec.service.engine.scheduler import Scheduler, prompt_chunk
 from codespec.service.requests.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
 from codespec.service.requests.request import REQUEST_LOG, GenerationRequest
 from codespec.service.requests.schema import RequestKind
