@@ -66,11 +66,8 @@ class Guard:
             await send_json(
                 send,
                 403,
-                error_body(
-                    f"origin {origin!r} is not allowed (see --allow-origin)",
-                    "invalid_request_error",
-                    None,
-                    "origin_not_allowed",
+                guard_error(
+                    scope["path"], f"origin {origin!r} is not allowed (see --allow-origin)", "origin_not_allowed"
                 ),
             )
             return
@@ -103,7 +100,7 @@ class Guard:
             await send_json(
                 send,
                 401,
-                error_body(message, "invalid_request_error", None, "invalid_api_key"),
+                guard_error(scope["path"], message, "invalid_api_key"),
                 {**cors, "www-authenticate": "Bearer"},
             )
             return
@@ -118,6 +115,14 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_with_cors)
+
+
+def guard_error(path: str, message: str, code: str) -> dict:
+    """The guard's refusal in the error shape of the API the path belongs to: Ollama's clients
+    read ``{"error": "..."}``; OpenAI's and llama.cpp server's clients read ``error.message``."""
+    if path == "/api" or path.startswith("/api/"):
+        return {"error": message}
+    return error_body(message, "invalid_request_error", None, code)
 
 
 def build_app(

@@ -162,6 +162,7 @@ def test_the_token_is_required_and_ollama_api_key_sends_it(shipped, monkeypatch)
     with pytest.raises(ollama.ResponseError) as missing:
         ollama.Client(host=shipped.url).list()
     assert missing.value.status_code == 401
+    assert missing.value.error.startswith("missing token")  # Ollama's {"error": "..."}, not OpenAI's object
     monkeypatch.setenv("OLLAMA_API_KEY", TOKEN)  # the client sends it as Authorization: Bearer
     assert ollama.Client(host=shipped.url).list().models[0].model == "codespec:latest"
 
