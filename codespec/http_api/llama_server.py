@@ -36,9 +36,9 @@ from codespec.http_api.llama_schema import (
     select_fields,
     stop_type,
 )
-from codespec.http_api.routes import SSE_HEADERS, HttpDoor, disconnected, send_json
-from codespec.http_api.schema import ApiError, error_body, sse
-from codespec.service.engine.jobs import AsyncJob, JobResult
+from codespec.http_api.routes import SSE_HEADERS, HttpDoor, JobRun, send_json
+from codespec.http_api.schema import ApiError, sse
+from codespec.service.engine.jobs import JobResult
 from codespec.service.requests.inline import completion_request
 from codespec.service.requests.request import GenerationRequest, prompt_request
 
@@ -139,7 +139,7 @@ class Cutoff:
         return kept
 
 
-class LlamaGeneration:
+class LlamaGeneration(JobRun):
     """One /infill or /completion: JSON (or llama-server's event stream) of its result."""
 
     def __init__(self, door: HttpDoor, request: GenerationRequest, call: LlamaCall, prompt_param: str) -> None:
@@ -149,63 +149,42 @@ class LlamaGeneration:
         self.prompt_param = prompt_param
         self.cutoff = Cutoff(call.n_indent, call.t_max_predict_ms)
 
-    async def __call__(self, scope, receive, send) -> None:
-        deltas: asyncio.Queue = asyncio.Queue()
+    async def answer(self, send, job, deltas: asyncio.Queue, result: asyncio.Future, gone: asyncio.Future) -> None:
         started = time.perf_counter()
-        try:
-            job = AsyncJob(self.door.service, self.request, deltas.put_nowait)
-        except CodespecError as error:  # the service is closed
-            self.door.release()
-            await send_json(send, 503, error_body(str(error), "server_error", None, "unavailable"))
-            return
-        result = asyncio.ensure_future(job.result())
-        result.add_done_callback(lambda _: deltas.put_nowait(None))
-        gone = asyncio.ensure_future(disconnected(receive))
         streaming = False
-        try:
-            while True:
-                getter = asyncio.ensure_future(deltas.get())
-                await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():
-                    getter.cancel()
-                    return  # the client is gone (llama.vim stops its curl on the next keystroke)
-                item = getter.result()
-                if item is None:
-                    break
-                kept = self.cutoff.add(item, time.perf_counter())
-                if self.call.stream and kept:
-                    if not streaming:
-                        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-                        streaming = True
-                    chunk = {"index": 0, "content": kept, "tokens": [], "stop": False, "id_slot": -1}
-                    await send({"type": "http.response.body", "body": sse(chunk), "more_body": True})
-                if self.cutoff.cut:
-                    job.cancel()  # stops at its next cycle; what it makes meanwhile is dropped
-                    await asyncio.wait({result})
-                    break
-            failure = self._failure(result)
-            if failure is not None:
-                if streaming:
-                    await send({"type": "http.response.body", "body": sse(failure.body()), "more_body": False})
-                else:
-                    await send_json(send, failure.status, failure.body())
-                return
-            body = self._body(result.result(), time.perf_counter() - started)
-            if streaming:
-                await send({"type": "http.response.body", "body": sse(body), "more_body": False})
-            else:
-                answer = (
-                    [{**body, "index": i} for i in range(self.call.completions)] if self.call.completions > 1 else body
-                )
-                await send_json(send, 200, answer)  # type: ignore[arg-type]
-        except OSError:  # the client went away while we were sending
-            pass
-        finally:
-            if not result.done():
-                job.cancel()
+        while True:
+            getter = asyncio.ensure_future(deltas.get())
+            await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                return  # the client is gone (llama.vim stops its curl on the next keystroke)
+            item = getter.result()
+            if item is None:
+                break
+            kept = self.cutoff.add(item, time.perf_counter())
+            if self.call.stream and kept:
+                if not streaming:
+                    await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+                    streaming = True
+                chunk = {"index": 0, "content": kept, "tokens": [], "stop": False, "id_slot": -1}
+                await send({"type": "http.response.body", "body": sse(chunk), "more_body": True})
+            if self.cutoff.cut:
+                job.cancel()  # stops at its next cycle; what it makes meanwhile is dropped
                 await asyncio.wait({result})
-            gone.cancel()
-            self.door.release()
+                break
+        failure = self._failure(result)
+        if failure is not None:
+            if streaming:
+                await send({"type": "http.response.body", "body": sse(failure.body()), "more_body": False})
+            else:
+                await send_json(send, failure.status, failure.body())
+            return
+        body = self._body(result.result(), time.perf_counter() - started)
+        if streaming:
+            await send({"type": "http.response.body", "body": sse(body), "more_body": False})
+        else:
+            answer = [{**body, "index": i} for i in range(self.call.completions)] if self.call.completions > 1 else body
+            await send_json(send, 200, answer)  # type: ignore[arg-type]
 
     def _failure(self, result: asyncio.Future) -> ApiError | None:
         error = result.exception()

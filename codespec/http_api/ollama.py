@@ -25,9 +25,9 @@ from typing import Any
 from codespec import __version__
 from codespec.core.errors import CodespecError, InvalidRequestError
 from codespec.http_api import ollama_schema as wire
-from codespec.http_api.routes import HttpDoor, disconnected
+from codespec.http_api.routes import HttpDoor, JobRun
 from codespec.http_api.schema import ApiError, CallOptions, ChatBody, CompletionBody, finish_reason, json_text
-from codespec.service.engine.jobs import AsyncJob, JobResult
+from codespec.service.engine.jobs import JobResult
 from codespec.service.requests.request import GenerationRequest
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ class OllamaApi:
         raise wire.OllamaError(404, f"codespec does not serve /api/{name} (its Ollama API: {served})")
 
 
-class OllamaGeneration:
+class OllamaGeneration(JobRun):
     """One generation answered as Ollama answers (an ASGI app, so it hears the client leave while the
     engine works; a client that goes away cancels its job). A streamed response's headers wait for the
     first text, so an error the engine finds at its first cycle is still a plain HTTP error."""
@@ -185,36 +185,22 @@ class OllamaGeneration:
         self.started_ns = started_ns
         self.first_text_ns: int | None = None
 
-    async def __call__(self, scope, receive, send) -> None:
-        deltas: asyncio.Queue = asyncio.Queue()
-
+    def on_delta(self, deltas: asyncio.Queue) -> Callable[[str], None]:
         def delta(text: str) -> None:
             if self.first_text_ns is None:
                 self.first_text_ns = time.perf_counter_ns()
             deltas.put_nowait(text)
 
-        try:
-            job = AsyncJob(self.door.service, self.request, delta)
-        except CodespecError as error:  # the service is closed
-            self.door.release()
-            await send_ollama(send, 503, {"error": str(error)})
-            return
-        result = asyncio.ensure_future(job.result())
-        result.add_done_callback(lambda _: deltas.put_nowait(None))  # after every delta (same loop queue)
-        gone = asyncio.ensure_future(disconnected(receive))
-        try:
-            if self.stream:
-                await self._stream(send, deltas, result, gone)
-            else:
-                await self._respond(send, result, gone)
-        except OSError:  # the client went away while we were sending
-            pass
-        finally:
-            if not result.done():
-                job.cancel()  # stops at the job's next cycle
-                await asyncio.wait({result})
-            gone.cancel()
-            self.door.release()
+        return delta
+
+    async def unavailable(self, send, error: CodespecError) -> None:
+        await send_ollama(send, 503, {"error": str(error)})
+
+    async def answer(self, send, job, deltas: asyncio.Queue, result: asyncio.Future, gone: asyncio.Future) -> None:
+        if self.stream:
+            await self._stream(send, deltas, result, gone)
+        else:
+            await self._respond(send, result, gone)
 
     async def _respond(self, send, result: asyncio.Future, gone: asyncio.Future) -> None:
         await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)

@@ -17,6 +17,7 @@ import difflib
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from codespec.core.errors import CodespecError, ContextLengthError, InvalidRequestError, ServiceClosedError
 from codespec.core.next_edit_prompts import zeta_edits, zeta_excerpt
@@ -232,7 +233,51 @@ class HttpDoor:
         self.running -= 1
 
 
-class Generation:
+class JobRun:
+    """One engine job answered over HTTP, as an ASGI app of its own (so it hears the client leave
+    while the engine works): started (a 503 when the service is closed), answered by the subclass's
+    ``answer``, cancelled when it ends early or the client goes away, and its place released.
+    Each API (OpenAI, llama.cpp server, Ollama) writes only ``answer`` and ``unavailable``."""
+
+    door: HttpDoor
+    request: GenerationRequest
+
+    def on_delta(self, deltas: asyncio.Queue) -> Callable[[str], None]:
+        """What receives each text delta (on the event loop): the queue ``answer`` reads."""
+        return deltas.put_nowait
+
+    async def unavailable(self, send, error: CodespecError) -> None:
+        await send_json(send, 503, error_body(str(error), "server_error", None, "unavailable"))
+
+    async def answer(
+        self, send, job: AsyncJob, deltas: asyncio.Queue, result: asyncio.Future, gone: asyncio.Future
+    ) -> None:
+        raise NotImplementedError
+
+    async def __call__(self, scope, receive, send) -> None:
+        deltas: asyncio.Queue = asyncio.Queue()
+        try:
+            job = AsyncJob(self.door.service, self.request, self.on_delta(deltas))
+        except CodespecError as error:  # the service is closed
+            self.door.release()
+            await self.unavailable(send, error)
+            return
+        result = asyncio.ensure_future(job.result())
+        result.add_done_callback(lambda _: deltas.put_nowait(None))  # after every delta (same loop queue)
+        gone = asyncio.ensure_future(disconnected(receive))
+        try:
+            await self.answer(send, job, deltas, result, gone)
+        except OSError:  # the client went away while we were sending
+            pass
+        finally:
+            if not result.done():
+                job.cancel()  # stops at the job's next cycle
+                await asyncio.wait({result})
+            gone.cancel()
+            self.door.release()
+
+
+class Generation(JobRun):
     """One generation, sent as JSON or as server-sent events (an ASGI app of its own, so it can
     listen for the client's disconnect while the engine works)."""
 
@@ -256,30 +301,11 @@ class Generation:
         )  # where a prompt error points
         self._role_sent = False
 
-    async def __call__(self, scope, receive, send) -> None:
-        deltas: asyncio.Queue = asyncio.Queue()
-        try:
-            job = AsyncJob(self.door.service, self.request, deltas.put_nowait)
-        except CodespecError as error:  # the service is closed
-            self.door.release()
-            await send_json(send, 503, error_body(str(error), "server_error", None, "unavailable"))
-            return
-        result = asyncio.ensure_future(job.result())
-        result.add_done_callback(lambda _: deltas.put_nowait(None))  # after every delta (same loop queue)
-        gone = asyncio.ensure_future(disconnected(receive))
-        try:
-            if self.stream:
-                await self._stream(send, deltas, result, gone)
-            else:
-                await self._respond(send, result, gone)
-        except OSError:  # the client went away while we were sending
-            pass
-        finally:
-            if not result.done():
-                job.cancel()  # stops at the job's next cycle
-                await asyncio.wait({result})
-            gone.cancel()
-            self.door.release()
+    async def answer(self, send, job, deltas: asyncio.Queue, result: asyncio.Future, gone: asyncio.Future) -> None:
+        if self.stream:
+            await self._stream(send, deltas, result, gone)
+        else:
+            await self._respond(send, result, gone)
 
     async def _respond(self, send, result: asyncio.Future, gone: asyncio.Future) -> None:
         await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
