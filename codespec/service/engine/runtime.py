@@ -19,8 +19,12 @@ import threading
 from collections.abc import Coroutine
 from typing import Any
 
+from codespec.core.backends import load_target
+from codespec.core.default_model import target_path
+from codespec.proposers.setup import DraftConfig, ProposerConfig
+from codespec.service.engine.indexing import stop_indexing
 from codespec.service.engine.service import EngineService
-from codespec.service.requests.options import EngineOptions, ServerOptions
+from codespec.service.requests.options import DEFAULT_MAX_CACHED_TOKENS, EngineOptions, ServerOptions
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +60,6 @@ def close_service(service: EngineService) -> None:
 
 
 def _close(service: EngineService) -> None:
-    from codespec.service.engine.indexing import stop_indexing
-
     stop_indexing(service)
     index = service.index
     if index is not None and hasattr(index, "close"):
@@ -105,12 +107,9 @@ def load_service(options: ServerOptions) -> EngineService:
         )
         print(f"codespec: generating on {served.target.name}", file=sys.stderr, flush=True)
         return served
-    from codespec.core.backends import load_target
-    from codespec.core.default_model import target_path
 
     model = options.engine.model or str(target_path())
     _set_cpu_threads(options.engine.threads)
-    from codespec.service.requests.options import DEFAULT_MAX_CACHED_TOKENS
 
     asked_tokens = options.engine.max_cached_tokens
     target = load_target(
@@ -123,7 +122,6 @@ def load_service(options: ServerOptions) -> EngineService:
     )
     how = "detected from its tokenizer" if options.engine.prompt_format == "auto" else "as configured"
     print(f"codespec: model {model}, prompt format {target.prompt_format.name} ({how})", file=sys.stderr, flush=True)
-    from codespec.proposers.setup import DraftConfig, ProposerConfig
 
     proposer_config = ProposerConfig(draft=DraftConfig(path=options.engine.draft))
     service = EngineService(

@@ -27,9 +27,13 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from codespec.core.config import SamplingParams
+from codespec.core.decode import repeating_tail
+from codespec.core.default_model import target_path
 from codespec.core.errors import CodespecError, InvalidRequestError
 from codespec.core.finish import FinishReason
-from codespec.core.prompts import PromptFormat
+from codespec.core.model import locate_model
+from codespec.core.prompts import PromptFormat, resolve_format
 from codespec.core.stats import RequestStats, StepRecord
 from codespec.core.target import TokenizerTarget
 from codespec.service.engine.jobs import Job, PreparedPrompt
@@ -175,8 +179,6 @@ class ServedGeneration:
 
     # ---- engine thread: a request leaves for the engine at once ---------------------------------
     def start(self, job: Job, prepared: PreparedPrompt) -> None:
-        from codespec.core.config import SamplingParams
-
         request = job.request
         prompt_ids = prepared.prompt_ids
         if not request.kind.decodes:  # a background prefill: one token warms the engine's prefix cache
@@ -375,8 +377,6 @@ def engine_error(url: str, status: int, body: bytes) -> CodespecError:
 
 
 def _repeating(tokens: list[int], repeats: int) -> bool:
-    from codespec.core.decode import repeating_tail
-
     return repeating_tail(tokens[-REPEAT_WINDOW:], repeats)
 
 
@@ -384,10 +384,6 @@ def load_served(options, engine_url: str, engine_model: str | None = None, api_k
     """The engine service for ``serve --engine-url``: the local tokenizer (``--model``, default
     the shipped model's) checked against the engine's, the engine's context length."""
     from transformers import AutoTokenizer
-
-    from codespec.core.default_model import target_path
-    from codespec.core.model import locate_model
-    from codespec.core.prompts import resolve_format
 
     endpoint = EngineEndpoint(engine_url, api_key)
     name, max_len = endpoint.served_model(engine_model)

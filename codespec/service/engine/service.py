@@ -35,11 +35,14 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from codespec.core.config import SERVE_MAX_DRAFT, GenerationLimits
+from codespec.core.decode import Decoding
 from codespec.core.errors import CodespecError, ServiceClosedError
 from codespec.core.finish import FinishReason
 from codespec.core.prompts import PromptRenderer
 from codespec.core.stats import RequestStats, json_safe
-from codespec.core.target import Target
+from codespec.core.target import Target, common_prefix_len
+from codespec.proposers.assembly import ProposerAssembly
+from codespec.proposers.registry import RequestContext
 from codespec.service.engine.bookkeeping import CachePool, ServiceStats, prediction_tokens
 from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Job, JobResult, PreparedPrompt, Usage
 from codespec.service.engine.preparing import PromptPreparer, Refusal, request_chars
@@ -108,7 +111,6 @@ class EngineService:
         )
         self.prompt_chunk = prompt_chunk(target)  # prompt tokens a request prefills per cycle
         self._closed = False
-        from codespec.proposers.assembly import ProposerAssembly
 
         self._proposers = ProposerAssembly(target, proposer_config)  # a proposers.setup.ProposerConfig
         self._preparing: list[Job] = []  # submitted, their prompts being tokenized
@@ -373,9 +375,6 @@ class EngineService:
             batch.cycle()
 
     def _start(self, job: Job) -> None:
-        from codespec.core.decode import Decoding
-        from codespec.core.target import common_prefix_len
-
         request = job.request
         if job.cancelled:
             self._complete(job, "", FinishReason.CANCELLED, RequestStats())
@@ -428,8 +427,6 @@ class EngineService:
             self._fail(job, error)
 
     def _start_prefill(self, job: Job, prompt_ids: list[int]) -> None:
-        from codespec.core.target import common_prefix_len
-
         job.cache = self._caches.take(job.request.cache_key)
         job.cached_len = common_prefix_len(job.cache.token_ids, prompt_ids)
         job.cache.rollback(job.cached_len)
@@ -497,8 +494,6 @@ class EngineService:
         return snapshot
 
     def _make_proposer(self, request: GenerationRequest):
-        from codespec.proposers.registry import RequestContext
-
         context = RequestContext(
             reference=request.reference or None,
             index=self.index,
