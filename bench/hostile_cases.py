@@ -162,6 +162,47 @@ HTTP_BASES: list[tuple[str, dict]] = [
             "stream_options": {"include_usage": True},
         },
     ),
+    # llama.cpp server's API (llama.vim, llama.vscode)
+    (
+        "/infill",
+        {
+            "input_prefix": "def add(a, b):\n    ",
+            "input_suffix": "\n",
+            "input_extra": [{"filename": "util.py", "text": CODE}],
+            "prompt": "return",
+            "n_predict": 4,
+            "n_indent": 4,
+            "t_max_predict_ms": 500,
+            "samplers": ["top_k", "top_p", "infill"],
+            "top_k": 40,
+            "top_p": 0.99,
+            "cache_prompt": True,
+            "stream": False,
+            "response_fields": ["content", "timings/prompt_n", "tokens_cached", "truncated"],
+        },
+    ),
+    ("/completion", {"prompt": "def add(a, b):\n    return ", "n_predict": 4, "stream": True}),
+    ("/tokenize", {"content": CODE, "add_special": False}),
+    # Ollama's API (the ollama clients, Continue, Open WebUI)
+    (
+        "/api/generate",
+        {
+            "model": "codespec",
+            "prompt": "def add(a, b):\n    ",
+            "suffix": "\n",
+            "stream": False,
+            "options": {"num_predict": 4, "temperature": 0, "stop": ["\n\n"]},
+        },
+    ),
+    (
+        "/api/chat",
+        {
+            "model": "codespec",
+            "messages": [{"role": "user", "content": "add a docstring"}],
+            "options": {"num_predict": 4, "seed": 3},
+        },
+    ),
+    ("/api/show", {"model": "codespec"}),
 ]
 
 

@@ -172,7 +172,10 @@ def _json_error(answer: HttpAnswer) -> bool:
     except ValueError:
         return False
     error = body.get("error") if isinstance(body, dict) else None
-    return isinstance(error, dict) and {"message", "type", "param", "code"} <= set(error) and bool(error["message"])
+    if isinstance(error, str):  # Ollama's API: {"error": "..."}
+        return bool(error)
+    # OpenAI's {"error": {message, type, param, code}}; llama.cpp server's {"error": {code, message, type}}
+    return isinstance(error, dict) and {"message", "type", "code"} <= set(error) and bool(error["message"])
 
 
 def run_http(host: str, port: int, cases: list[HttpCase], timeout: float = ANSWER_S) -> DoorTally:
