@@ -83,9 +83,9 @@ def test_unknown_models_are_404(tiny):
 
 def test_bad_bodies_routes_and_methods(tiny):
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    for raw in (b"{", b"[1]", b"\xff"):
+    for raw, fragment in ((b"{", "JSON"), (b"[1]", "JSON"), (b"\xff", "UTF-8")):
         response = httpx2.post(tiny.url + "/api/generate", content=raw, headers=headers, timeout=WAIT_S)
-        assert_ollama_error(response, 400, "JSON")
+        assert_ollama_error(response, 400, fragment)
     too_big = httpx2.post(
         tiny.url + "/api/chat", content=b" " * (1 << 17), headers=headers, timeout=WAIT_S
     )  # over the test server's 64 KiB limit
