@@ -50,6 +50,19 @@ class Followed:
     shared: bool = False  # its last step's forward also ran other sequences' rows
     output: list[int] = field(default_factory=list)  # what vLLM sampled for it, not yet in the history
     seen: int = 0  # its length at the last step it ran in
+    tokens: list[int] = field(default_factory=list)  # its sequence as a list, extended by each step's new tokens
+
+    def sequence(self, row: Row) -> list[int]:
+        """The row's tokens as the list the proposers read: only what is new since the last step is
+        converted (the row continues this sequence: ``RowStates`` matched it by its last token)."""
+        tokens, known = self.tokens, len(self.tokens)
+        length = len(row.tokens)
+        if known > length or (known and int(row.tokens[known - 1]) != tokens[-1]):
+            tokens.clear()
+            known = 0
+        if length > known:
+            tokens.extend(row.tokens[known:].tolist())
+        return tokens
 
 
 @dataclass
@@ -128,7 +141,7 @@ class BatchDrafter:
             new_from = len(row.tokens) - row.sampled
             if state.seen and new_from != state.seen:  # a sequence that grew by more (a follow-up turn)
                 self._record(state)  # what it had generated so far is one entry
-            state.output.extend(int(t) for t in row.tokens[new_from:])
+            state.output.extend(row.tokens[new_from:].tolist())
             state.seen = len(row.tokens)
             self._observe(row, state, step_s)
         now = {id(state): state for _, state in live}
@@ -155,7 +168,7 @@ class BatchDrafter:
             if room > 0:
                 began = self.clock()
                 share = BatchShare(len(live), everyone - state.recent_tokens, all_rows - state.last_rows, row_cost)
-                context = ProposeContext(row.tokens.tolist(), state.prompt_len, room, batch=share)
+                context = ProposeContext(state.sequence(row), state.prompt_len, room, batch=share)
                 try:
                     draft = state.proposer.propose(context).truncated(room)
                 except Exception:  # a proposer's bug costs this row its draft, never vLLM its step
@@ -258,7 +271,7 @@ class BatchDrafter:
         if draft is None:
             return
         accepted = max(0, min(len(draft), row.sampled - 1))
-        emitted = tuple(int(t) for t in row.tokens[len(row.tokens) - row.sampled :])
+        emitted = tuple(row.tokens[len(row.tokens) - row.sampled :].tolist())
         stats = self.stats
         stats.drafted += len(draft)
         stats.accepted += accepted
