@@ -94,7 +94,7 @@ class ContextLookup:
     def _sync(self, token_ids: Sequence[int]) -> list[int]:
         if not extends(self._tokens, token_ids):
             self.begin(())
-        self._tokens.extend(token_ids[len(self._tokens) :])
+        self._tokens.extend(map(int, token_ids[len(self._tokens) :]))  # numpy ints would overflow the keys
         return self._tokens
 
     def _index_until(self, last_end: int) -> None:

@@ -24,3 +24,13 @@ def test_indexing_at_once_and_token_by_token_build_the_same_table(seed, monkeypa
     assert at_once._latest_end == looped._latest_end
     assert at_once.drafts == looped.drafts
     assert any(len(d) for d in looped.drafts) or len(tokens) < 20  # six symbols repeat: there are matches
+
+
+def test_numpy_token_ids_draft_like_python_ints():
+    """A caller may hand the sequence as numpy ints (a vLLM row's slice): the keys are Python ints."""
+    import numpy as np
+
+    tokens = [5, 6, 7, 8, 1, 2, 5, 6, 7] * 10
+    plain = ContextLookup().propose(ProposeContext(tokens, 0, 8))
+    numpy_ids = ContextLookup().propose(ProposeContext(list(np.array(tokens, dtype=np.int64)), 0, 8))
+    assert plain == numpy_ids and len(plain) == 8
