@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from codespec.core.draft import BatchShare, Draft, Outcome, ProposeContext, Proposer
 from codespec.core.prompts import detect_format, prompt_code
@@ -124,7 +124,7 @@ class BatchDrafter:
         self._special = frozenset(getattr(tokenizer, "all_special_ids", None) or ())  # an output ends at one
         self._logged_at = clock()
         trace = os.environ.get(TRACE_ENV)
-        self._trace = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115 (lives with the drafter)
+        self._trace: TextIO | None = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115 (lives with the drafter)
 
     def step(self, rows: Sequence[Row | None]) -> list[list[int]]:
         start = self.clock()
@@ -180,7 +180,7 @@ class BatchDrafter:
             rows_out += state.last_rows
             drafts.append(list(draft.token_ids))
         if self._trace is not None:
-            self._write_trace(step_s, prefilled, live, drafts, start)
+            self._write_trace(self._trace, step_s, prefilled, live, start)
         self.stats.steps += 1
         self.stats.rows += len(live)
         self._rows_out = rows_out
@@ -204,30 +204,15 @@ class BatchDrafter:
             seconds = min(seconds, CLIP * cost.predict(rows))
         cost.add(rows, seconds)
 
-    def _write_trace(self, step_s: float, prefilled: bool, live: list, drafts: list[list[int]], start: float) -> None:
+    def _write_trace(self, trace: TextIO, step_s: float, prefilled: bool, live: list, start: float) -> None:
+        """One JSON line: the step's cost and rows, the fit, and what each row drafted and why."""
         fit = self._step_cost.fit()
         rows = []
         for row, state in live:
             decisions = getattr(state.proposer, "decisions", None)
             choice = decisions[-1] if decisions else None
-            rows.append(
-                {
-                    "len": len(row.tokens),
-                    "sampled": row.sampled,
-                    "drafted": state.last_rows - 1,
-                    "choice": None
-                    if choice is None
-                    else [
-                        choice.name,
-                        choice.draft_len,
-                        round(choice.expected_tokens, 2),
-                        round(1e3 * choice.cost_s, 3),
-                    ],
-                    "plain_ms": round(1e3 * state.proposer.verify_cost.plain(), 3)
-                    if hasattr(state.proposer, "verify_cost")
-                    else None,
-                }
-            )
+            why = None if choice is None else [choice.name, choice.draft_len, round(choice.expected_tokens, 2)]
+            rows.append({"len": len(row.tokens), "sampled": row.sampled, "drafted": state.last_rows - 1, "choice": why})
         record = {
             "step_ms": round(1e3 * step_s, 3),
             "rows_in": self._rows_out,
@@ -236,7 +221,7 @@ class BatchDrafter:
             "fit": None if fit is None else [round(1e3 * fit[0], 3), round(1e3 * fit[1], 3)],
             "rows": rows,
         }
-        self._trace.write(json.dumps(record) + "\n")
+        trace.write(json.dumps(record) + "\n")
 
     def _log_summary(self) -> None:
         try:
@@ -261,6 +246,9 @@ class BatchDrafter:
         return out
 
     def close(self) -> None:
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
         if self.index is not None and hasattr(self.index, "close"):
             self.index.close()
 

@@ -1,10 +1,12 @@
 """BatchDrafter against a scripted vLLM: rows move, join and leave; drafts are judged by each request's
 known continuation, so acceptance measures whether the right state followed the right request."""
 
+import json
 import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 from transformers import AutoTokenizer
 
 from codespec.core.default_model import target_path
@@ -224,3 +226,18 @@ def test_auto_drafts_long_again_once_a_slow_stretch_of_steps_has_passed():
     after = steps[60:]  # from 20 steps after the stretch
     tokens_per_step = sum(tokens for _, tokens in after) / len(after)
     assert tokens_per_step > 4.5, (tokens_per_step, [rows for rows, _ in after])
+
+
+def test_the_step_trace_says_what_each_row_drafted_and_at_what_cost(tmp_path, monkeypatch):
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("CODESPEC_VLLM_TRACE", str(trace))
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    drafter = BatchDrafter(tokenizer, k=16, max_model_len=4096)
+    steps = edits_one_at_a_time(drafter, SOURCES[:1], lambda n, rows: 0.00217 + 0.00028 * rows)
+    drafter.close()
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(records) == len(steps) + 1  # and the step where the row left
+    decoding = [r for r in records if r["rows"]]
+    assert [r["rows"][0]["drafted"] + 1 for r in decoding] == [rows for rows, _ in steps]
+    assert decoding[-1]["fit"][1] > 0 and not decoding[-1]["prefilled"]
+    assert decoding[-1]["step_ms"] == pytest.approx(2.17 + 0.28 * steps[-2][0], abs=1e-3)
