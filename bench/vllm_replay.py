@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from bench.vllm_spec import ROOT, SHIPPED, completion_cases, write_workspace
+from bench.vllm_spec import ROOT, SHIPPED, WORKLOADS_BY_NAME, write_workspace
 from codespec.proposers.lookup_sim import hindsight_forwards
 from codespec.vllm_proposer.drafter import BatchDrafter
 from codespec.vllm_proposer.options import DrafterOptions
@@ -137,67 +137,102 @@ def summary(name: str, tokens: int, drafted: int, accepted: int, step_s: float, 
     }
 
 
+def replay_proposer(
+    tokenizer,
+    proposer: str,
+    k: int,
+    prompts,
+    outputs,
+    step_s: float,
+    row_s: float,
+    workspace: Path | None,
+    folder: Path,
+) -> dict:
+    """codespec's drafter with one proposer over every request, in order, one client."""
+    # a store of its own: the session history one drafter records must not draft for the next
+    options = (
+        DrafterOptions(proposer, (str(workspace),), str(folder / f"index-{proposer}-{k}.db"))
+        if workspace is not None
+        else DrafterOptions(proposer)
+    )
+    clock = ReplayClock()
+    drafter = BatchDrafter(tokenizer, k, 1 << 20, options, clock=clock)
+    counts = [replay_codespec(drafter, clock, p, o, step_s, row_s) for p, o in zip(prompts, outputs)]
+    drafted, accepted = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    row = summary(f"codespec {proposer}", sum(len(o) for o in outputs), drafted, accepted, step_s, row_s)
+    row["drafter_ms_per_step"] = round(1000 * clock.drafter_s / max(1, clock.steps), 3)
+    drafter.close()
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=WORKLOADS_BY_NAME, default="completions")
     parser.add_argument("--requests", type=int, default=16)
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--k", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=None, help="default: 128 for edits, 48 for completions")
+    parser.add_argument("--k", default="16", type=lambda text: [int(n) for n in text.split(",")])
+    parser.add_argument("--proposers", default="context,auto")
     parser.add_argument("--step-ms", type=float, default=2.17, help="a step's fixed cost (vLLM-CPU, shipped model)")
     parser.add_argument("--row-ms", type=float, default=0.28, help="each row's cost in a step")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "vllm-replay-completions.json")
+    parser.add_argument("--no-bound", action="store_true", help="skip the hindsight bound (slow on long outputs)")
+    parser.add_argument("--out", type=Path, default=None, help="default: docs/bench/vllm-replay-<workload>.json")
     args = parser.parse_args()
     step_s, row_s = args.step_ms / 1000, args.row_ms / 1000
+    max_tokens = args.max_tokens or (48 if args.workload == "completions" else 128)
 
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
-    prompts = [tokenizer.encode(case.prompt) for case in completion_cases(args.requests, args.max_tokens)]
-    outputs = greedy_outputs(SHIPPED, prompts, args.max_tokens)
+    cases = WORKLOADS_BY_NAME[args.workload](args.requests, max_tokens)
+    prompts = [tokenizer.encode(case.prompt) for case in cases]
+    outputs = greedy_outputs(SHIPPED, prompts, max_tokens)
     tokens = sum(len(output) for output in outputs)
 
     rows = [summary("none", tokens, 0, 0, step_s, row_s)]
-    rule = [replay_rule(prompt, output, args.k) for prompt, output in zip(prompts, outputs)]
-    rows.append(summary("ngram rule", tokens, sum(d for d, _ in rule), sum(a for _, a in rule), step_s, row_s))
-
     with tempfile.TemporaryDirectory() as folder:
-        workspace = write_workspace(Path(folder) / "workspace")
-        for proposer in ("context", "auto"):
-            # a store of its own: the session history one drafter records must not draft for the next
-            options = DrafterOptions(proposer, (str(workspace),), str(Path(folder) / f"index-{proposer}.db"))
-            clock = ReplayClock()
-            drafter = BatchDrafter(tokenizer, args.k, 1 << 20, options, clock=clock)
-            counts = [replay_codespec(drafter, clock, p, o, step_s, row_s) for p, o in zip(prompts, outputs)]
-            drafted, accepted = sum(c[0] for c in counts), sum(c[1] for c in counts)
-            rows.append(summary(f"codespec {proposer}", tokens, drafted, accepted, step_s, row_s))
-            rows[-1]["drafter_ms_per_step"] = round(1000 * clock.drafter_s / max(1, clock.steps), 3)
-            drafter.close()
-        workspace_ids = [tokenizer.encode(path.read_text()) for path in sorted(workspace.rglob("*.py"))]
-
-    # The bound: each step drafts the longest next stretch of the output found in the prompt, the
-    # workspace or the outputs before it; the prefill's step drafts nothing (hence the + 1).
-    earlier: list[list[int]] = []
-    forwards = 0
-    for prompt, output in zip(prompts, outputs):
-        forwards += 1 + (
-            hindsight_forwards(prompt + output[:1], output[1:], args.k, workspace_ids + earlier) if output[1:] else 0
+        workspace = write_workspace(Path(folder) / "workspace") if args.workload == "completions" else None
+        for k in args.k:
+            rule = [replay_rule(prompt, output, k) for prompt, output in zip(prompts, outputs)]
+            rows.append(summary("ngram rule", tokens, sum(d for d, _ in rule), sum(a for _, a in rule), step_s, row_s))
+            rows[-1]["k"] = k
+            for proposer in args.proposers.split(","):
+                rows.append(
+                    {
+                        "k": k,
+                        **replay_proposer(
+                            tokenizer, proposer, k, prompts, outputs, step_s, row_s, workspace, Path(folder)
+                        ),
+                    }
+                )
+        workspace_ids = (
+            [tokenizer.encode(path.read_text()) for path in sorted(workspace.rglob("*.py"))] if workspace else []
         )
-        earlier.append(output)
-    bound = summary("hindsight bound", tokens, tokens - forwards, tokens - forwards, step_s, row_s)
-    rows.append(bound)
-    prompt_only = sum(
-        1 + (hindsight_forwards(p + o[:1], o[1:], args.k) if o[1:] else 0) for p, o in zip(prompts, outputs)
-    )
-    rows.append(summary("hindsight, prompt only", tokens, tokens - prompt_only, tokens - prompt_only, step_s, row_s))
+    base = rows[0]["decode_s_modeled"]
+    for row in rows:
+        row["speedup_modeled"] = round(base / row["decode_s_modeled"], 3)
+
+    if not args.no_bound:
+        # The bound: each step drafts the longest next stretch of the output found in the prompt, the
+        # workspace or the outputs before it; the prefill's step drafts nothing (hence the + 1).
+        k = max(args.k)
+        earlier: list[list[int]] = []
+        forwards = 0
+        for prompt, output in zip(prompts, outputs):
+            forwards += 1 + (
+                hindsight_forwards(prompt + output[:1], output[1:], k, workspace_ids + earlier) if output[1:] else 0
+            )
+            earlier.append(output)
+        rows.append({"k": k, **summary("hindsight bound", tokens, tokens - forwards, tokens - forwards, step_s, row_s)})
 
     report = {
         "model": "shipped",
-        "workload": "completions with the workspace (bench.vllm_spec's cases)",
+        "workload": args.workload,
         "requests": args.requests,
-        "max_tokens": args.max_tokens,
-        "k": args.k,
+        "max_tokens": max_tokens,
         "step_cost": f"{args.step_ms} ms + {args.row_ms} ms per row",
         "prompt_tokens": sum(len(prompt) for prompt in prompts),
         "rows": rows,
     }
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    out = args.out or ROOT / "docs" / "bench" / f"vllm-replay-{args.workload}.json"
+    out.write_text(json.dumps(report, indent=1) + "\n")
     for row in rows:
         print(json.dumps(row))
 

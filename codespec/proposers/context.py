@@ -4,10 +4,12 @@ Classic prompt lookup, improved the ways that matter for code: the *longest* suf
 ``max_ngram`` tokens) wins, and among equal lengths the *most recent* occurrence, since nearby text
 predicts best. An n-gram -> latest-end map per n is extended incrementally as the sequence grows,
 so a step costs O(new tokens x max_ngram) dictionary work, not a scan of the sequence. N-grams are
-keyed by their hash, an int, not by a tuple: a dict of ints is invisible to Python's cyclic garbage
-collector, while one holding a tuple per n-gram (seven per token) makes every full collection walk
-them all (3 ms at the p99 of a step on long outputs, for work that takes 50 µs). A hash collision
-can only produce a draft that verification rejects. When the
+keyed by a polynomial hash (mod 2^64), an int, not by a tuple: a dict of ints is invisible to
+Python's cyclic garbage collector, while one holding a tuple per n-gram (seven per token) makes
+every full collection walk them all (3 ms at the p99 of a step on long outputs, for work that
+takes 50 µs); and the same hash is computed for a whole prompt at once with numpy (a request's
+first step indexes its prompt: inside vLLM that step is a row-step like any other). A hash
+collision can only produce a draft that verification rejects. When the
 match is recent enough that its continuation reaches the end of the sequence (a loop), the draft
 continues the loop rather than stopping short.
 """
@@ -16,8 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from codespec.core.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
 from codespec.proposers.setup import ProposerSetup
+
+HASH_BASE = 0x9E3779B97F4A7C15  # odd, 64-bit: an n-gram's key is sum(t_i * BASE^(n-1-i)) mod 2^64
+MASK = (1 << 64) - 1
+VECTOR_FROM = 48  # positions indexed at once from which numpy is faster than the Python loop
 
 
 def periodic_continuation(tokens: Sequence[int], end: int, max_len: int) -> tuple[int, ...]:
@@ -47,6 +55,7 @@ class ContextLookup:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.draft_len = draft_len
+        self._powers = [pow(HASH_BASE, i, 1 << 64) for i in range(max_ngram + 1)]
         self.begin(())
 
     @classmethod
@@ -64,8 +73,14 @@ class ContextLookup:
         length = len(tokens)
         self._index_until(length - 1)  # n-grams ending before the last position have a continuation
         max_len = context.max_len if self.draft_len is None else min(self.draft_len, context.max_len)
-        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
-            end = self._latest_end[n].get(hash(tuple(tokens[length - n :])))
+        longest = min(self.max_ngram, length - 1)
+        keys = [0] * (longest + 1)  # keys[n]: the last n tokens' key
+        key, powers = 0, self._powers
+        for n in range(1, longest + 1):
+            key = (key + tokens[length - n] * powers[n - 1]) & MASK
+            keys[n] = key
+        for n in range(longest, self.min_ngram - 1, -1):
+            end = self._latest_end[n].get(keys[n])
             if end is not None:
                 return Draft(periodic_continuation(tokens, end, max_len), self.name, match=MatchInfo(n, "context", end))
         return EMPTY_DRAFT
@@ -79,13 +94,36 @@ class ContextLookup:
     def _sync(self, token_ids: Sequence[int]) -> list[int]:
         if not extends(self._tokens, token_ids):
             self.begin(())
-        self._tokens.extend(token_ids[len(self._tokens) :])
+        self._tokens.extend(map(int, token_ids[len(self._tokens) :]))  # numpy ints would overflow the keys
         return self._tokens
 
     def _index_until(self, last_end: int) -> None:
-        tokens = self._tokens
-        tables = self._latest_end
-        for end in range(self._indexed_upto + 1, last_end + 1):
-            for n in range(self.min_ngram, min(self.max_ngram, end) + 1):
-                tables[n][hash(tuple(tokens[end - n : end]))] = end
+        first = self._indexed_upto + 1
+        if last_end - first + 1 >= VECTOR_FROM:
+            self._index_at_once(first, last_end)
+        else:
+            tokens, tables, powers = self._tokens, self._latest_end, self._powers
+            low, high = self.min_ngram, self.max_ngram
+            for end in range(first, last_end + 1):
+                key = 0
+                for n in range(1, min(high, end) + 1):
+                    key = (key + tokens[end - n] * powers[n - 1]) & MASK
+                    if n >= low:
+                        tables[n][key] = end
         self._indexed_upto = max(self._indexed_upto, last_end)
+
+    def _index_at_once(self, first: int, last_end: int) -> None:
+        """The n-grams ending at ``first``..``last_end`` (exclusive ends), keyed as the loop keys them;
+        later ends overwrite earlier ones, so each key keeps its latest end."""
+        values = np.asarray(self._tokens[:last_end], dtype=np.uint64)
+        ends = np.arange(first, last_end + 1, dtype=np.int64)
+        keys = np.zeros(len(ends), dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for n in range(1, self.max_ngram + 1):
+                valid = ends >= n  # an n-gram needs n tokens before its end
+                if not valid.any():
+                    break
+                start = int(np.argmax(valid))  # ends ascend: the valid ones are a tail
+                keys[start:] += values[ends[start:] - n] * np.uint64(self._powers[n - 1])
+                if n >= self.min_ngram:
+                    self._latest_end[n].update(zip(keys[start:].tolist(), ends[start:].tolist()))

@@ -13,23 +13,26 @@ what each sequence generated goes into the index's session history when its row 
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from codespec.core.draft import BatchShare, Draft, Outcome, ProposeContext, Proposer
 from codespec.core.prompts import detect_format, prompt_code
 from codespec.core.target import TokenizerTarget
 from codespec.proposers.assembly import ProposerAssembly
-from codespec.proposers.costs import LinearCost
+from codespec.proposers.costs import CLIP, LinearCost
 from codespec.proposers.setup import RequestContext
 from codespec.vllm_proposer.options import DrafterOptions
 from codespec.vllm_proposer.rows import Row, RowStates
 
 log = logging.getLogger("vllm.codespec")  # under vLLM's logger: its lines land in vLLM's log
+TRACE_ENV = "CODESPEC_VLLM_TRACE"  # a file: one JSON line per step (what each row drafted, the step's cost)
 LOG_EVERY_S, LOG_EVERY_STEPS = 30.0, 500  # how often vLLM's log gets the drafter's counts and step-cost fit
 
 
@@ -47,6 +50,19 @@ class Followed:
     shared: bool = False  # its last step's forward also ran other sequences' rows
     output: list[int] = field(default_factory=list)  # what vLLM sampled for it, not yet in the history
     seen: int = 0  # its length at the last step it ran in
+    tokens: list[int] = field(default_factory=list)  # its sequence as a list, extended by each step's new tokens
+
+    def sequence(self, row: Row) -> list[int]:
+        """The row's tokens as the list the proposers read: only what is new since the last step is
+        converted (the row continues this sequence: ``RowStates`` matched it by its last token)."""
+        tokens, known = self.tokens, len(self.tokens)
+        length = len(row.tokens)
+        if known > length or (known and int(row.tokens[known - 1]) != tokens[-1]):
+            tokens.clear()
+            known = 0
+        if length > known:
+            tokens.extend(row.tokens[known:].tolist())
+        return tokens
 
 
 @dataclass
@@ -101,11 +117,14 @@ class BatchDrafter:
         self.stats = DrafterStats()
         self.clock = clock
         self._step_cost = LinearCost("flat", decay=0.95)  # a step's seconds ~ a + b * rows
+        self._rows_seen: set[int] = set()  # row counts vLLM has run a step of (the first one is not measured)
         self._returned_at: float | None = None
         self._rows_out = 0  # rows the drafts of the last call put in the next forward
         self._live: dict[int, Followed] = {}  # the sequences of the last step, by id
         self._special = frozenset(getattr(tokenizer, "all_special_ids", None) or ())  # an output ends at one
         self._logged_at = clock()
+        trace = os.environ.get(TRACE_ENV)
+        self._trace: TextIO | None = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115 (lives with the drafter)
 
     def step(self, rows: Sequence[Row | None]) -> list[list[int]]:
         start = self.clock()
@@ -116,13 +135,13 @@ class BatchDrafter:
         # its prompt's last chunk ran in it) cost more than its decoding rows say: no measurement.
         prefilled = self.stats.sequences > followed or any(row is None for row in rows)
         if self._rows_out and step_s > 0.0 and not prefilled:
-            self._step_cost.add(self._rows_out, step_s)
+            self._measure_step(self._rows_out, step_s)
         live = [(row, state) for row, state in zip(rows, states) if row is not None and state is not None]
         for row, state in live:
             new_from = len(row.tokens) - row.sampled
             if state.seen and new_from != state.seen:  # a sequence that grew by more (a follow-up turn)
                 self._record(state)  # what it had generated so far is one entry
-            state.output.extend(int(t) for t in row.tokens[new_from:])
+            state.output.extend(row.tokens[new_from:].tolist())
             state.seen = len(row.tokens)
             self._observe(row, state, step_s)
         now = {id(state): state for _, state in live}
@@ -132,7 +151,11 @@ class BatchDrafter:
         self._live = now
         everyone = sum(state.recent_tokens for _, state in live)
         all_rows = sum(state.last_rows for _, state in live)
-        row_cost = self._step_cost.fit() if self._step_cost.fitted and len(live) > 1 else None
+        # Every draft is priced by this fit, one row alone too: it is measured on every step, plain
+        # ones included, and forgets in ~20 steps, where a policy's own cost by draft length learns
+        # a length only when it drafts it, so one slow step (the machine's load, a shape vLLM runs
+        # for the first time) would keep long drafts looking dear long after it passed.
+        row_cost = self._step_cost.fit() if self._step_cost.fitted else None
         drafts: list[list[int]] = []
         rows_out = 0
         for maybe_row, maybe_state in zip(rows, states):
@@ -145,7 +168,7 @@ class BatchDrafter:
             if room > 0:
                 began = self.clock()
                 share = BatchShare(len(live), everyone - state.recent_tokens, all_rows - state.last_rows, row_cost)
-                context = ProposeContext(row.tokens.tolist(), state.prompt_len, room, batch=share)
+                context = ProposeContext(state.sequence(row), state.prompt_len, room, batch=share)
                 try:
                     draft = state.proposer.propose(context).truncated(room)
                 except Exception:  # a proposer's bug costs this row its draft, never vLLM its step
@@ -156,6 +179,8 @@ class BatchDrafter:
             state.last_rows = len(draft) + 1
             rows_out += state.last_rows
             drafts.append(list(draft.token_ids))
+        if self._trace is not None:
+            self._write_trace(self._trace, step_s, prefilled, live, start)
         self.stats.steps += 1
         self.stats.rows += len(live)
         self._rows_out = rows_out
@@ -165,6 +190,38 @@ class BatchDrafter:
             self._logged_at = self._returned_at
             self._log_summary()
         return drafts
+
+    def _measure_step(self, rows: int, seconds: float) -> None:
+        """One step's seconds for ``rows`` rows into the a + b * rows fit. vLLM-CPU's first step of
+        a token count it has not run before costs 2-3x a later one (15-18 ms against 5-8 ms
+        measured), and a shared machine stalls now and then: a first count is not booked, and once
+        the fit rests on a few steps a step is booked at most at CLIP times its prediction."""
+        if rows not in self._rows_seen and len(self._rows_seen) < 4096:
+            self._rows_seen.add(rows)
+            return
+        cost = self._step_cost
+        if cost.sw >= 3.0:
+            seconds = min(seconds, CLIP * cost.predict(rows))
+        cost.add(rows, seconds)
+
+    def _write_trace(self, trace: TextIO, step_s: float, prefilled: bool, live: list, start: float) -> None:
+        """One JSON line: the step's cost and rows, the fit, and what each row drafted and why."""
+        fit = self._step_cost.fit()
+        rows = []
+        for row, state in live:
+            decisions = getattr(state.proposer, "decisions", None)
+            choice = decisions[-1] if decisions else None
+            why = None if choice is None else [choice.name, choice.draft_len, round(choice.expected_tokens, 2)]
+            rows.append({"len": len(row.tokens), "sampled": row.sampled, "drafted": state.last_rows - 1, "choice": why})
+        record = {
+            "step_ms": round(1e3 * step_s, 3),
+            "rows_in": self._rows_out,
+            "prefilled": prefilled,
+            "propose_ms": round(1e3 * (self.clock() - start), 3),
+            "fit": None if fit is None else [round(1e3 * fit[0], 3), round(1e3 * fit[1], 3)],
+            "rows": rows,
+        }
+        trace.write(json.dumps(record) + "\n")
 
     def _log_summary(self) -> None:
         try:
@@ -189,6 +246,9 @@ class BatchDrafter:
         return out
 
     def close(self) -> None:
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
         if self.index is not None and hasattr(self.index, "close"):
             self.index.close()
 
@@ -199,7 +259,7 @@ class BatchDrafter:
         if draft is None:
             return
         accepted = max(0, min(len(draft), row.sampled - 1))
-        emitted = tuple(int(t) for t in row.tokens[len(row.tokens) - row.sampled :])
+        emitted = tuple(row.tokens[len(row.tokens) - row.sampled :].tolist())
         stats = self.stats
         stats.drafted += len(draft)
         stats.accepted += accepted

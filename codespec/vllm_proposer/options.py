@@ -2,7 +2,7 @@
 
 vLLM's ``speculative_config`` forbids fields it does not know, and a custom proposer is named by
 a dotted import path only. So the options travel *in the class name*: ``vllm-config`` names
-``vllm_proposer.configured.CodespecProposer_<hex of the options' JSON>``, and that module makes the
+``codespec.vllm_proposer.configured.CodespecProposer_<hex of the options' JSON>``, and that module makes the
 class on first access (a module ``__getattr__``). The configuration is then one JSON value that
 reaches every vLLM worker, on every node, with nothing else to set (docs/vllm.md, "Configuration").
 """

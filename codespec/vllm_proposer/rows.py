@@ -112,9 +112,13 @@ class RowStates(Generic[S]):
                 continue
             if int(tokens[tracked.length - 1]) != tracked.last_token:
                 continue
-            if prefix_key(tokens, tracked.prompt_len) != tracked.prompt_hash:
+            exact = tracked.length + row.sampled == length
+            # The whole prompt is hashed again only when another tracked sequence shares its head (a
+            # shared system prompt) or the row is no exact continuation (back from preemption): alone
+            # with its key, the last token and the length grown by the tokens sampled tell it apart.
+            if (len(candidates) > 1 or not exact) and prefix_key(tokens, tracked.prompt_len) != tracked.prompt_hash:
                 continue
-            if tracked.length + row.sampled == length:
+            if exact:
                 return tracked
             if loose is None or tracked.length > loose.length:
                 loose = tracked

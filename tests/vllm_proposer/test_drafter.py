@@ -1,9 +1,12 @@
 """BatchDrafter against a scripted vLLM: rows move, join and leave; drafts are judged by each request's
 known continuation, so acceptance measures whether the right state followed the right request."""
 
+import json
 import random
+from pathlib import Path
 
 import numpy as np
+import pytest
 from transformers import AutoTokenizer
 
 from codespec.core.default_model import target_path
@@ -178,3 +181,63 @@ def test_a_follow_up_turn_records_each_answer_apart_and_nothing_past_the_end():
     drafter.step([])
     assert [tokenizer.decode(entry.token_ids) for entry in index.history_entries()] == [first, second]
     index.close()
+
+
+class ReindentEngine(ScriptedEngine):
+    """A rewrite that re-indents ``source`` from 4 spaces to 2: the copy pointer is right between
+    indents and re-anchors after each."""
+
+    def __init__(self, tokenizer, source: str) -> None:
+        super().__init__(tokenizer, source)
+        self.answer = tokenizer.encode(source.replace("    ", "  "))
+        self.tokens[-1] = self.answer[0]
+
+
+def edits_one_at_a_time(drafter: BatchDrafter, sources: list[str], cost) -> list[tuple[int, int]]:
+    """Each source re-indented, one request at a time (one client), each step costing
+    ``cost(n, rows)`` seconds on the drafter's clock (n: the step's number): (rows, tokens) per step."""
+    now = [0.0]
+    drafter.clock = lambda: now[0]
+    steps: list[tuple[int, int]] = []
+    for source in sources:
+        engine = ReindentEngine(drafter.tokenizer, source)
+        while not engine.done:
+            (draft,) = drafter.step([engine.row()])
+            now[0] += cost(len(steps), len(draft) + 1)
+            engine.verify(draft)
+            steps.append((len(draft) + 1, engine.sampled))
+        drafter.step([])  # the request leaves; the next one's prefill runs
+        now[0] += 0.05
+    return steps
+
+
+def test_auto_drafts_long_again_once_a_slow_stretch_of_steps_has_passed():
+    """vLLM's step cost is not stationary (a shared machine's load, the first step of a shape): the
+    first 40 steps cost 20x, then 2.17 ms + 0.28 ms per row (vLLM-CPU, shipped model). Priced by
+    what auto had measured per draft length, long drafts kept their stale, slow price (a length is
+    re-measured only when drafted) and auto drafted 1-4 tokens for the rest of the run: 2.6 tokens
+    a step (in vLLM: 2.2 a step, 0.8x no speculation). Priced by the drafter's a + b * rows fit,
+    measured on every step and forgetting in ~20, drafts are long again once the stretch passed."""
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    code = (Path(__file__).resolve().parents[2] / "codespec" / "proposers" / "policy.py").read_text()
+    sources = [code[start : start + 700] for start in range(0, 5600, 700)]
+    drafter = BatchDrafter(tokenizer, k=16, max_model_len=4096)  # auto, the default
+    steps = edits_one_at_a_time(drafter, sources, lambda n, rows: (20 if n < 40 else 1) * (0.00217 + 0.00028 * rows))
+    after = steps[60:]  # from 20 steps after the stretch
+    tokens_per_step = sum(tokens for _, tokens in after) / len(after)
+    assert tokens_per_step > 4.5, (tokens_per_step, [rows for rows, _ in after])
+
+
+def test_the_step_trace_says_what_each_row_drafted_and_at_what_cost(tmp_path, monkeypatch):
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("CODESPEC_VLLM_TRACE", str(trace))
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    drafter = BatchDrafter(tokenizer, k=16, max_model_len=4096)
+    steps = edits_one_at_a_time(drafter, SOURCES[:1], lambda n, rows: 0.00217 + 0.00028 * rows)
+    drafter.close()
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(records) == len(steps) + 1  # and the step where the row left
+    decoding = [r for r in records if r["rows"]]
+    assert [r["rows"][0]["drafted"] + 1 for r in decoding] == [rows for rows, _ in steps]
+    assert decoding[-1]["fit"][1] > 0 and not decoding[-1]["prefilled"]
+    assert decoding[-1]["step_ms"] == pytest.approx(2.17 + 0.28 * steps[-2][0], abs=1e-3)

@@ -31,7 +31,9 @@ def vllm_python() -> str:
     python = os.environ.get("CODESPEC_VLLM_PYTHON") or str(CACHED)
     if not Path(python).exists():
         pytest.skip(f"no vLLM environment at {python}: run tests/vllm_proposer/setup_vllm.sh (CI does)")
-    probe = subprocess.run([python, "-c", "import vllm, vllm_proposer.proposer"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [python, "-c", "import vllm, codespec.vllm_proposer.proposer"], capture_output=True, text=True
+    )
     if probe.returncode != 0:
         pytest.skip(f"vLLM or codespec's proposer does not import in {python}: {probe.stderr.strip()[-400:]}")
     return python
