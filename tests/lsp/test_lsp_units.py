@@ -158,10 +158,32 @@ async def test_debouncer_fires_once_per_burst_and_flushes():
 def test_token_sources(tmp_path):
     assert resolve_token("cli", environ={"CODESPEC_TOKEN": "env"}).token == "cli"
     assert resolve_token(None, environ={"CODESPEC_TOKEN": "env"}).token == "env"
-    generated = resolve_token(None, tmp_path / "sub" / "token", environ={})
-    assert generated.file == tmp_path / "sub" / "token"
-    assert generated.file.read_text().strip() == generated.token and len(generated.token) >= 32
-    assert stat.S_IMODE(os.stat(generated.file).st_mode) == 0o600
+    path = tmp_path / "sub" / "token"
+    generated = resolve_token(None, path, environ={})
+    assert generated.file == path and generated.generated and len(generated.token) >= 32
+    assert not path.exists()  # written only once the server listens
+    generated.keep()
+    assert path.read_text().strip() == generated.token
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    # every later serve reuses it; a new one only on request
+    reused = resolve_token(None, path, environ={})
+    assert (reused.token, reused.generated, reused.describe()) == (generated.token, False, f"read from {path}")
+    reused.keep()
+    assert path.read_text().strip() == generated.token
+    renewed = resolve_token(None, path, environ={}, new=True)
+    assert renewed.token != generated.token and path.read_text().strip() == generated.token
+    renewed.keep()
+    assert path.read_text().strip() == renewed.token
+
+
+def test_a_token_file_others_could_read_is_not_reused(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("a-token-others-may-have-read-0123456789\n")
+    path.chmod(0o644)
+    source = resolve_token(None, path, environ={})
+    assert source.generated and source.token != "a-token-others-may-have-read-0123456789"
+    source.keep()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and path.read_text().strip() == source.token
 
 
 def test_refusal_rules():
