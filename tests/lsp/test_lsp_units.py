@@ -14,7 +14,7 @@ from codespec.lsp.documents import Debouncer, Document
 from codespec.service.auth import presented_token, refusal, resolve_token
 from codespec.service.inline import Suggestion, completion_context, trim_completion, typed_along, window_start
 from codespec.service.options import ServerOptions, parse_options
-from codespec.service.positions import LineIndex, PositionError, changed_span, position_at, range_offsets
+from codespec.service.positions import LineIndex, Position, PositionError, changed_span, position_at, range_offsets
 
 
 # ---- positions -------------------------------------------------------------------------------
@@ -39,6 +39,22 @@ def test_utf16_positions_around_an_emoji_and_line_breaks():
         index.offset(-1, 0)
     with pytest.raises(PositionError):
         index.offset("1", 0)
+
+
+def test_position_errors_number_lines_and_characters_as_the_protocol_does():
+    index = LineIndex("ab\ncd\n")
+    with pytest.raises(PositionError) as error:
+        index.offset(3, 0)
+    assert str(error.value) == "line 3 is out of range: the document's last line is 2 (lines count from 0)"
+    with pytest.raises(PositionError) as error:
+        index.offset(1, 3)
+    assert str(error.value) == (
+        "character 3 is out of range: line 1 ends at character 2 (2 UTF-16 code units; characters count from 0)"
+    )
+    one_based = LineIndex("ab\ncd\n", "utf-32", first=1)
+    assert one_based.offset(2, 3) == 5 and one_based.position(5) == Position(2, 3)
+    with pytest.raises(PositionError, match="they count from 1"):
+        one_based.offset(0, 1)
 
 
 def test_other_encodings():
