@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import difflib
 import logging
 import threading
 import time
@@ -42,6 +41,7 @@ from codespec.service.engine import EngineService
 from codespec.service.inline import completion_request
 from codespec.service.jobs import AsyncJob, GenerationRequest, JobResult, prompt_request
 from codespec.service.options import HttpLimits, ServerOptions
+from codespec.service.predictions import prediction_counts, speculation
 
 log = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -197,11 +197,7 @@ class HttpDoor:
 
         def count() -> tuple[int, int]:
             with self._tokenizer_lock:
-                predicted = tokenizer.encode(prediction, add_special_tokens=False)
-                produced = tokenizer.encode(text, add_special_tokens=False) if text else []
-            matcher = difflib.SequenceMatcher(None, predicted, produced, autojunk=False)
-            accepted = sum(block.size for block in matcher.get_matching_blocks())
-            return accepted, len(predicted) - accepted
+                return prediction_counts(tokenizer, prediction, text)
 
         return await asyncio.to_thread(count)
 
@@ -348,13 +344,7 @@ class Generation:
             "proposer": job_result.proposer,
             # Every drafted token, whatever proposed it (context lookup, the index, a draft model, the
             # prediction); usage.completion_tokens_details counts the prediction's alone (docs/http.md).
-            "speculation": {
-                "drafted_tokens": job_result.stats.get("drafted_tokens", 0),
-                "accepted_tokens": job_result.stats.get("accepted_tokens", 0),
-                "target_forwards": job_result.stats.get("target_forwards", 0),
-                "accepted_prediction_tokens": job_result.usage.accepted_prediction_tokens,
-                "rejected_prediction_tokens": job_result.usage.rejected_prediction_tokens,
-            },
+            "speculation": speculation(job_result),
             "stats": job_result.stats,
         }
         return usage, extra
