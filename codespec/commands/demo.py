@@ -313,11 +313,11 @@ def identity(summary: dict, report: dict) -> str:
         )
     if report.get("backend") == "llama.cpp":
         return (
-            f"{cases}. On llama.cpp, verifying a draft computes several positions in one llama_decode, "
-            "and llama.cpp's kernels round that differently from one position at a time (a logit "
-            "moves by up to ~0.1 in a Q8_0 file); where the top two tokens are that close, runs that "
-            "group positions differently (speculative and plain) can pick different ones. Each output is greedy under the "
-            'kernels that computed it, not the other\'s token for token (docs/gguf.md, "Exactness")'
+            f"{cases}. On llama.cpp a position's logits move with where its sequence's cells lie in the "
+            "shared KV buffer, beside other requests' (up to ~0.1 in a Q8_0 file); the speculative and "
+            "the plain run are separate sequences in different cells, so where the top two tokens are "
+            "that close they can pick different ones. Each output is greedy under the kernels that "
+            'computed it (docs/gguf.md, "Exactness")'
         )
     return (
         f"{cases}. This target's kernels (bf16, or a GPU's) round a many-position forward differently "
