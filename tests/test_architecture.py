@@ -262,7 +262,7 @@ def test_private_api_of_pygls_transformers_and_vllm_only_in_their_adapter():
 SERVICE_ROOMS = {
     "requests": {"requests"},
     "engine": {"engine", "requests"},
-    "doors": {"doors", "requests"},
+    "doors": {"doors", "requests", "engine"},
 }
 
 
@@ -285,4 +285,4 @@ def test_the_service_s_rooms_import_one_way():
         p.name for p in (ROOT / "codespec" / "service").iterdir() if (p / "__init__.py").exists()
     }, "every module of the service lives in a room"
     assert [p.name for p in (ROOT / "codespec" / "service").glob("*.py")] == ["__init__.py"]
-    assert not wrong, "the service's rooms import one way (requests <- engine; requests <- doors):\n" + "\n".join(wrong)
+    assert not wrong, "the service's rooms import one way (requests <- engine <- doors):\n" + "\n".join(wrong)

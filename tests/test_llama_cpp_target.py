@@ -41,14 +41,15 @@ def target(gguf_dir) -> LlamaCppTarget:
 
 
 def edit_prompts(target, count: int = 6) -> list[tuple[list[int], str]]:
-    """Rewrite prompts of real httpx files (the shared workload), or of this repository's own code."""
+    """Rewrite prompts of real httpx files: the development workload's, else the repository's
+    sample of it (tests/data), so a clone alone runs them too."""
     renderer = PromptRenderer(target.tokenizer, target.prompt_format)
-    if (WORKLOADS / "edits-httpx.jsonl").is_file():
-        rows = [json.loads(line) for line in (WORKLOADS / "edits-httpx.jsonl").open()][:count]
-        originals = [row["before"][:1200] for row in rows]
-    else:
-        source = (Path(__file__).resolve().parents[1] / "codespec" / "decode.py").read_text()
-        originals = [source[i * 900 : i * 900 + 1200] for i in range(count)]
+    workload = WORKLOADS / "edits-httpx.jsonl"
+    if not workload.is_file():
+        workload = Path(__file__).resolve().parent / "data" / "edits-httpx-sample.jsonl"
+    with workload.open(encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle][:count]
+    originals = [row["before"][:1200] for row in rows]
     return [(target.encode(renderer.render(Rewrite(text)).text), text) for text in originals]
 
 

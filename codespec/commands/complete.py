@@ -71,7 +71,7 @@ def cursor_offset(text: str, line: int, column: int) -> int:
     """Code point offset of a 1-based line and column (columns count characters), read by the
     server's one position codec, so line breaks ("\r\n", "\r", "\n") mean what they mean there."""
     try:
-        return LineIndex(text, "utf-32").offset(line - 1, column - 1)
+        return LineIndex(text, "utf-32", first=1).offset(line, column)
     except PositionError as error:
         raise CodespecError(f"{line}:{column} is past the end of the file or of its line: {error}") from None
 

@@ -187,6 +187,8 @@ def run(args) -> int:
         "model": service.target.name,
         "prompt_format": service.prompts.format.name,
         "shipped_model": args.model is None,
+        "batch_invariant": bool(getattr(service.target, "batch_invariant", False)),
+        "backend": "llama.cpp" if type(service.target).__name__ == "LlamaCppTarget" else "torch",
     }
     try:
         progress.say(f"indexing {args.workspace}")
@@ -253,6 +255,7 @@ def summarize(pairs: list[Pair]) -> dict:
         # run to run: how far apart one position's fastest and slowest repeat were (median over positions)
         "repeat_spread": round(statistics.median(_spread_of(pair) for pair in pairs), 3),
         "identical": all(pair.identical for pair in pairs),
+        "differing": sum(not pair.identical for pair in pairs),
         "typical": ordered[len(ordered) // 2].as_dict(),
         "best": ordered[-1].as_dict(),
     }
@@ -275,12 +278,12 @@ def describe(report: dict) -> str:
         f"{typical['tokens_per_forward']:.2f} tokens/forward",
         f"   best:    {best['where']} -> {best['text']!r}: {best['speedup']:.2f}x, "
         f"{best['tokens_per_forward']:.2f} tokens/forward",
-        f"   outputs identical to plain greedy decoding: {'yes' if summary['identical'] else 'NO'}",
+        f"   outputs identical to plain greedy decoding: {identity(summary, report)}",
         "",
         f"2. Rewrites of {rewrites['positions']} regions (every class and function of 3-30 lines), instruction "
         f"{rewrites['instruction']!r}, the region as the copy pointer's reference:",
         *_spread(rewrites, report["repeats"]),
-        f"   outputs identical to plain greedy decoding: {'yes' if rewrites['identical'] else 'NO'}",
+        f"   outputs identical to plain greedy decoding: {identity(rewrites, report)}",
         f"   typical: {example['where']}: {example['speedup']:.2f}x ({example['plain_s'] * 1e3:.0f} -> "
         f"{example['speculative_s'] * 1e3:.0f} ms), {example['tokens']} tokens at "
         f"{example['tokens_per_forward']:.2f} tokens/forward; the model's output, as a diff:",
@@ -294,6 +297,32 @@ def describe(report: dict) -> str:
             "(speculation never changes it), not a useful assistant. Point --model at a real code model.",
         ]
     return "\n".join(lines)
+
+
+def identity(summary: dict, report: dict) -> str:
+    """'yes', or how many cases differ and why: never a bare 'no'."""
+    if summary["identical"]:
+        return "yes"
+    cases = f"no, {summary['differing']} of {summary['positions']} differ"
+    if report.get("batch_invariant", False):
+        return (
+            f"{cases}. This target's kernels give a position the same logits however many positions a "
+            "forward holds, so speculation must not change a token: that is a bug, please report it "
+            "with this run's --json output"
+        )
+    if report.get("backend") == "llama.cpp":
+        return (
+            f"{cases}. On llama.cpp a position's logits move with where its sequence's cells lie in the "
+            "shared KV buffer, beside other requests' (up to ~0.1 in a Q8_0 file); the speculative and "
+            "the plain run are separate sequences in different cells, so where the top two tokens are "
+            "that close they can pick different ones. Each output is greedy under the kernels that "
+            'computed it (docs/gguf.md, "Exactness")'
+        )
+    return (
+        f"{cases}. This target's kernels (bf16, or a GPU's) round a many-position forward differently "
+        "from a one-position one, so near-ties can go either way; fp32 on a CPU is exact "
+        '(docs/design.md, "Exactness")'
+    )
 
 
 def _spread(summary: dict, repeats: int) -> list[str]:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import time
 from pathlib import Path
+from typing import NoReturn
 
 from codespec.core.config import SERVE_MAX_DRAFT
 from codespec.core.prompts import FORMAT_NAMES
@@ -116,7 +118,18 @@ def add_serve_parser(subparsers) -> None:
     parser.add_argument(
         "--token", default=None, help="--ws / --http token (default: $CODESPEC_TOKEN, else generated into a 0600 file)"
     )
-    parser.add_argument("--token-file", type=Path, default=None, help="where a generated token is written")
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        help="the token's file: its token is reused by every later serve; created 0600 with a new token "
+        "when absent (default: $XDG_RUNTIME_DIR/codespec-ws-token, else ~/.cache/codespec/codespec-ws-token)",
+    )
+    parser.add_argument(
+        "--new-token",
+        action="store_true",
+        help="replace the token file's token with a new one (written once the server listens)",
+    )
     parser.add_argument(
         "--allow-origin",
         action="append",
@@ -261,7 +274,7 @@ def run_serve(args) -> int:
     if endpoints.lsp is None:  # network endpoints only: one event loop here
         import asyncio
 
-        return asyncio.run(_serve_network(args, options, endpoints))
+        exit_at_once(asyncio.run(_serve_network(args, options, endpoints)))
     if endpoints.ws_port is None and endpoints.http_port is None:
         return _serve_lsp(args, options, endpoints)
     return _serve_lsp_and_network(args, options, endpoints)
@@ -304,11 +317,11 @@ def _serve_lsp_and_network(args, options, endpoints: Endpoints) -> int:
 
 
 async def _start_network(args, options, endpoints: Endpoints, service, index: bool) -> list:
-    """Start the websocket and HTTP endpoints on the running loop; returns what to stop."""
-    from codespec.service.doors.auth import Listen, resolve_token
+    """Start the websocket and HTTP endpoints on the running loop; returns what to stop. The token
+    file is written (when its token is new) only once every endpoint listens."""
+    from codespec.service.doors.auth import resolve_token
 
-    source = resolve_token(args.token, args.token_file)
-    where = f"written to {source.file} (readable by you only)" if source.file else f"from {source.origin}"
+    source = resolve_token(args.token, args.token_file, new=getattr(args, "new_token", False))
     if index and args.workspace:
         import asyncio
 
@@ -316,6 +329,25 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
 
         await asyncio.to_thread(index_folders, service, args.workspace, options)
     servers: list = []
+    listening: list[str] = []  # said once every endpoint listens and the token file is written
+    try:
+        await _start_endpoints(args, options, endpoints, service, source, servers, listening)
+    except BaseException:
+        await _stop_network(servers)  # the ones that started (a later port was in use)
+        raise
+    source.keep()  # every endpoint listens: only now may a new token replace the file's
+    for line in listening:
+        print(line, file=sys.stderr, flush=True)
+    return servers
+
+
+async def _start_endpoints(
+    args, options, endpoints: Endpoints, service, source, servers: list, listening: list
+) -> None:
+    """Start each endpoint asked for, appending it to ``servers`` and its line to ``listening``."""
+    from codespec.service.doors.auth import Listen
+
+    where = source.describe()
     if endpoints.ws_port is not None:
         from codespec.service.requests.options import WsLimits
         from codespec.websocket_api.server import bound_port, start_ws_server
@@ -327,11 +359,7 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
         )
         ws = await start_ws_server(service, Listen(source.token, args.host, endpoints.ws_port), options, ws_limits)
         servers.append(ws)
-        print(
-            f"codespec: websocket on ws://{_url_host(args.host)}:{bound_port(ws)}/  token {where}",
-            file=sys.stderr,
-            flush=True,
-        )
+        listening.append(f"codespec: websocket on ws://{_url_host(args.host)}:{bound_port(ws)}/  token {where}")
     if endpoints.http_port is not None:
         from codespec.http_api import start_http_server
         from codespec.service.requests.options import HttpLimits
@@ -350,12 +378,7 @@ async def _start_network(args, options, endpoints: Endpoints, service, index: bo
             draft=_draft_name(options),
         )
         servers.append(http)
-        print(
-            f"codespec: HTTP API on http://{_url_host(args.host)}:{http.port}/v1  token {where}",
-            file=sys.stderr,
-            flush=True,
-        )
-    return servers
+        listening.append(f"codespec: HTTP API on http://{_url_host(args.host)}:{http.port}/v1  token {where}")
 
 
 async def _stop_network(servers: list) -> None:
@@ -394,11 +417,40 @@ async def _serve_network(args, options, endpoints: Endpoints) -> int:
     try:
         servers = await _start_network(args, options, endpoints, service, index=True)
         stop = asyncio.Event()
+        received: list[str] = []
         loop = asyncio.get_running_loop()
+
+        def on_signal(signum: signal.Signals) -> None:
+            received.append(signum.name)
+            stop.set()
+
         for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
+            loop.add_signal_handler(signum, on_signal, signum)
         await stop.wait()
+        started = time.monotonic()
+        print(
+            f"codespec: stopping ({received[0]}): closing the endpoints and their connections, then the index",
+            file=sys.stderr,
+            flush=True,
+        )
         await _stop_network(servers)
     finally:
         await asyncio.to_thread(close_service, service)
+    print(f"codespec: stopped in {(time.monotonic() - started) * 1e3:.0f} ms", file=sys.stderr, flush=True)
     return 0
+
+
+def exit_at_once(status: int) -> NoReturn:
+    """End the process once a server has stopped cleanly (endpoints closed, index flushed and
+    closed): the interpreter's own teardown (torch's and transformers' modules) takes seconds on a
+    small machine and does nothing a stopped server needs, so skip it, as servers' workers do."""
+    import logging
+    import os
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import difflib
 import logging
 import threading
 import time
@@ -38,6 +37,7 @@ from codespec.http_api.schema import (
     usage_body,
     usage_chunk,
 )
+from codespec.service.doors.predictions import prediction_counts
 from codespec.service.engine.jobs import AsyncJob, JobResult
 from codespec.service.engine.service import EngineService
 from codespec.service.requests.edit import edit_request, plan_text_edit
@@ -199,11 +199,7 @@ class HttpDoor:
 
         def count() -> tuple[int, int]:
             with self._tokenizer_lock:
-                predicted = tokenizer.encode(prediction, add_special_tokens=False)
-                produced = tokenizer.encode(text, add_special_tokens=False) if text else []
-            matcher = difflib.SequenceMatcher(None, predicted, produced, autojunk=False)
-            accepted = sum(block.size for block in matcher.get_matching_blocks())
-            return accepted, len(predicted) - accepted
+                return prediction_counts(tokenizer, prediction, text)
 
         return await asyncio.to_thread(count)
 
@@ -383,13 +379,7 @@ class Generation(JobRun):
             "proposer": job_result.proposer,
             # Every drafted token, whatever proposed it (context lookup, the index, a draft model, the
             # prediction); usage.completion_tokens_details counts the prediction's alone (docs/http.md).
-            "speculation": {
-                "drafted_tokens": job_result.stats.get("drafted_tokens", 0),
-                "accepted_tokens": job_result.stats.get("accepted_tokens", 0),
-                "target_forwards": job_result.stats.get("target_forwards", 0),
-                "accepted_prediction_tokens": job_result.usage.accepted_prediction_tokens,
-                "rejected_prediction_tokens": job_result.usage.rejected_prediction_tokens,
-            },
+            "speculation": job_result.speculation(),
             "stats": job_result.stats,
         }
         return usage, extra

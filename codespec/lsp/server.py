@@ -44,6 +44,7 @@ from codespec.lsp.rpc import SERVER_NOT_INITIALIZED, CodespecProtocol, attach_st
 from codespec.lsp.sources import BlockingSource
 from codespec.lsp.workspace import add_to_index, cancel_warm, log_failure, note_too_large, run_indexing, schedule_warm
 from codespec.service.doors.logsafe import clip
+from codespec.service.doors.predictions import DoorTokenizer
 from codespec.service.engine import indexing
 from codespec.service.engine.jobs import AsyncJob, NewestJobs
 from codespec.service.engine.runtime import close_service, start_service
@@ -91,6 +92,7 @@ class CodespecServer(LanguageServer):
         self.indexing: asyncio.Task | None = None
         self.indexed_files = 0
         self._lines: tuple[str, str, LineIndex] | None = None  # the last text's line index
+        self._door_tokenizer: DoorTokenizer | None = None
 
     @property
     def engine(self) -> EngineService:
@@ -99,6 +101,12 @@ class CodespecServer(LanguageServer):
         if self.service is None:
             raise CodespecError("the engine is not started: initialize first")
         return self.service
+
+    def door_tokenizer(self) -> DoorTokenizer:
+        """The engine's tokenizer, copied for this door (prediction tokens are counted off the loop)."""
+        if self._door_tokenizer is None or self._door_tokenizer.service is not self.engine:
+            self._door_tokenizer = DoorTokenizer(self.engine)
+        return self._door_tokenizer
 
     # ---- transport --------------------------------------------------------------------------
     def start_io(self, stdin=None, stdout=None) -> None:
@@ -389,7 +397,11 @@ async def edit(ls: CodespecServer, params: Any) -> dict:
         plan, cache_key=f"edit:{uri}", uri=uri, cursor=plan.start, edits=recent, origin="lsp"
     )
     result = await AsyncJob(ls.engine, request, on_delta).result()
-    return edit_logic.edit_response(edit_id, raw["range"], result)
+    prediction = raw.get("prediction")
+    counts = (0, 0)  # as the HTTP and websocket doors count them: 0 without a prediction
+    if isinstance(prediction, str):
+        counts = await ls.door_tokenizer().prediction_counts(prediction, result.text)
+    return edit_logic.edit_response(edit_id, raw["range"], result, counts)
 
 
 @feature(NEXT_EDIT_METHOD)

@@ -18,6 +18,7 @@ from typing import Any
 from codespec.core.errors import CodespecError
 from codespec.service.doors.auth import Listen, refusal
 from codespec.service.doors.logsafe import clip
+from codespec.service.doors.predictions import DoorTokenizer
 from codespec.service.engine.jobs import AsyncJob
 from codespec.service.engine.service import EngineService
 from codespec.service.requests.edit import edit_request, plan_text_edit
@@ -39,9 +40,17 @@ log = logging.getLogger(__name__)
 class Session:
     """One client connection."""
 
-    def __init__(self, connection, service: EngineService, options: ServerOptions, limits: WsLimits) -> None:
+    def __init__(
+        self,
+        connection,
+        service: EngineService,
+        options: ServerOptions,
+        limits: WsLimits,
+        tokenizer: DoorTokenizer | None = None,
+    ) -> None:
         self.connection = connection
         self.service = service
+        self.tokenizer = tokenizer or DoorTokenizer(service)  # counts prediction tokens (the HTTP door's way)
         self.options = options
         self.limits = limits
         self.jobs: dict[Any, AsyncJob | None] = {}  # request id -> job (None while being set up)
@@ -172,11 +181,17 @@ class Session:
                 job.cancel()
             result = await job.result()
             text = trim_completion(result.text, context) if context is not None else result.text
+            usage = result.usage.as_dict()
+            accepted = rejected = 0  # as the HTTP door counts them: 0 without a prediction
+            if message.prediction is not None:
+                accepted, rejected = await self.tokenizer.prediction_counts(message.prediction, result.text)
+            usage["accepted_prediction_tokens"], usage["rejected_prediction_tokens"] = accepted, rejected
             body = {
                 "id": request_id,
                 "text": text,
                 "finish_reason": result.reason,
-                "usage": result.usage.as_dict(),
+                "usage": usage,
+                "speculation": result.speculation(),
                 "stats": result.stats,
                 "proposer": result.proposer,
             }
@@ -245,8 +260,10 @@ async def start_ws_server(
     def process_response(connection, request, response):
         return None if response.status_code == 101 else json_refusal(response)
 
+    tokenizer = DoorTokenizer(service)  # one private copy for every connection
+
     async def handler(connection) -> None:
-        await Session(connection, service, options, limits).run()
+        await Session(connection, service, options, limits, tokenizer).run()
 
     return await serve(
         handler,

@@ -23,6 +23,21 @@ def test_location_parsing():
         cursor_offset("ab\n", 1, 5)
 
 
+def test_a_position_error_counts_as_the_user_does():
+    nineteen = "".join(f"line_{number} = {number}\n" for number in range(1, 20))
+    with pytest.raises(CodespecError) as error:
+        cursor_offset(nineteen, 99, 1)
+    assert str(error.value) == (
+        "99:1 is past the end of the file or of its line: line 99 is out of range: "
+        "the document's last line is 20 (lines count from 1)"
+    )
+    assert cursor_offset(nineteen, 20, 1) == len(nineteen)  # the empty line after the last newline
+    with pytest.raises(CodespecError, match=r"column 12 is out of range: line 1 ends at column 11 \(10 characters; "):
+        cursor_offset(nineteen, 1, 12)
+    with pytest.raises(CodespecError, match="line 1 ends at column 2 [(]1 character;"):
+        cursor_offset("a\n", 1, 3)
+
+
 def test_cursor_offset_reads_line_breaks_as_the_server_does():
     assert cursor_offset("ab\r\ncd", 2, 2) == 5
     assert cursor_offset("ab\rcd", 2, 1) == 3  # a lone "\r" ends a line too

@@ -76,3 +76,15 @@ def test_progress_rewrites_one_line_on_a_terminal_and_writes_lines_elsewhere():
         assert text.startswith("codespec: loading\n") and text.endswith("codespec: done\n")
         assert ("\r" in text) is live and text.count("completions ") == 2
         assert ("[##########..........]" in text and "[####################]" in text) is live  # the bar
+
+
+def test_a_difference_is_reported_with_its_count_and_its_reason_never_a_bare_no():
+    from codespec.commands.demo import identity
+
+    same = {"identical": True, "differing": 0, "positions": 37}
+    differs = {"identical": False, "differing": 3, "positions": 37}
+    assert identity(same, {"batch_invariant": False, "backend": "llama.cpp"}) == "yes"
+    on_llama_cpp = identity(differs, {"batch_invariant": False, "backend": "llama.cpp"})
+    assert on_llama_cpp.startswith("no, 3 of 37 differ. On llama.cpp") and "Exactness" in on_llama_cpp
+    assert "bug" in identity(differs, {"batch_invariant": True, "backend": "torch"})  # fp32 CPU: exact
+    assert "bf16" in identity(differs, {"batch_invariant": False, "backend": "torch"})

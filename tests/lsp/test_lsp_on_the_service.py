@@ -73,7 +73,7 @@ async def test_a_next_edit_after_an_accept_is_drafted_from_its_speculation_and_i
     service = EngineService(TargetModel.load(str(target_path()), device="cpu"), proposer="auto")
     server.service = service
     try:
-        cases = load(Path(__file__).resolve().parents[3] / "shared" / "workloads" / "edits-httpx.jsonl", 12)
+        cases = load(Path(__file__).resolve().parents[1] / "data" / "edits-httpx-sample.jsonl", 12)
         for number, case in enumerate(cases):
             uri = f"file:///speculate{number}.py"
             start = case.cursor - len(case.edit_after)

@@ -252,27 +252,30 @@ async def test_next_edit_is_the_engines_rewrite_of_the_next_site_in_copilots_sha
         await client.protocol.send_request_async("textDocument/copilotInlineEdit", {"textDocument": {"uri": uri}})
 
 
-async def test_edit_streams_deltas_that_add_up_to_the_edit(client, workspace):
+async def test_edit_streams_deltas_that_add_up_to_the_edit(client, workspace, server_target):
     uri = (workspace / "util.py").as_uri()
-    response = await asyncio.wait_for(
-        client.protocol.send_request_async(
-            "codespec/edit",
-            {
-                "textDocument": {"uri": uri},
-                "editId": "e-stream",
-                "range": {"start": {"line": 3, "character": 0}, "end": {"line": 5, "character": 31}},
-                "instruction": "rename parts to pieces",
-            },
-        ),
-        WAIT_S,
-    )
+    params = {
+        "textDocument": {"uri": uri},
+        "editId": "e-stream",
+        "range": {"start": {"line": 3, "character": 0}, "end": {"line": 5, "character": 31}},
+        "instruction": "rename parts to pieces",
+    }
+    response = await asyncio.wait_for(client.protocol.send_request_async("codespec/edit", params), WAIT_S)
     edit = response.edits[0]
     assert edit.range.start.line == 3 and edit.range.end.line == 5
     deltas = client.edit_deltas["e-stream"]
     assert deltas and "".join(deltas) == edit.newText
     usage = response.usage
     assert usage.completion_tokens > 0
-    assert usage.accepted_prediction_tokens + usage.rejected_prediction_tokens >= 0
+    assert usage.accepted_prediction_tokens == usage.rejected_prediction_tokens == 0  # no prediction sent
+    # its own output as the prediction: every predicted token is accepted (as the HTTP door counts)
+    again = {**params, "editId": "e-predicted", "prediction": edit.newText}
+    predicted = await asyncio.wait_for(client.protocol.send_request_async("codespec/edit", again), WAIT_S)
+    assert predicted.edits[0].newText.startswith(edit.newText)  # a longer reference: a larger budget
+    tokens = len(server_target.tokenizer.encode(edit.newText, add_special_tokens=False))
+    accepted, rejected = predicted.usage.accepted_prediction_tokens, predicted.usage.rejected_prediction_tokens
+    assert accepted + rejected == tokens and accepted >= tokens - 1  # (its last token may merge)
+    assert predicted.speculation.target_forwards > 0
 
 
 async def test_cancel_edit_returns_request_cancelled(client, workspace):

@@ -14,7 +14,14 @@ from codespec.lsp.documents import Debouncer, Document
 from codespec.service.doors.auth import presented_token, refusal, resolve_token
 from codespec.service.requests.inline import Suggestion, completion_context, trim_completion, typed_along, window_start
 from codespec.service.requests.options import ServerOptions, parse_options
-from codespec.service.requests.positions import LineIndex, PositionError, changed_span, position_at, range_offsets
+from codespec.service.requests.positions import (
+    LineIndex,
+    Position,
+    PositionError,
+    changed_span,
+    position_at,
+    range_offsets,
+)
 
 
 # ---- positions -------------------------------------------------------------------------------
@@ -39,6 +46,22 @@ def test_utf16_positions_around_an_emoji_and_line_breaks():
         index.offset(-1, 0)
     with pytest.raises(PositionError):
         index.offset("1", 0)
+
+
+def test_position_errors_number_lines_and_characters_as_the_protocol_does():
+    index = LineIndex("ab\ncd\n")
+    with pytest.raises(PositionError) as error:
+        index.offset(3, 0)
+    assert str(error.value) == "line 3 is out of range: the document's last line is 2 (lines count from 0)"
+    with pytest.raises(PositionError) as error:
+        index.offset(1, 3)
+    assert str(error.value) == (
+        "character 3 is out of range: line 1 ends at character 2 (2 UTF-16 code units; characters count from 0)"
+    )
+    one_based = LineIndex("ab\ncd\n", "utf-32", first=1)
+    assert one_based.offset(2, 3) == 5 and one_based.position(5) == Position(2, 3)
+    with pytest.raises(PositionError, match="they count from 1"):
+        one_based.offset(0, 1)
 
 
 def test_other_encodings():
@@ -158,10 +181,32 @@ async def test_debouncer_fires_once_per_burst_and_flushes():
 def test_token_sources(tmp_path):
     assert resolve_token("cli", environ={"CODESPEC_TOKEN": "env"}).token == "cli"
     assert resolve_token(None, environ={"CODESPEC_TOKEN": "env"}).token == "env"
-    generated = resolve_token(None, tmp_path / "sub" / "token", environ={})
-    assert generated.file == tmp_path / "sub" / "token"
-    assert generated.file.read_text().strip() == generated.token and len(generated.token) >= 32
-    assert stat.S_IMODE(os.stat(generated.file).st_mode) == 0o600
+    path = tmp_path / "sub" / "token"
+    generated = resolve_token(None, path, environ={})
+    assert generated.file == path and generated.generated and len(generated.token) >= 32
+    assert not path.exists()  # written only once the server listens
+    generated.keep()
+    assert path.read_text().strip() == generated.token
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    # every later serve reuses it; a new one only on request
+    reused = resolve_token(None, path, environ={})
+    assert (reused.token, reused.generated, reused.describe()) == (generated.token, False, f"read from {path}")
+    reused.keep()
+    assert path.read_text().strip() == generated.token
+    renewed = resolve_token(None, path, environ={}, new=True)
+    assert renewed.token != generated.token and path.read_text().strip() == generated.token
+    renewed.keep()
+    assert path.read_text().strip() == renewed.token
+
+
+def test_a_token_file_others_could_read_is_not_reused(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("a-token-others-may-have-read-0123456789\n")
+    path.chmod(0o644)
+    source = resolve_token(None, path, environ={})
+    assert source.generated and source.token != "a-token-others-may-have-read-0123456789"
+    source.keep()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and path.read_text().strip() == source.token
 
 
 def test_refusal_rules():

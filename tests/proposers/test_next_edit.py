@@ -10,7 +10,22 @@ import pytest
 from codespec.proposers.edit_rules import Rule, apply_rules, predict, rules_from_edit
 from codespec.proposers.next_edit import NextEditLookup
 
+# Five httpx commits (twelve files) of the development workload, kept in the repository so a clone
+# runs these tests alone (tests/data/README.md); the whole workload, where it is beside the clone,
+# is checked as well.
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "edits-httpx-sample.jsonl"
 WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
+EDIT_FILES = {
+    "sample": (SAMPLE, 20, 20),  # the file, and the least same-file and cross-file cases it yields
+    "workload": (WORKLOADS / "edits-httpx.jsonl", 60, 30),
+}
+
+
+def edit_file(name: str) -> tuple[Path, int, int]:
+    path, cases, cross_file = EDIT_FILES[name]
+    if not path.is_file():
+        pytest.skip(f"{path} absent (the development workloads are not part of the repository)")
+    return path, cases, cross_file
 
 
 def test_a_rename_renames_every_use_but_not_other_objects_attributes():
@@ -77,11 +92,16 @@ def shipped():
 def next_edit_cases():
     from bench.next_edit_workload import load
 
-    return load(WORKLOADS / "edits-httpx.jsonl")
+    return load(SAMPLE)
 
 
-def test_the_workload_pairs_hunks_that_repeat_one_change(next_edit_cases):
-    assert len(next_edit_cases) >= 60
+@pytest.mark.parametrize("name", list(EDIT_FILES))
+def test_the_workload_pairs_hunks_that_repeat_one_change(name):
+    from bench.next_edit_workload import load
+
+    path, least, _ = edit_file(name)
+    next_edit_cases = load(path)
+    assert len(next_edit_cases) >= least
     kinds = {case.kind for case in next_edit_cases}
     assert {"rename", "signature"} <= kinds
     for case in next_edit_cases:
@@ -92,15 +112,17 @@ def test_the_workload_pairs_hunks_that_repeat_one_change(next_edit_cases):
         assert case.window_start <= case.window_end <= len(case.document)
 
 
-def test_cross_file_cases_pair_hunks_of_two_files_of_one_commit():
+@pytest.mark.parametrize("name", list(EDIT_FILES))
+def test_cross_file_cases_pair_hunks_of_two_files_of_one_commit(name):
     import json
 
     from bench.next_edit_workload import cross_file_cases, word_changes
 
-    with open(WORKLOADS / "edits-httpx.jsonl", encoding="utf-8") as handle:
+    path, _, least = edit_file(name)
+    with open(path, encoding="utf-8") as handle:
         records = {record["id"]: record for record in map(json.loads, handle)}
     cases = cross_file_cases(list(records.values()))
-    assert len(cases) >= 30 and {"rename", "other"} <= {case.kind for case in cases}
+    assert len(cases) >= least and {"rename", "other"} <= {case.kind for case in cases}
     for case in cases:
         site, _, edited = case.id.rpartition("/")[0].partition("/from:")
         commit = site.split(":", 1)[0]

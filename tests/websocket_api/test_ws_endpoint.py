@@ -108,6 +108,30 @@ async def test_edit_streams_and_reports_prediction_usage(endpoint):
     assert usage["accepted_prediction_tokens"] >= 0 and usage["rejected_prediction_tokens"] >= 0
 
 
+async def test_prediction_tokens_are_counted_as_the_http_door_counts_them(endpoint, server_target):
+    """OpenAI's definition (docs/http.md, "Usage"): the prediction's tokens found in the output, in
+    order. An ``auto`` edit whose output repeats its prediction accepts them, whatever drafted the
+    steps (the engine's own count of reference-drafted tokens is in ``speculation``)."""
+    original = "def area(width, height):\n    return width * height\n"
+    request = {"type": "edit", "text": original, "instruction": "rename width to w", "proposer": "auto"}
+    async with authorized(endpoint) as ws:
+        await ws.send(json.dumps({**request, "id": "plain"}))
+        _, first = await until_final(ws, "plain")
+        assert first["usage"]["accepted_prediction_tokens"] == first["usage"]["rejected_prediction_tokens"] == 0
+        answer = first["text"]
+        await ws.send(json.dumps({**request, "id": "same", "prediction": answer}))
+        _, same = await until_final(ws, "same")
+    assert same["type"] == "done"
+    # The budget is the reference's length plus edit_tokens, so this random model writes past the
+    # first answer (lossless: the first answer is its start).
+    assert same["text"].startswith(answer)
+    predicted = len(server_target.tokenizer.encode(answer, add_special_tokens=False))
+    accepted, rejected = same["usage"]["accepted_prediction_tokens"], same["usage"]["rejected_prediction_tokens"]
+    assert accepted + rejected == predicted
+    assert accepted >= predicted - 1  # all of it (the last token may merge with what follows)
+    assert set(same["speculation"]) >= {"drafted_tokens", "accepted_prediction_tokens", "target_forwards"}
+
+
 async def test_an_edit_with_the_users_recent_edits_drafts_them_and_refuses_bad_ones(endpoint):
     original = "def area(width, height):\n    return width * height\n"
     edits = [{"before": "    w = width\n", "after": "    w = size\n"}]

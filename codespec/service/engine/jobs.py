@@ -48,6 +48,17 @@ class JobResult:
     proposer: str
     elapsed_s: float
 
+    def speculation(self) -> dict:
+        """How the drafting went, as every door reports it: every drafted token whatever proposed
+        it, the verification forwards, and the reference draft's own tokens as the engine verified them."""
+        return {
+            "drafted_tokens": self.stats.get("drafted_tokens", 0),
+            "accepted_tokens": self.stats.get("accepted_tokens", 0),
+            "target_forwards": self.stats.get("target_forwards", 0),
+            "accepted_prediction_tokens": self.usage.accepted_prediction_tokens,
+            "rejected_prediction_tokens": self.usage.rejected_prediction_tokens,
+        }
+
 
 @dataclass(frozen=True)
 class PreparedPrompt:

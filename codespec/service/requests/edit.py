@@ -81,13 +81,17 @@ def _optional_text(raw: dict, key: str) -> str | None:
     return value
 
 
-def edit_response(edit_id: str, rng: dict, result) -> dict:
-    """The ``codespec/edit`` result: the TextEdits, why it ended, usage and engine stats."""
+def edit_response(edit_id: str, rng: dict, result, prediction_tokens: tuple[int, int] = (0, 0)) -> dict:
+    """The ``codespec/edit`` result: the TextEdits, why it ended, usage (its prediction tokens as
+    every door counts them, ``service.doors.predictions``), the drafting and engine stats."""
+    usage = result.usage.as_dict()
+    usage["accepted_prediction_tokens"], usage["rejected_prediction_tokens"] = prediction_tokens
     return {
         "editId": edit_id,
         "edits": [{"range": rng, "newText": result.text}],
         "finishReason": result.reason,
-        "usage": result.usage.as_dict(),
+        "usage": usage,
+        "speculation": result.speculation(),
         "stats": result.stats,
         "proposer": result.proposer,
     }

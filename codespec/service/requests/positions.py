@@ -42,14 +42,22 @@ def _units(ch: str, encoding: str) -> int:
 ENCODINGS = ("utf-16", "utf-8", "utf-32")
 
 
+def _unit_name(encoding: str, count: int) -> str:
+    name = "character" if encoding == "utf-32" else f"{encoding.upper()} code unit"
+    return name if count == 1 else f"{name}s"
+
+
 class LineIndex:
     """Line starts of one text, computed once; converts positions both ways."""
 
-    def __init__(self, text: str, encoding: str = "utf-16") -> None:
+    def __init__(self, text: str, encoding: str = "utf-16", first: int = 0) -> None:
+        """``first``: the number of the first line and character, in positions and in error
+        messages alike: 0 for the LSP and the websocket protocol, 1 for a user's FILE:LINE:COL."""
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown position encoding {encoding!r}; expected one of {ENCODINGS}")
         self.text = text
         self.encoding = encoding
+        self.first = first
         self.starts = [0] + [match.end() for match in _LINE_BREAK.finditer(text)]
 
     @property
@@ -80,26 +88,32 @@ class LineIndex:
             or isinstance(character, bool)
         ):
             raise PositionError(f"a position is two integers, got line={line!r}, character={character!r}")
-        if line < 0 or character < 0:
-            raise PositionError(f"negative position (line {line}, character {character})")
-        if line >= len(self.starts):
-            raise PositionError(f"line {line} is out of range: the document has {len(self.starts)} lines")
-        start, end = self.line_span(line)
+        first = self.first
+        column = "character" if first == 0 else "column"
+        if line < first or character < first:
+            raise PositionError(f"no such position (line {line}, {column} {character}): they count from {first}")
+        last_line = len(self.starts) - 1 + first
+        if line > last_line:
+            raise PositionError(
+                f"line {line} is out of range: the document's last line is {last_line} (lines count from {first})"
+            )
+        start, end = self.line_span(line - first)
         units = 0
         for offset in range(start, end):
-            if units == character:
+            if units == character - first:
                 return offset
             units += _units(self.text[offset], self.encoding)
-            if units > character:
+            if units > character - first:
                 raise PositionError(
-                    f"character {character} on line {line} falls inside a character "
+                    f"{column} {character} on line {line} falls inside a character "
                     f"({'a surrogate pair' if self.encoding == 'utf-16' else 'a multi-byte sequence'}; "
                     f"positions count {self.encoding.upper()} code units)"
                 )
-        if units == character or clamp:
+        if units == character - first or clamp:
             return end
         raise PositionError(
-            f"character {character} is out of range: line {line} has {units} {self.encoding.upper()} code units"
+            f"{column} {character} is out of range: line {line} ends at {column} {units + first} "
+            f"({units} {_unit_name(self.encoding, units)}; {column}s count from {first})"
         )
 
     def position(self, offset: int) -> Position:
@@ -107,7 +121,8 @@ class LineIndex:
         if not 0 <= offset <= len(self.text):
             raise PositionError(f"offset {offset} is outside the text (length {len(self.text)})")
         line = bisect.bisect_right(self.starts, offset) - 1
-        return Position(line, sum(_units(ch, self.encoding) for ch in self.text[self.starts[line] : offset]))
+        units = sum(_units(ch, self.encoding) for ch in self.text[self.starts[line] : offset])
+        return Position(line + self.first, units + self.first)
 
 
 def position_at(text: str, offset: int, encoding: str = "utf-16") -> Position:
