@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from lsprotocol import types
 
+from codespec.lsp.completions import ACCEPTED_COMMAND
 from codespec.lsp.documents import DocumentStore
 from codespec.service.engine.indexing import read_file
 from codespec.service.engine.jobs import AsyncJob, NewestJobs
@@ -41,8 +42,6 @@ from codespec.service.requests.options import ServerOptions
 from codespec.service.requests.positions import LineIndex
 
 log = logging.getLogger(__name__)
-
-ACCEPTED_COMMAND = "codespec.accepted"
 
 
 class Door(Protocol):

@@ -36,6 +36,7 @@ from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInval
 from pygls.lsp.server import LanguageServer
 
 from codespec.core.errors import CodespecError
+from codespec.lsp.completions import ACCEPTED_COMMAND, accepted_command, complete_at
 from codespec.lsp.documents import Debouncer, DocumentNotOpen, DocumentStore
 from codespec.lsp.framing import FrameReader
 from codespec.lsp.held import holdable
@@ -51,7 +52,7 @@ from codespec.service.engine.runtime import close_service, start_service
 from codespec.service.engine.service import EngineService
 from codespec.service.requests import edit as edit_logic
 from codespec.service.requests.edit_history import EditHistory
-from codespec.service.requests.inline import Suggestion, completion_request, trim_completion, typed_along
+from codespec.service.requests.inline import Suggestion
 from codespec.service.requests.next_edit import rule_inputs
 from codespec.service.requests.options import ServerOptions, parse_options
 from codespec.service.requests.positions import LineIndex, PositionError
@@ -63,7 +64,6 @@ EDIT_DELTA = "codespec/editDelta"
 STATS_METHOD = "codespec/stats"
 NEXT_EDIT_METHOD = "textDocument/copilotInlineEdit"  # Copilot's name: its clients (copilot-lsp) ask it
 NEXT_EDIT_SHOWN = "textDocument/didShowInlineEdit"
-ACCEPTED_COMMAND = "codespec.accepted"
 REINDEX_COMMAND = "codespec.reindex"
 CLEAR_HISTORY_COMMAND = "codespec.clearHistory"
 REQUEST_FAILED = -32803  # LSP 3.17 RequestFailed: valid request, the server could not serve it
@@ -487,40 +487,6 @@ def build_server(base_options: ServerOptions = ServerOptions()) -> CodespecServe
         else:
             server.feature(name, options)(handler)
     return server
-
-
-def accepted_command(uri: str, text: str) -> types.Command:
-    """Run by the editor when the user accepts an item: the text goes to session history."""
-    return types.Command(title="codespec: accepted", command=ACCEPTED_COMMAND, arguments=[uri, text])
-
-
-async def complete_at(
-    ls: CodespecServer, uri: str, position: types.Position, invoked: bool
-) -> tuple[str, types.Position] | None:
-    """The completion text at ``position`` (None when superseded, cancelled or empty)."""
-    document = ls.documents.get(uri)
-    text = document.text
-    offset = ls.offset_of(text, position)
-    options = ls.options
-    request, context = completion_request(
-        text,
-        offset,
-        options,
-        ls.engine.target,
-        invoked=invoked,
-        uri=uri,
-        cache_key=uri,
-        reference=typed_along(ls.suggestions.get(uri), text, offset),
-        origin="lsp",
-    )
-    cancel_warm(ls, uri)  # this request prefills what it needs itself
-    result = await ls.inflight.run(ls.engine, uri, request)  # a newer request supersedes this one
-    completion = trim_completion(result.text, context)
-    if result.reason == "cancelled" or not completion:
-        return None
-    ls.suggestions[uri] = Suggestion(text[:offset], completion)
-    # The item is anchored where it was asked for; the document may have moved on since.
-    return completion, types.Position(position.line, position.character)
 
 
 __all__ = ["build_server", "close_service", "start_service", "CodespecServer", "PositionError"]

@@ -19,6 +19,7 @@ from codespec.core.decode import Decoding
 from codespec.core.draft import Proposer
 from codespec.core.finish import FinishReason
 from codespec.core.prompts import RenderedPrompt
+from codespec.core.stats import RequestStats
 from codespec.core.target import Cache
 from codespec.service.requests.request import GenerationRequest
 
@@ -171,3 +172,26 @@ class NewestJobs:
         job = self._jobs.pop(key, None)
         if job is not None:
             job.cancel()
+
+
+class JobEnding(Protocol):
+    """What a ``Generation`` hands its jobs back to (``EngineService``)."""
+
+    stop_token_ids: frozenset[int]  # the ids every prompt kind ends at
+
+    def finish_job(self, job: Job, text: str, reason: FinishReason, stats: RequestStats) -> None: ...
+
+    def fail_job(self, job: Job, error: Exception) -> None: ...
+
+
+class Generation(Protocol):
+    """Where a request's tokens are made when not by this process's target: a served engine
+    (``engine.served``, ``serve --engine-url``). The engine thread still renders and tokenizes the
+    prompt, orders the index calls, and keeps the stats and history; ``start`` takes the job from
+    there and ends it through ``EngineService.finish_job`` or ``fail_job``."""
+
+    def attach(self, engine: JobEnding) -> None: ...
+
+    def start(self, job: Job, prepared: PreparedPrompt) -> None: ...
+
+    def close(self) -> None: ...

@@ -36,7 +36,7 @@ from codespec.core.model import locate_model
 from codespec.core.prompts import PromptFormat, resolve_format
 from codespec.core.stats import RequestStats, StepRecord
 from codespec.core.target import TokenizerTarget
-from codespec.service.engine.jobs import Job, PreparedPrompt
+from codespec.service.engine.jobs import Job, JobEnding, PreparedPrompt
 from codespec.service.engine.service import COMPLETION_STOP_REPEATS, EngineService
 
 log = logging.getLogger(__name__)
@@ -161,19 +161,19 @@ class ServedGeneration:
         self._streams: dict[int, Stream] = {}
         self._streams_lock = threading.Lock()
         self._closed = False
-        self._engine: EngineService | None = None
+        self._engine: JobEnding | None = None
         self._stop_token_ids: frozenset[int] = frozenset()
         # one thread per request in flight; the engine batches them (the doors bound how many arrive)
         self._streamers = concurrent.futures.ThreadPoolExecutor(4 * max_batch, thread_name_prefix="codespec-served")
         self._watcher = threading.Thread(target=self._watch, name="codespec-served-watch", daemon=True)
         self._watcher.start()
 
-    def attach(self, engine: EngineService) -> None:
+    def attach(self, engine: JobEnding) -> None:
         self._engine = engine
         self._stop_token_ids = frozenset(engine.stop_token_ids)
 
     @property
-    def engine(self) -> EngineService:
+    def engine(self) -> JobEnding:
         assert self._engine is not None, "attach() comes first (EngineService does it)"
         return self._engine
 

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from codespec.core.config import SERVE_MAX_DRAFT, GenerationLimits
 from codespec.core.decode import Decoding
@@ -44,7 +44,7 @@ from codespec.core.target import Target, common_prefix_len
 from codespec.proposers.assembly import ProposerAssembly
 from codespec.proposers.registry import RequestContext
 from codespec.service.engine.bookkeeping import CachePool, ServiceStats, prediction_tokens
-from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Job, JobResult, PreparedPrompt, Usage
+from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Generation, Job, JobResult, PreparedPrompt, Usage
 from codespec.service.engine.preparing import PromptPreparer, Refusal, request_chars
 from codespec.service.engine.scheduler import Scheduler, prompt_chunk
 from codespec.service.requests.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
@@ -59,19 +59,6 @@ COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is
 LARGE_DOCUMENT_CHARS = 64_000  # an opened document this large is tokenized off the engine thread
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
 RECENT_HISTORY = 20  # history entries the stats show
-
-
-class Generation(Protocol):
-    """Where a request's tokens are made when not by this process's target: a served engine
-    (``engine.served``, ``serve --engine-url``). The engine thread still renders and tokenizes the
-    prompt, orders the index calls, and keeps the stats and history; ``start`` takes the job from
-    there and ends it through ``EngineService.finish_job`` or ``fail_job``."""
-
-    def attach(self, engine: EngineService) -> None: ...
-
-    def start(self, job: Job, prepared: PreparedPrompt) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class EngineService:
