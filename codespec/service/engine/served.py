@@ -248,12 +248,18 @@ class ServedGeneration:
         timeout = READ_TIMEOUT_S
         if stream.deadline is not None:
             timeout = max(0.05, min(timeout, stream.deadline - time.monotonic()))
+        # The watcher can only shut a socket that exists: a stream it stopped before this thread
+        # connected (cancelled at once, a keystroke later) is checked here, before and after connecting.
+        if stream.stopped is not None:
+            return stream.stopped
         connection = self.endpoint.connect(min(timeout, CONNECT_TIMEOUT_S))
         stream.connection = connection
         try:
             connection.request(
                 "POST", self.endpoint.base + "/v1/completions", json.dumps(body), self.endpoint.headers()
             )
+            if stream.stopped is not None:
+                return stream.stopped
             if connection.sock is not None:
                 connection.sock.settimeout(timeout)
             response = connection.getresponse()
@@ -273,6 +279,8 @@ class ServedGeneration:
         last = started
         repeats = COMPLETION_STOP_REPEATS if job.request.kind.stops_on_repeats else 0
         while True:
+            if stream.stopped is not None:
+                return stream.stopped
             try:
                 line = response.readline()
             except (OSError, http.client.HTTPException) as error:
@@ -345,9 +353,10 @@ class ServedGeneration:
             time.sleep(WATCH_INTERVAL_S)
 
     def close(self) -> None:
-        """After the engine service closed (its jobs are cancelled: their streams stop)."""
+        """After the engine service closed: every stream stops (the watcher marks it cancelled),
+        the queued ones too, and each job still gets its answer."""
         self._closed = True
-        self._streamers.shutdown(wait=True, cancel_futures=True)
+        self._streamers.shutdown(wait=True)
         self._watcher.join(timeout=5)
 
 

@@ -276,7 +276,8 @@ class EngineService:
                 self._pending.append(job)
                 self._cond.notify()
                 return
-        job.future.set_exception(ServiceClosedError("the engine service is closed"))
+        if job.future.set_running_or_notify_cancel():  # the caller may have cancelled it already
+            job.future.set_exception(ServiceClosedError("the engine service is closed"))
 
     def _prepare_prompt(self, request: GenerationRequest) -> PreparedPrompt:
         return self.preparer.prepare(request)
