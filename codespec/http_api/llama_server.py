@@ -21,7 +21,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
-from codespec.core.errors import CodespecError, InvalidRequestError
 from codespec.http_api.llama_schema import (
     CompletionBody,
     ExtraChunk,
@@ -36,7 +35,7 @@ from codespec.http_api.llama_schema import (
     select_fields,
     stop_type,
 )
-from codespec.http_api.routes import SSE_HEADERS, HttpDoor, JobRun, send_json
+from codespec.http_api.routes import SSE_HEADERS, HttpDoor, JobRun, job_failure, send_json
 from codespec.http_api.schema import ApiError, sse
 from codespec.service.engine.jobs import JobResult
 from codespec.service.requests.inline import completion_request
@@ -187,17 +186,9 @@ class LlamaGeneration(JobRun):
             await send_json(send, 200, answer)  # type: ignore[arg-type]
 
     def _failure(self, result: asyncio.Future) -> ApiError | None:
-        error = result.exception()
-        if error is None:
-            if result.result().reason == "cancelled" and not self.cutoff.cut:
-                return ApiError(503, "the server is shutting down; the request was cancelled", None, "unavailable")
-            return None
-        if isinstance(error, InvalidRequestError):
-            code = "context_length_exceeded" if "context" in str(error) else "invalid_value"
-            return ApiError(400, str(error), self.prompt_param, code)
-        if isinstance(error, CodespecError):
-            return ApiError(503 if "closed" in str(error) else 500, str(error), None, None, kind="server_error")
-        return ApiError(500, f"internal error ({type(error).__name__}); see the server log", None, None, "server_error")
+        if result.exception() is None and self.cutoff.cut:
+            return None  # cancelled here, by n_indent or t_max_predict_ms: what it made is the answer
+        return job_failure(result, self.prompt_param)
 
     def _body(self, job: JobResult, elapsed_s: float) -> dict:
         usage, stats = job.usage, job.stats
@@ -300,6 +291,7 @@ def llama_routes(door: HttpDoor, read_json: Callable[..., Awaitable[dict]]) -> l
         if body.call.n_predict == 0:
             return JSONResponse(_no_generation(door, body.call, material))
         generation = infill_request(body, material)
+        door.check_fits(generation, "input_prefix")  # a 400 at once, never a 429 first
         door.acquire()
         return LlamaGeneration(door, generation, body.call, "input_prefix")
 
@@ -308,6 +300,7 @@ def llama_routes(door: HttpDoor, read_json: Callable[..., Awaitable[dict]]) -> l
         if body.call.n_predict == 0:
             return JSONResponse(_no_generation(door, body.call, ()))
         generation = completion_prompt_request(body)
+        door.check_fits(generation, "prompt")
         door.acquire()
         return LlamaGeneration(door, generation, body.call, "prompt")
 

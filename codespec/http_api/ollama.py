@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from codespec import __version__
-from codespec.core.errors import CodespecError, InvalidRequestError
+from codespec.core.errors import CodespecError
 from codespec.http_api import ollama_schema as wire
-from codespec.http_api.routes import HttpDoor, JobRun
+from codespec.http_api.routes import HttpDoor, JobRun, job_failure
 from codespec.http_api.schema import ApiError, CallOptions, ChatBody, CompletionBody, finish_reason, json_text
 from codespec.service.engine.jobs import JobResult
 from codespec.service.requests.request import GenerationRequest
@@ -131,6 +131,7 @@ class OllamaApi:
         return self._start(job, model, body.stream, chat=True, started=started)
 
     def _start(self, job: GenerationRequest, model: str, stream: bool, chat: bool, started: int):
+        self.door.check_fits(job, "messages" if chat else "prompt")  # a 400 at once, never a 429 first
         self.door.acquire()
         return OllamaGeneration(self.door, job, model, stream, chat, started)
 
@@ -287,17 +288,8 @@ class OllamaGeneration(JobRun):
 def _failure(result: asyncio.Future) -> wire.OllamaError | None:
     """The error for a job that failed, or was cancelled while its client still waits (the service
     is shutting down); None: it succeeded."""
-    error = result.exception()
-    if error is None:
-        if result.result().reason == "cancelled":
-            return wire.OllamaError(503, "the server is shutting down; the request was cancelled")
-        return None
-    if isinstance(error, InvalidRequestError):
-        return wire.bad(str(error))
-    if isinstance(error, CodespecError):
-        return wire.OllamaError(503 if "closed" in str(error) else 500, str(error))
-    log.error("Ollama API generation failed", exc_info=error)
-    return wire.OllamaError(500, f"internal error ({type(error).__name__}); see the server log")
+    failure = job_failure(result, "prompt")
+    return None if failure is None else wire.OllamaError(failure.status, failure.message)
 
 
 async def send_ollama(send, status: int, body: dict) -> None:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from codespec.core.errors import CodespecError, ContextLengthError, InvalidRequestError, ServiceClosedError
+from codespec.core.finish import FinishReason
 from codespec.core.next_edit_prompts import zeta_edits, zeta_excerpt
 from codespec.http_api.schema import (
     ALIAS,
@@ -307,7 +308,7 @@ class Generation(JobRun):
         await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not result.done():
             return  # the client is gone; the finally cancels the job
-        failure = _failure(result, self.prompt_param)
+        failure = job_failure(result, self.prompt_param)
         if failure is not None:
             await send_json(send, failure.status, failure.body())
             return
@@ -335,7 +336,7 @@ class Generation(JobRun):
                     break
                 item = deltas.get_nowait()
             if ended and not started:
-                failure = _failure(result, self.prompt_param)
+                failure = job_failure(result, self.prompt_param)
                 if failure is not None:
                     await send_json(send, failure.status, failure.body())
                     return
@@ -354,7 +355,7 @@ class Generation(JobRun):
         return text_chunk(self.envelope, text, first=first)
 
     async def _finish_stream(self, send, result: asyncio.Future) -> None:
-        failure = _failure(result, self.prompt_param)
+        failure = job_failure(result, self.prompt_param)
         body = b""
         if failure is not None:
             body += sse(failure.body())
@@ -385,13 +386,14 @@ class Generation(JobRun):
         return usage, extra
 
 
-def _failure(result: asyncio.Future, prompt_param: str) -> ApiError | None:
+def job_failure(result: asyncio.Future, prompt_param: str) -> ApiError | None:
     """The error response for a job that failed, or that was cancelled while its client still
     waits (the service is shutting down); None: it succeeded. ``prompt_param``: the endpoint's
-    field that holds the prompt (``prompt`` or ``messages``), which a prompt error names."""
+    field that holds the prompt (``prompt`` or ``messages``), which a prompt error names. The one
+    mapping from the engine's typed errors to a status and code; each API dresses it in its shape."""
     error = result.exception()
     if error is None:
-        if result.result().reason == "cancelled":
+        if result.result().reason == FinishReason.CANCELLED:
             return ApiError(
                 503, "the server is shutting down; the request was cancelled", None, "unavailable", kind="server_error"
             )

@@ -75,5 +75,11 @@ def test_a_prompt_surely_over_the_context_is_400_even_when_the_door_is_full(tiny
                     full, "/v1/completions", {"prompt": "x", "prediction": {"type": "content", "content": over}}
                 )
                 assert_error(answer, 400, "context_length_exceeded", "prediction")
+                # the llama.cpp server and Ollama routes refuse it the same way, in their own shapes
+                # (an /infill's prefix is windowed around the cursor, as an editor's completion is)
+                answer = post(full, "/completion", {"prompt": over, "n_predict": 4})
+                assert_error(answer, 400, "context_length_exceeded", "prompt")
+                answer = post(full, "/api/generate", {"model": "codespec", "prompt": over, "stream": False})
+                assert answer.status_code == 400 and "context is" in answer.json()["error"]
     finally:
         full.close()

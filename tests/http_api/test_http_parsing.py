@@ -89,7 +89,7 @@ def failed(error: Exception):
 
 def test_errors_map_to_the_api_by_their_type_not_their_words():
     from codespec.core.errors import CodespecError, ContextLengthError, InvalidRequestError, ServiceClosedError
-    from codespec.http_api.routes import _failure
+    from codespec.http_api.routes import job_failure as _failure
 
     too_long = _failure(failed(ContextLengthError("the prompt is 9 tokens but ...")), "prompt")
     assert (too_long.status, too_long.code, too_long.param) == (400, "context_length_exceeded", "prompt")
