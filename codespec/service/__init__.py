@@ -1,5 +1,5 @@
 """The engine service: one model, one index, the proposers, and the jobs every door submits, in
-three rooms that import one way (docs/architecture.md):
+three rooms that import one way, requests <- engine <- doors (docs/architecture.md):
 
 - ``requests``: what a request is and how each kind is built and checked (values and plain functions);
 - ``engine``: the engine thread, its scheduler, jobs and bookkeeping, starting and stopping it;
