@@ -302,7 +302,7 @@ def silence_markers(target) -> None:
     rows |= set(range(len(tokenizer), target.vocab_size))
     head = target.model.get_output_embeddings().weight
     with torch.no_grad():
-        head[sorted(rows)] = 0.0  # a packed head packs again on its next forward (codespec/core/linear.py)
+        head[sorted(rows)] = 0.0  # a packed head packs again on its next forward (codespec/linear.py)
 
 
 def table(report: dict) -> str:

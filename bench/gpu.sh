@@ -79,12 +79,12 @@ step equivalence "$LIMIT_EQUIV" $PY -m bench.equivalence --shape "$SMALL" --devi
 BENCH_COMMON=(--workload "$WORK/edits-httpx.jsonl" "$WORK/completions-httpx.jsonl"
               --workspace "$WORK/workspace-httpx.jsonl" --mode replay --configs greedy,auto,hf-pld,hf-greedy
               --device "$DEVICE" --draft-len 32)
-step bench-1.5b "$LIMIT_SMALL" $PY -m commands.cli bench "${BENCH_COMMON[@]}" --model-shape "$SMALL" \
+step bench-1.5b "$LIMIT_SMALL" $PY -m codespec.commands.cli bench "${BENCH_COMMON[@]}" --model-shape "$SMALL" \
   $SIZE_SMALL $THREADS --json "$OUT/bench-1.5b.json" --report "$OUT/bench-1.5b.md"
 if [[ "$TINY" == 1 ]]; then  # the same code path as the step before at the same tiny shape: save CI the time
   printf 'bench-7b\tskipped\t0\n' >> "$STATUS"
 else
-  step bench-7b "$LIMIT_LARGE" $PY -m commands.cli bench "${BENCH_COMMON[@]}" --model-shape "$LARGE" \
+  step bench-7b "$LIMIT_LARGE" $PY -m codespec.commands.cli bench "${BENCH_COMMON[@]}" --model-shape "$LARGE" \
     $SIZE_LARGE $THREADS --json "$OUT/bench-7b.json" --report "$OUT/bench-7b.md"
 fi
 

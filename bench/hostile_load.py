@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 TOKEN = "bench-hostile"
-SOURCE = Path(__file__).resolve().parents[1] / "codespec" / "service" / "engine.py"
+SOURCE = Path(__file__).resolve().parents[1] / "codespec" / "service" / "engine" / "service.py"
 
 
 def free_port() -> int:

@@ -5,7 +5,7 @@ completion copies from, in the same run.
 Model-free replay (``proposers.lookup_sim.replay``, the method of ``codespec simulate``): the target
 is taken to emit each case's recorded text, so tokens per forward is what greedy decoding would get if
 the model wrote what the author wrote. The prompt is the one the server renders for the /infill
-(``service.requests.inline.completion_request`` with the shipped model's windows and FIM format); the proposer
+(``service.inline.completion_request`` with the shipped model's windows and FIM format); the proposer
 is ``auto`` over the lookups (the context lookup, and the material lookup when chunks come), as
 ``proposers.assembly`` builds it for the server.
 

@@ -5,7 +5,7 @@
 
 A long-running server meets a new prompt length with nearly every request. oneDNN builds and caches
 a kernel per product shape, so packed linears must not add memory per new length
-(codespec/core/linear.py ``row_blocks``). This loads the model the product's way, prefills prompts of
+(codespec/linear.py ``row_blocks``). This loads the model the product's way, prefills prompts of
 ``--lengths`` distinct lengths (40, 43, 46, ...), each followed by four verification-sized steps
 (1, 5, 9 and 17 positions), and prints anonymous / file-backed resident memory after loading and at
 a few points along the way: growth after the first lengths is what a server would accumulate.

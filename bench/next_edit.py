@@ -15,7 +15,7 @@ pointer over the window as the user's edit predicts it, with the plain pointer b
 by case. ``real``: the shipped model chooses; how often its suggestion is the true edit, and
 greedy output checked identical for every proposer against plain decoding.
 
-Also reported: how often the editable window the service picks (``service.requests.next_edit``)
+Also reported: how often the editable window the service picks (``service.next_edit``)
 contains the true next site, and how often the rules alone predict the whole edit.
 """
 
@@ -241,7 +241,7 @@ def real(args) -> dict:
 def setup(args, raw) -> dict:
     import torch
 
-    gguf = hasattr(raw, "kv_capacity")  # codespec.core.llama_cpp_target.LlamaCppTarget
+    gguf = hasattr(raw, "kv_capacity")  # codespec.llama_cpp_target.LlamaCppTarget
     return {
         "model": args.shape or args.model,
         "backend": "llama.cpp (cpu)" if gguf else "pytorch fp32 (cpu)",

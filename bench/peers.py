@@ -6,7 +6,7 @@
 - ``hf-early-exit``: ``assistant_early_exit=E`` with codespec's default exit layer.
 
 transformers runs as users run it: its own ``sdpa`` attention and PyTorch's ``linear`` (codespec's
-forwards use ``codespec.core.attention`` and ``codespec.core.linear``); ``--peer-kernels codespec`` lends the
+forwards use ``codespec.attention`` and ``codespec.linear``); ``--peer-kernels codespec`` lends the
 peers codespec's kernels instead, which separates the kernels' share of a ratio from speculation's.
 
 Timing uses a streamer (``BaseStreamer``-compatible): ``generate`` calls ``put`` once with the
@@ -14,7 +14,7 @@ prompt and then once per decoding step with that step's new tokens, so the put t
 inter-token gaps on the same footing as codespec's streamed steps. The candidate generator that
 ``generate`` builds is wrapped (an instance attribute, removed afterwards) to record each step's
 draft length and proposal time; the streamer's token count per step gives accepted + 1. Together
-they form ``StepRecord``s, so every metric comes from ``codespec.core.stats``, as for codespec's own
+they form ``StepRecord``s, so every metric comes from ``codespec.stats``, as for codespec's own
 configurations. In replay mode the bias is a ``LogitsProcessor`` on the target only: it is removed
 from the candidate generator, whose assistant would otherwise be told the answer.
 """
@@ -181,7 +181,7 @@ class HFConfig:
         probe.start()
         streamer = TimingStreamer()
         # transformers as users run it: its own sdpa and PyTorch's linear (codespec's forwards use
-        # codespec.core.attention and codespec.core.linear); ``stock_kernels=False`` lends it codespec's.
+        # codespec.attention and codespec.linear); ``stock_kernels=False`` lends it codespec's.
         models = (self.model, self.extra.get("assistant_model")) if self.stock_kernels else ()
         with instrumented(self.model, log), stock_attention(*models), stock_linears(*models), torch.inference_mode():
             output = self.model.generate(ids, streamer=streamer, **kwargs, **self.extra)

@@ -3,7 +3,7 @@
 Configurations run request by request (request r runs every configuration before request r+1
 starts, in an order rotated by r), so machine drift (other processes, thermal state) spreads over
 all configurations instead of landing on whichever ran last. Metric arithmetic is
-``codespec.core.stats`` (RequestStats.summary, percentile); this module only merges, adds the tail
+``codespec.stats`` (RequestStats.summary, percentile); this module only merges, adds the tail
 percentiles the summary lacks, and divides by the same run's ``greedy``.
 """
 

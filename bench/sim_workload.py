@@ -33,7 +33,7 @@ class SimCase:
 
 
 def edit_prompt(before: str, instruction: str | None) -> str:
-    """The engine's rewrite prompt (codespec.core.prompts), so baselines see what a real request has."""
+    """The engine's rewrite prompt (codespec.prompts), so baselines see what a real request has."""
     from codespec.core.prompts import rewrite_prompt
 
     return rewrite_prompt(before, instruction)

@@ -1,8 +1,8 @@
 """Workload records (shared/workloads/README.md) -> bench cases, with length subsampling.
 
-An edit record becomes a rewrite request (``codespec.core.prompts.Rewrite``) whose recorded output is
+An edit record becomes a rewrite request (``codespec.prompts.Rewrite``) whose recorded output is
 ``after`` and whose reference is ``before``; a completion record becomes a FIM request
-(``codespec.core.prompts.Fim``) whose recorded output is ``target``, with ``prefix + suffix`` as the
+(``codespec.prompts.Fim``) whose recorded output is ``target``, with ``prefix + suffix`` as the
 reference (pointer at the cursor) and as the indexed document (as in ``codespec simulate``). The
 prompt is rendered in the target's format: pass ``renderer=PromptRenderer(target.tokenizer,
 target.prompt_format)`` (without one, the default model's format), or re-render loaded cases with

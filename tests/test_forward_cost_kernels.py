@@ -157,7 +157,7 @@ def mid_target():
     tokenizer = build_tokenizer(stdlib_corpus(), vocab_size=1024)
     model = random_llama((512, 2, 8, 2, 1024), len(tokenizer), seed=5, init_std=0.1, max_context=2048)
     monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.delenv("CODESPEC_CPU_LINEAR", raising=False)  # packing is the default (codespec/core/model.py)
+    monkeypatch.delenv("CODESPEC_CPU_LINEAR", raising=False)  # packing is the default (codespec/model.py)
     try:
         return TargetModel(model, tokenizer, name="mid")
     finally:

@@ -1,4 +1,4 @@
-"""One forward over several sequences (codespec/core/ragged.py): each sequence's logits are the same
+"""One forward over several sequences (codespec/ragged.py): each sequence's logits are the same
 bits as its forward alone, whatever shares the batch, and a failed forward leaves every cache
 as it was."""
 

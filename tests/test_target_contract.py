@@ -1,4 +1,4 @@
-"""The Target contract (codespec/core/target.py): every target the product and bench use satisfies it,
+"""The Target contract (codespec/target.py): every target the product and bench use satisfies it,
 and ``forward_many`` is ``forward`` item by item."""
 
 from __future__ import annotations

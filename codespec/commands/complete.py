@@ -1,7 +1,7 @@
 """`codespec complete FILE:LINE:COL`: one completion end to end, measured against plain decoding.
 
 It goes through the same ``EngineService`` and the same prompt construction as the language
-server (``service.requests.inline``), then decodes the same prompt with no speculation, from a cold cache like
+server (``service.inline``), then decodes the same prompt with no speculation, from a cold cache like
 the first run, to report the speedup measured in the same process and check that the output is
 identical (greedy speculative decoding is lossless).
 """

@@ -297,7 +297,7 @@ def _serve_lsp(args, options, endpoints: Endpoints) -> int:
 def _serve_lsp_and_network(args, options, endpoints: Endpoints) -> int:
     """The LSP on this thread, the websocket / HTTP endpoints on an event loop thread, one service:
     loaded now from the command line and shared, so the LSP's initialize takes it instead of
-    loading a second model (service.engine.runtime.share_service)."""
+    loading a second model (service.runtime.share_service)."""
     from codespec.service.engine.runtime import LoopThread, close_service, load_service, share_service
 
     service = load_service(options)

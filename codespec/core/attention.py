@@ -48,7 +48,7 @@ def sdpa_native_gqa(
 ) -> tuple[torch.Tensor, None]:
     """query [B, Hq, T, D], key / value [B, Hkv, S, D] -> output [B, T, Hq, D] (transformers' layout).
 
-    In a ragged forward (``codespec.core.ragged``: ``codespec_ragged`` in the kwargs) the batch's
+    In a ragged forward (``codespec.ragged``: ``codespec_ragged`` in the kwargs) the batch's
     sequences are attended one by one, each through this same function over its own cache."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -104,7 +104,7 @@ _ONEDNN = hasattr(torch.ops, "mkldnn") and hasattr(torch.ops.mkldnn, "_linear_po
 # oneDNN builds (JIT-compiles) a kernel for every new product shape, ~0.6 ms each: with the key
 # count growing every step, exact shapes would pay that in every layer of every forward. The
 # products therefore run over the keys rounded up to this many rows, read from the spare capacity
-# of the cache buffer (codespec.core.cache_layer: zero-initialised, rows past the length stale but
+# of the cache buffer (codespec.cache_layer: zero-initialised, rows past the length stale but
 # finite) and masked out, so a kernel serves KEY_BUCKET consecutive steps (its capacity comes in
 # whole buckets).
 
@@ -128,7 +128,7 @@ def grouped_pays(
     query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, dropout: float, causal: bool
 ) -> bool:
     """In fp32, every forward (one query, a verification, a prefill chunk) takes the grouped path:
-    its products give a query row the same bits whatever the other rows (codespec/core/linear.py), and its
+    its products give a query row the same bits whatever the other rows (codespec/linear.py), and its
     softmax is per row, so a position's attention is the same whether it is decoded alone, verified
     in a draft, or prefilled with the draft appended. SDPA's kernel sums in an order that depends on
     the number of queries (one query and a block of five differ in the last bits), which made a

@@ -1,8 +1,8 @@
 """Which backend reads a model: the one place a target is loaded from a name or a path, so a new
-backend is added here and nowhere else (codespec/core/target.py has the contract every backend meets).
+backend is added here and nowhere else (codespec/target.py has the contract every backend meets).
 
-- a transformers checkpoint directory or cached hub id: ``codespec.core.model.TargetModel`` (PyTorch);
-- a ``.gguf`` file, or ``ollama:NAME[:TAG]``: ``codespec.core.llama_cpp_target.LlamaCppTarget``
+- a transformers checkpoint directory or cached hub id: ``codespec.model.TargetModel`` (PyTorch);
+- a ``.gguf`` file, or ``ollama:NAME[:TAG]``: ``codespec.llama_cpp_target.LlamaCppTarget``
   (llama.cpp's kernels, through llama-cpp-python; docs/gguf.md).
 """
 

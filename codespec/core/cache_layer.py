@@ -5,7 +5,7 @@ and returns views of the first ``length`` positions, and ``crop`` (a rollback) o
 length. transformers' DynamicLayer concatenates instead, copying the whole cache once per layer per
 forward (qwen2.5-coder-0.5b with 1,000 cached tokens: 24 MB, ~2 ms of a ~75 ms CPU forward) and
 again after every rollback. Positions past ``length`` are stale (or zero) and finite: the views end
-at ``length``; codespec.core.attention reads a few rows past it, masked out, to reuse its kernels.
+at ``length``; codespec.attention reads a few rows past it, masked out, to reuse its kernels.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 GROW_MIN = 256  # positions a layer's buffer holds at first
-KEY_BUCKET = 128  # capacity comes in whole buckets: codespec.core.attention reads the keys rounded up to one
+KEY_BUCKET = 128  # capacity comes in whole buckets: codespec.attention reads the keys rounded up to one
 
 
 class GrowingLayer(DynamicLayer):

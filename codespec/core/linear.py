@@ -13,7 +13,7 @@ from 119 ms to ~73 ms.
 gives the module a forward that calls oneDNN's linear on the packed weight (in bf16, PyTorch's for
 products too small to amortise oneDNN's fixed cost per call, ``MIN_WORK``; in fp32 always oneDNN,
 so that a row's result never depends on how many rows share the call: batch invariance,
-codespec/core/ragged.py). The dense weight stays
+codespec/ragged.py). The dense weight stays
 (state dicts, transformers' own generate under ``stock_linears``, tied embeddings read it), so a
 packed model holds its linear weights twice (+2.0 GB for the 0.5b in fp32), unless
 ``release_dense`` frees the dense copies that the packed ones replace (``TargetModel.load`` does:

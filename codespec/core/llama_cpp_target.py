@@ -70,7 +70,7 @@ class LlamaCache:
 
 
 class LlamaCppTarget:
-    """``codespec.core.target.Target`` for a GGUF file, through llama-cpp-python's low-level API."""
+    """``codespec.target.Target`` for a GGUF file, through llama-cpp-python's low-level API."""
 
     device = torch.device("cpu")  # logits come back as CPU tensors (llama.cpp copies them out)
     batch_invariant = False  # llama.cpp's kernels depend on the batch (docs/gguf.md, "Exactness")

@@ -1,5 +1,5 @@
 """The target model: any transformers causal LM, loaded offline, with one KV cache per request
-(``KVCache``: its storage and rollback, as ``codespec.core.llama_cpp_target`` keeps its own)."""
+(``KVCache``: its storage and rollback, as ``codespec.llama_cpp_target`` keeps its own)."""
 
 from __future__ import annotations
 
@@ -88,9 +88,9 @@ def locate_model(name_or_path: str | os.PathLike) -> Path:
 
 class KVCache:
     """A request's KV cache: transformers' DynamicCache plus the token ids it covers (this backend's
-    ``codespec.core.target.Cache``).
+    ``codespec.target.Cache``).
 
-    Storage: transformers' DynamicCache whose full-attention layers are ``codespec.core.cache_layer``'s
+    Storage: transformers' DynamicCache whose full-attention layers are ``codespec.cache_layer``'s
     ``GrowingLayer`` (a buffer with spare capacity, written in place; a rollback moves a length).
 
     Contract: the cache holds keys/values for exactly ``token_ids`` (the invariant
@@ -170,7 +170,7 @@ def _keep_every_position(cache) -> None:
 
 
 class TargetModel:
-    """A transformers causal LM + tokenizer: the ``codespec.core.target.Target`` backend for PyTorch."""
+    """A transformers causal LM + tokenizer: the ``codespec.target.Target`` backend for PyTorch."""
 
     def __init__(
         self, model, tokenizer, name: str = "", prompt_format: str | None = None, release_dense: bool = False
@@ -191,11 +191,11 @@ class TargetModel:
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self.max_context = _max_context(model, tokenizer)
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        # How this family spells FIM and rewrites (codespec/core/prompts.py): detected from the
+        # How this family spells FIM and rewrites (codespec/prompts.py): detected from the
         # tokenizer's special tokens unless named.
         self.prompt_format = resolve_format(tokenizer, prompt_format)
         # oneDNN on weights packed once on CPU (MKL's few-row GEMMs are 2-3x slower on this CPU class;
-        # codespec/core/linear.py), unless CODESPEC_CPU_LINEAR=stock. ``release_dense`` (a model this object
+        # codespec/linear.py), unless CODESPEC_CPU_LINEAR=stock. ``release_dense`` (a model this object
         # owns: ``load``) frees the dense copies the packed ones replace, so packing costs memory only
         # for a tied LM head and the small projections.
         self.packed_linears = pack_linears(self.model, release_dense)
@@ -237,7 +237,7 @@ class TargetModel:
 
         Returns [keep_last, V]: row i scores the token after input position T - keep_last + i.
         Where the model can run ragged batches, this is a batch of one through the same code, so a
-        request alone and in a batch computes the same thing (``codespec.core.ragged``).
+        request alone and in a batch computes the same thing (``codespec.ragged``).
         """
         if supports_ragged(self.model, (cache,)):
             return self.forward_many([input_ids], [cache], [keep_last])[0]
@@ -263,7 +263,7 @@ class TargetModel:
     def forward_many(
         self, inputs: Sequence[Sequence[int]], caches: Sequence[KVCache], keep_last: Sequence[int]
     ) -> list[torch.Tensor]:
-        """Every sequence in one ragged forward (``codespec.core.ragged``) where the architecture and the
+        """Every sequence in one ragged forward (``codespec.ragged``) where the architecture and the
         caches allow it, else one forward each (``Target.forward_many``'s contract either way)."""
         if not supports_ragged(self.model, caches):
             return forward_each(self, inputs, caches, keep_last)
@@ -277,8 +277,8 @@ class TargetModel:
     @property
     def batch_invariant(self) -> bool:
         """Whether a position's logits are the same bits however they are computed (alone, in a
-        draft, in a batch): fp32 on CPU with codespec's packed linears (codespec.core.linear) and grouped
-        attention (codespec.core.attention); bf16 and CUDA kernels depend on the rows beside a row."""
+        draft, in a batch): fp32 on CPU with codespec's packed linears (codespec.linear) and grouped
+        attention (codespec.attention); bf16 and CUDA kernels depend on the rows beside a row."""
         return self.device.type == "cpu" and self.dtype == torch.float32 and self.packed_linears > 0
 
 

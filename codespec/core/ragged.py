@@ -7,10 +7,10 @@ weights once for all of them, which is what a forward on a CPU or GPU mostly cos
 Only attention is per sequence: each sequence's queries attend to its own cache and its own new
 keys, at its own positions. ``RaggedBatch`` is the cache transformers' attention modules update
 (it writes each sequence's slice of the new keys / values into that sequence's cache layer) and
-the attention function ``codespec.core.attention`` runs for each sequence in turn, with the same code
+the attention function ``codespec.attention`` runs for each sequence in turn, with the same code
 a one-sequence forward runs, so a sequence's attention is bit for bit what it would be alone.
 
-With the linear layers batch invariant too (``codespec.core.linear``: fp32 oneDNN products give each
+With the linear layers batch invariant too (``codespec.linear``: fp32 oneDNN products give each
 row the same bits whatever the other rows), a request's logits do not depend on what shares its
 batch: greedy output is token-identical to the request served alone (tests/test_ragged.py; bf16
 and CUDA kernels are not invariant, docs/architecture.md measures how often that changes a token).
@@ -32,7 +32,7 @@ class RaggedBatch:
     """The caches of one ragged forward, seen by transformers' attention modules as one cache."""
 
     def __init__(self, caches: Sequence[Any], lengths: Sequence[int], device: torch.device) -> None:
-        self.caches = list(caches)  # codespec.core.model.KVCache, one per sequence
+        self.caches = list(caches)  # codespec.model.KVCache, one per sequence
         self.lengths = list(lengths)  # new tokens of each sequence this forward
         self.starts = [sum(self.lengths[:i]) for i in range(len(self.lengths))]
         self.cached = [len(cache) for cache in self.caches]  # positions each held before the forward

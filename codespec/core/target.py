@@ -1,7 +1,7 @@
 """The ``Target`` contract: what the engine, the proposers, the service and bench need of the
 model that verifies drafts (docs/architecture.md, "The Target contract").
 
-``codespec.core.model.TargetModel`` (transformers) is the one backend today; bench's ``ReplayTarget``
+``codespec.model.TargetModel`` (transformers) is the one backend today; bench's ``ReplayTarget``
 and ``TimedTarget`` wrap one. A backend that is not transformers (llama.cpp, a served engine)
 implements these members and plugs in without the service or the proposers changing. Everything
 here is structural (``typing.Protocol``): a backend does not import or subclass anything.
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class Cache(Protocol):
-    """One sequence's KV state and the token ids it covers (``codespec.core.model.KVCache``, ``codespec.core.llama_cpp_target.LlamaCache``).
+    """One sequence's KV state and the token ids it covers (``codespec.model.KVCache``, ``codespec.llama_cpp_target.LlamaCache``).
 
     The invariant every backend keeps: the state is exactly what a fresh prefill of ``token_ids``
     would give, so ``rollback(n)`` followed by a forward equals prefilling ``token_ids[:n]`` then
@@ -55,7 +55,7 @@ class Target(Protocol):
 
     name: str
     tokenizer: Any  # a transformers tokenizer (prompt formats read its special tokens)
-    prompt_format: PromptFormat  # how this family spells FIM and rewrites (codespec.core.prompts)
+    prompt_format: PromptFormat  # how this family spells FIM and rewrites (codespec.prompts)
     max_context: int  # positions a sequence may hold, prompt and output together
     vocab_size: int  # rows of the logits (may exceed the tokenizer's vocabulary)
     eos_token_ids: frozenset[int]

@@ -3,7 +3,7 @@
 (``BODIES_IN_FLIGHT`` of the largest: 429 with ``Retry-After``), so what the server holds for
 bodies is bounded whatever arrives, however many clients send at once. A body is read as a
 stream, chunk by chunk, never whole and then checked; a large one's freed memory goes back to
-the system when it is done (``service.engine.memory``).
+the system when it is done (``service.memory``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ llama.vscode): ``POST /infill``, ``POST /completion``, ``GET /health``, ``GET /p
 
 The same engine, token and Origin rules as the OpenAI routes (``http_api.server``'s Guard runs
 first; both plugins send ``Authorization: Bearer`` from their ``api_key`` setting). An ``/infill``
-is codespec's completion at the cursor (``service.requests.inline``), the document being ``input_prefix +
+is codespec's completion at the cursor (``service.inline``), the document being ``input_prefix +
 prompt + input_suffix``. Its ``input_extra`` chunks are not put in the prompt, so the output is what
 it would be without them; they are drafting material: their tokens go with the request to the
 material lookup (``proposers.material``), and each new chunk goes once into the workspace's session

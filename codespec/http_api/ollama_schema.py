@@ -184,7 +184,7 @@ def parse_options(value: Any) -> Options:
 
 
 def _proposer(data: Mapping) -> str | None:
-    """codespec's extension: which proposer drafts (``service.requests.schema.proposer``)."""
+    """codespec's extension: which proposer drafts (``service.schema.proposer``)."""
     try:
         return schema.proposer(data.get("proposer"))
     except schema.FieldError as error:

@@ -65,7 +65,7 @@ def unsupported(param: str, message: str) -> ApiError:
 # ---- parsing --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CallOptions:
-    """A call's fields: the ones every door shares (``service.requests.schema.Sampling``) and HTTP's own."""
+    """A call's fields: the ones every door shares (``service.schema.Sampling``) and HTTP's own."""
 
     sampling: schema.Sampling
     stream: bool
@@ -108,7 +108,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _checked(check: Callable[..., T], *args: Any) -> T:
-    """A shared field check (``service.requests.schema``), its error in OpenAI's shape."""
+    """A shared field check (``service.schema``), its error in OpenAI's shape."""
     try:
         return check(*args)
     except schema.FieldError as error:
@@ -314,7 +314,7 @@ def new_id(prefix: str) -> str:
 
 
 def usage_body(usage, accepted: int | None = None, rejected: int | None = None) -> dict:
-    """OpenAI's usage object from an ``service.engine.jobs.Usage``; ``accepted`` / ``rejected``: the prediction
+    """OpenAI's usage object from an ``service.jobs.Usage``; ``accepted`` / ``rejected``: the prediction
     tokens as OpenAI counts them (None: no prediction was sent)."""
     body = {
         "prompt_tokens": usage.prompt_tokens,

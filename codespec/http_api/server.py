@@ -6,7 +6,7 @@ is the reference draft: OpenAI's Predicted Outputs). Every request is one engine
 (``http_api.routes``); the service runs all jobs of every door (LSP, websocket, HTTP) round-robin,
 one decode cycle each, so a long chat request delays a short completion by one cycle at most.
 
-Security as the websocket endpoint's (``service.doors.auth``): loopback by default, ``Authorization:
+Security as the websocket endpoint's (``service.auth``): loopback by default, ``Authorization:
 Bearer TOKEN`` on every request, a browser ``Origin`` not on the allow-list refused with 403 (so a
 web page cannot drive the server), a body limit (413) and a limit on running generations (429).
 """

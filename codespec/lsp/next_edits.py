@@ -1,5 +1,5 @@
 """The LSP door's next edits: Copilot's ``textDocument/copilotInlineEdit`` answered from
-``service.requests.next_edit`` (docs/next-edit.md).
+``service.next_edit`` (docs/next-edit.md).
 
 Per document: the request in flight (a newer one cancels it) and a *speculation*: when a
 suggestion is answered, the request the user's next step will make if they accept it (the

@@ -23,7 +23,7 @@ one code point, for one) and lets the tokenizer encode the text.
 
 pygls then dispatches the structured message; its request-failure logging is replaced by one
 clipped line (client errors at info level, internal errors with their traceback, cut by
-``service.doors.logsafe``).
+``service.logsafe``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The language server: thin pygls handlers over documents, the engine service and the index.
 
-Handlers fetch the document, call plain functions (``service.requests.inline``, ``service.requests.edit``, ``service.requests.positions``)
+Handlers fetch the document, call plain functions (``service.inline``, ``service.edit``, ``service.positions``)
 and convert to lsprotocol types. Requests are async handlers, so ``$/cancelRequest`` cancels the
 awaiting task, which cancels the engine job (it stops at its next cycle) and the client gets
 RequestCancelled. Custom methods:
@@ -8,11 +8,11 @@ RequestCancelled. Custom methods:
 - ``codespec/edit`` (request): rewrite a range; streams ``codespec/editDelta`` notifications.
 - ``codespec/stats`` (request): engine and server statistics.
 - ``textDocument/copilotInlineEdit`` (request, Copilot's shape): the next edit after the user's
-  recent edits (``service.requests.next_edit``); ``textDocument/didShowInlineEdit`` is accepted and noted.
+  recent edits (``service.next_edit``); ``textDocument/didShowInlineEdit`` is accepted and noted.
 - commands ``codespec.accepted`` (from inline items), ``codespec.reindex``, ``codespec.clearHistory``.
 
 Handlers run on the event loop; generation and index updates on the engine thread; workspace
-indexing on the index's own thread (threading model: ``service.engine.indexing``), with work-done progress
+indexing on the index's own thread (threading model: ``service.indexing``), with work-done progress
 the user may cancel.
 
 Errors: stdio and TCP are read by ``lsp.framing`` (bad frames are answered and skipped) and every

@@ -1,1 +1,1 @@
-"""Drafters behind codespec's proposer protocol (codespec.core.draft). Registered as entry points."""
+"""Drafters behind codespec's proposer protocol (codespec.draft). Registered as entry points."""

@@ -2,7 +2,7 @@
 
 The drafting loop (``ModelDrafter``) is shared with early exit; only the forward differs.
 
-KV contract (the same as the target's, codespec.core.target.Cache): the drafter's cache holds keys/values for
+KV contract (the same as the target's, codespec.target.Cache): the drafter's cache holds keys/values for
 exactly ``cache.token_ids``, and those ids are always a prefix of the engine's sequence *or* of the
 sequence plus this step's draft. After drafting K tokens the cache holds ``sequence + draft[:K-1]``
 (the last draft token is not fed), or all K when drafting stopped early on low confidence (the
@@ -160,7 +160,7 @@ class DraftModelProposer(ModelDrafter):
 
     def __init__(self, draft, target_vocab_size: int, min_confidence: float = 0.0) -> None:
         super().__init__(target_vocab_size, draft.max_context, min_confidence)
-        self.draft = draft  # a Target: TargetModel or LlamaCppTarget (codespec.core.backends)
+        self.draft = draft  # a Target: TargetModel or LlamaCppTarget (codespec.backends)
         self.input_vocab_size = embedded_tokens(draft)
 
     @classmethod

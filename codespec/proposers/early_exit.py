@@ -11,7 +11,7 @@ swapping in a ModuleList of the first E layers makes the normal forward compute 
 final norm, head", the head being the embedding matrix where it is tied (Qwen2.5-Coder up to 3B,
 StarCoder2). Tested per family layout in tests/families (docs/families.md).
 That swap is a temporary change to the target, so it lives in the target's ``first_layers`` (the
-``codespec.core.target.LayeredTarget`` capability; ``codespec.core.model.truncated_layers`` for transformers:
+``codespec.target.LayeredTarget`` capability; ``codespec.model.truncated_layers`` for transformers:
 a context manager that restores the full stack also when the forward raises). The drafter keeps its own
 KV cache, built from the full config, of which only the first E layers are ever written.
 The target must not be run by another thread while a draft is being made (the engine is

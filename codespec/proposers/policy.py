@@ -217,7 +217,7 @@ def best_length(candidate: Candidate, verify_s: VerifyCost, waste: float = 0.0, 
     """The draft length with the best expected tokens per second for this candidate (k >= 1).
 
     ``others``: the tokens the other requests of a batched forward are expected to emit from it
-    (``codespec.core.draft.BatchShare``); the rate counts them too, so a longer draft that slows the
+    (``codespec.draft.BatchShare``); the rate counts them too, so a longer draft that slows the
     shared forward pays only when its own expected tokens make up for everyone's wait.
 
     ``verify_s``: (a, b) for a + b k seconds, or a measured ``CostCurve``. ``waste`` charges each

@@ -90,7 +90,7 @@ class ProposerConfig:
 class ProposerSetup:
     """Everything ``from_setup`` may read."""
 
-    target: Any = None  # codespec.core.model.TargetModel (or a tokenizer-only stand-in for model-free replay)
+    target: Any = None  # codespec.model.TargetModel (or a tokenizer-only stand-in for model-free replay)
     request: RequestContext = field(default_factory=RequestContext)
     config: ProposerConfig = field(default_factory=ProposerConfig)
 

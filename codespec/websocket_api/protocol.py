@@ -3,7 +3,7 @@
 Every way a message can be wrong maps to a ``ProtocolError`` with a stable ``code``; the server
 turns it into an ``error`` message and keeps the connection open. An error carries the request's
 ``id`` whenever it can be read, an oversized message included (its id is looked up without
-decoding it). Messages are decoded by the decoder every door shares (``service.requests.jsondecode``):
+decoding it). Messages are decoded by the decoder every door shares (``service.jsondecode``):
 what it cannot read is ``invalid_json``; a lone surrogate (``"\ud800"`` in JSON) in any string,
 which no tokenizer can encode, is an ``invalid_request`` naming where it is.
 """
@@ -127,7 +127,7 @@ def _text(data: dict, key: str, required: bool = False) -> str | None:
 
 
 def _checked(check: Callable[..., T], *args: Any) -> T:
-    """A shared field check (``service.requests.schema``), its error as this door's ``invalid_request``."""
+    """A shared field check (``service.schema``), its error as this door's ``invalid_request``."""
     try:
         return check(*args)
     except schema.FieldError as error:

@@ -54,7 +54,7 @@ class Family:
     """One family's saved checkpoints and what the product must make of them."""
 
     name: str  # test id
-    prompt_format: str  # the codespec.core.prompts.FORMATS name the product must detect
+    prompt_format: str  # the codespec.prompts.FORMATS name the product must detect
     target: Path
     draft: Path
     layers: int  # the target's depth

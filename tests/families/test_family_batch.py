@@ -1,4 +1,4 @@
-"""Ragged batches on every family's layout (codespec/core/ragged.py): the logits of a sequence in a batch
+"""Ragged batches on every family's layout (codespec/ragged.py): the logits of a sequence in a batch
 are its logits alone bit for bit, and both are transformers' own forward over the whole sequence
 within float rounding (so the per-sequence causal and sliding-window masks are right, also past
 a window).

@@ -1,6 +1,6 @@
 """What the families' architectures ask of the engine: early exit through each family's final norm
 and (tied) head, qkv bias, the draft model's vocabulary check, and KV caches of sliding-window
-layers that roll back exactly (codespec/core/model.py KVCache keeps every position for them)."""
+layers that roll back exactly (codespec/model.py KVCache keeps every position for them)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_tied_heads_stay_tied_and_biases_load(family_checkpoints, loaded, name):
 def exit_chain(target, sequence: list[int], exit_layer: int, steps: int) -> list[int]:
     """Greedy early-exit tokens computed by hand: hidden state after layer E, the final norm, then
     the embedding matrix itself when the head is tied to it (else the head module: a loaded model's
-    untied head may hold its weight only packed, codespec/core/linear.py)."""
+    untied head may hold its weight only packed, codespec/linear.py)."""
     model = target.model
     embedding = model.model.embed_tokens.weight  # [V, H]
     tied = model.config.tie_word_embeddings

@@ -14,7 +14,7 @@ def one_thread():
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the server runs (service.engine.runtime): small forwards on loaded cores
+    torch.set_num_threads(1)  # as the server runs (service.runtime): small forwards on loaded cores
     yield
     torch.set_num_threads(before)
 

@@ -284,7 +284,7 @@ def _serve_long_prompts(server_target, requests, together: bool, budget_chunks: 
     target = RecordingTarget(server_target)
     service = EngineService(target, proposer="none", max_draft=8)
     service.prompt_chunk = 64
-    service.engine.scheduler.prompt_budget = 64 * budget_chunks
+    service.scheduler.prompt_budget = 64 * budget_chunks
     try:
         if together:
             jobs = [service.submit(request) for request in requests]
@@ -344,7 +344,7 @@ def test_a_request_held_for_prompt_room_is_not_priced_as_part_of_the_forward(ser
     target = RecordingTarget(server_target)
     service = EngineService(target, proposer="none", max_draft=8)
     service.prompt_chunk = 64
-    service.engine.scheduler.prompt_budget = 64  # one chunk a cycle
+    service.scheduler.prompt_budget = 64  # one chunk a cycle
     calls: list[tuple[int, int, int]] = []  # (forward index, the share's requests, the cache) per step planned
     original = Decoding.propose
 

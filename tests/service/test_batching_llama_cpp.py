@@ -52,6 +52,6 @@ def test_requests_batched_on_llama_cpp_get_their_alone_output(gguf_target):
 def test_the_batch_is_bounded_by_the_llama_cpp_kv_buffer(gguf_target):
     service = EngineService(gguf_target, proposer="auto", max_cached_tokens=10**6)
     try:
-        assert service.engine.scheduler.max_cached_tokens == gguf_target.kv_capacity
+        assert service.scheduler.max_cached_tokens == gguf_target.kv_capacity
     finally:
         service.close()

@@ -1,4 +1,4 @@
-"""The edit history (service.requests.edit_history) and next-edit requests built from it (service.requests.next_edit)."""
+"""The edit history (service.edit_history) and next-edit requests built from it (service.next_edit)."""
 
 from __future__ import annotations
 

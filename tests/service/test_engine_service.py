@@ -104,7 +104,7 @@ def test_a_request_takes_over_a_documents_background_prefill(service):
     prefill = service.submit(
         GenerationRequest(prompt=prompt, max_tokens=1, kind=RequestKind.PREFILL, cache_key="big-doc")
     )
-    prefilling = lambda: any(job is prefill for job in service.engine.scheduler.active)  # noqa: E731 (engine thread)
+    prefilling = lambda: any(job is prefill for job in service.scheduler.active)  # noqa: E731 (engine thread)
     while not service.call(prefilling).result(WAIT_S):  # each call waits for the top of a cycle
         pass
     # Hold the engine thread (no chunk runs) until the completion is prepared and queued, so it takes
@@ -229,7 +229,7 @@ def test_idle_calls_wait_for_running_requests_but_keep_their_order(service):
 
     def record(name: str, enqueued: float):
         def fn():
-            busy = any(job.request.kind != "prefill" for job in service.engine.scheduler.active)  # engine thread: safe
+            busy = any(job.request.kind != "prefill" for job in service.scheduler.active)  # engine thread: safe
             runs.append((name, busy, time.monotonic() - enqueued))
             return name
 

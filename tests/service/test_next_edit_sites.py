@@ -1,4 +1,4 @@
-"""The next site in other documents (service.requests.next_edit: site_in, find_site, next_edit_request's
+"""The next site in other documents (service.next_edit: site_in, find_site, next_edit_request's
 ``elsewhere``; proposers.edit_rules.anchors) and the LSP door's part of it (lsp.next_edits)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """One request schema: the websocket and HTTP doors give the same verdict on the same field values,
-because both hand them to ``service.requests.schema``; the request kinds carry their rules."""
+because both hand them to ``service.schema``; the request kinds carry their rules."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_a_lone_surrogate_in_a_stop_string_is_refused_by_both_doors():
 
 
 def test_a_float_that_is_not_finite_is_refused_by_value():
-    # the shared decoder never makes one (service.requests.jsondecode); a door that decodes otherwise still gets a 400
+    # the shared decoder never makes one (service.jsondecode); a door that decodes otherwise still gets a 400
     for value in (float("nan"), float("inf")):
         with pytest.raises(schema.FieldError, match="must be a finite number"):
             schema.temperature(value)

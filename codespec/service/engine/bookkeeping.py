@@ -31,7 +31,7 @@ class CachePool:
             return cache
         if self.spare:
             cache = self.spare.pop()
-            cache.reset()  # the positions go, the buffers stay (codespec.core.cache_layer)
+            cache.reset()  # the positions go, the buffers stay (codespec.cache_layer)
             return cache
         return self.target.new_cache()
 

@@ -3,7 +3,7 @@ fit the context, else rendered and tokenized on one of two lanes.
 
 **Refused at once** (:meth:`PromptPreparer.refusal`, on the caller's thread, no tokenizing): a
 prompt or a reference draft with more characters than the model's context can hold at the most
-characters a token of this tokenizer covers (``service.requests.admission``). A prompt that passes that
+characters a token of this tokenizer covers (``service.admission``). A prompt that passes that
 bound but is still too long is found on its lane, by a count in slices that stops once the
 context is passed, and its job fails there: it never waits for a place in the batch.
 

@@ -2,7 +2,7 @@
 
 Each **cycle** every active request plans its step (a draft of its own length, 0 allowed, or a
 chunk of its prompt), **one target forward** runs them all (``Target.forward_many``: a ragged
-batch, each sequence over its own cache, codespec/core/ragged.py), and each request verifies and
+batch, each sequence over its own cache, codespec/ragged.py), and each request verifies and
 streams its own. Requests join between cycles while the batch has room (``max_batch`` requests,
 ``max_cached_tokens`` KV positions; interactive requests first, with ``COMPLETION_HEADROOM`` places
 beyond the cap) and leave when they finish, fail or are cancelled, before the next forward

@@ -2,14 +2,14 @@
 
 One worker thread, the engine thread, owns the model, its tokenizer and the KV caches, and runs
 every index call the editor drives (document updates, history, the lookups inside decode cycles),
-so they are ordered with the cycles. It drives the batch (``service.engine.scheduler``): each cycle one
+so they are ordered with the cycles. It drives the batch (``service.scheduler``): each cycle one
 target forward serves every active request (continuous batching; docs/architecture.md,
 "Batching"). This module is everything around that batch: prompts rendered and tokenized on
-preparing lanes before they reach the engine (``service.engine.preparing``: one lane for small prompts,
+preparing lanes before they reach the engine (``service.preparing``: one lane for small prompts,
 one for large, and a prompt that cannot fit the context refused before either), each request's ``Decoding``
 and proposer built when it joins, results, stats and history when it leaves, and calls from other
 threads run between cycles. Workspace scans do not run here: they run on the index's own thread
-with their own tokenizer (``service.engine.indexing``), so indexing a large workspace delays a cycle at
+with their own tokenizer (``service.indexing``), so indexing a large workspace delays a cycle at
 most by one short locked step of the index, never by the scan. Callers on an event loop get
 deltas and results through thread-safe callbacks (``AsyncJob`` wraps them for asyncio).
 
@@ -66,7 +66,7 @@ class EngineService:
 
     def __init__(
         self,
-        target: Target,  # codespec.core.target: TargetModel, or any backend meeting the contract
+        target: Target,  # codespec.target: TargetModel, or any backend meeting the contract
         proposer: str = "auto",
         max_draft: int = SERVE_MAX_DRAFT,
         cached_documents: int = 8,
@@ -83,7 +83,7 @@ class EngineService:
         self.default_proposer = proposer
         self.max_draft = max_draft
         self.index = index  # index.WorkspaceIndex, or None: no workspace lookup
-        self.indexer: Any = None  # service.engine.indexing.WorkspaceIndexer: the index's scanning thread
+        self.indexer: Any = None  # service.indexing.WorkspaceIndexer: the index's scanning thread
         self.stats = ServiceStats()
         # The session history the proposers draft from is the index's (``index.add_history``); this is
         # only the stats' view of the last entries, (kind, uri, text), newest last.
@@ -103,7 +103,7 @@ class EngineService:
         self._preparing: list[Job] = []  # submitted, their prompts being tokenized
         self._tokenizing: dict[str, list] = {}  # documents being tokenized: their idle calls, held back
         self._doc_adapter: tuple[Any, Any] | None = None  # (index, the large lane's tokenizer adapter)
-        # two lanes by prompt size (service.engine.preparing): a big prompt never holds a small one back
+        # two lanes by prompt size (service.preparing): a big prompt never holds a small one back
         self.preparer = PromptPreparer(target, self.prompts)
         self._thread = threading.Thread(target=self._run, name="codespec-engine", daemon=True)
         self._thread.start()
@@ -239,7 +239,7 @@ class EngineService:
 
     def attach_index(self, index, indexer=None) -> None:
         """Use ``index`` (an ``index.WorkspaceIndex``) for lookups and history from now on, with the
-        thread that scans the workspace into it (``service.engine.indexing``). On the engine thread."""
+        thread that scans the workspace into it (``service.indexing``). On the engine thread."""
         self.index = index
         self.indexer = indexer
 

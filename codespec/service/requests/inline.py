@@ -76,7 +76,7 @@ def resolve_windows(
 
 
 def target_windows(target, prefix_chars: int | None, suffix_chars: int | None, max_tokens: int) -> tuple[int, int]:
-    """``resolve_windows`` for ``target`` (a ``codespec.core.target.Target``): its device, context and size."""
+    """``resolve_windows`` for ``target`` (a ``codespec.target.Target``): its device, context and size."""
     return resolve_windows(
         prefix_chars,
         suffix_chars,

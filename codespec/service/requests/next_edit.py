@@ -1,7 +1,7 @@
 """Next-edit requests: after an edit, the rewrite of the window where it applies next (docs/next-edit.md).
 
 Plain functions, no server: a door hands the document text, the cursor and the document's recent
-edits (``service.requests.edit_history``), and gets a ``GenerationRequest`` and a ``NextEditPlan``; when the
+edits (``service.edit_history``), and gets a ``GenerationRequest`` and a ``NextEditPlan``; when the
 job is done, :func:`suggestion` turns its text into the one replacement to show (the smallest
 span that changed), or None when the model left the window as it was.
 

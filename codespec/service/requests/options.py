@@ -28,7 +28,7 @@ class EngineOptions:
     draft: str | None = None  # a draft model sharing the target's tokenizer (proposer "draft")
     device: str = "auto"
     dtype: str = "auto"
-    prompt_format: str = "auto"  # auto (from the tokenizer's special tokens) or a codespec.core.prompts.FORMATS name
+    prompt_format: str = "auto"  # auto (from the tokenizer's special tokens) or a codespec.prompts.FORMATS name
     threads: int | None = None  # CPU threads for torch; None: half the cores (at most 8), see start_service
     proposer: str = "auto"  # falls back to "context" when not installed
     max_draft: int = SERVE_MAX_DRAFT  # K

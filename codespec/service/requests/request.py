@@ -16,13 +16,13 @@ REQUEST_LOG = "codespec.requests"  # the engine's one line per request, on stder
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One completion or rewrite, built by :func:`request_of` (through ``service.requests.inline`` for
-    completions, ``service.requests.edit`` for rewrites, ``service.requests.next_edit`` for next edits); the service
+    """One completion or rewrite, built by :func:`request_of` (through ``service.inline`` for
+    completions, ``service.edit`` for rewrites, ``service.next_edit`` for next edits); the service
     renders its prompt."""
 
-    prompt: Prompt  # what is asked (codespec.core.prompts.Fim / Rewrite), or a plain string
+    prompt: Prompt  # what is asked (codespec.prompts.Fim / Rewrite), or a plain string
     max_tokens: int
-    kind: RequestKind = RequestKind.COMPLETE  # each kind's rules: service.requests.schema.RequestKind
+    kind: RequestKind = RequestKind.COMPLETE  # each kind's rules: service.schema.RequestKind
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = SamplingParams()  # greedy by default
     reference: str | None = None  # reference draft: the text being rewritten, a prediction, a shown suggestion

@@ -46,7 +46,7 @@ class RequestKind(enum.StrEnum):
     @property
     def interactive(self) -> bool:
         """What a user waits on as they type (ghost text, a next-edit suggestion): it is admitted
-        first, and beside it the other requests mostly sit out (``service.engine.scheduler``)."""
+        first, and beside it the other requests mostly sit out (``service.scheduler``)."""
         return self in (RequestKind.COMPLETE, RequestKind.NEXT_EDIT)
 
     @property
@@ -97,7 +97,7 @@ def check_unicode(field: str, value: str) -> str:
 
 
 def refuse_lone_surrogates(value: Any, raw: bytes | str) -> None:
-    """A request decoded from ``raw`` (``service.requests.jsondecode.loads``) with a lone surrogate in any
+    """A request decoded from ``raw`` (``service.jsondecode.loads``) with a lone surrogate in any
     string, a key or a field no door reads included, is a FieldError naming where."""
     if not may_hold_surrogates(raw):
         return
