@@ -1,5 +1,6 @@
 """vLLM's completions with the workspace, replayed offline: how many forwards codespec's proposer,
-vLLM's ``ngram`` rule and perfect lookup foresight (the hindsight bound) need for the same outputs,
+vLLM's ``ngram`` rule, perfect lookup foresight (the hindsight bound) and a drafter that knows the
+output (the oracle: the limit of any drafter at that K) need for the same outputs,
 and what a step would cost at vLLM-CPU's measured step cost (docs/vllm.md, "What lookups can reach
 on completions").
 
@@ -193,6 +194,10 @@ def main() -> None:
             rule = [replay_rule(prompt, output, k) for prompt, output in zip(prompts, outputs)]
             rows.append(summary("ngram rule", tokens, sum(d for d, _ in rule), sum(a for _, a in rule), step_s, row_s))
             rows[-1]["k"] = k
+            # The oracle knows each output: every step drafts exactly what follows, K at most. No
+            # drafter does better at this K, so a target beyond it cannot be met (issue's proof).
+            oracle = sum(max(0, len(output) - 1 - -(-(len(output) - 1) // (k + 1))) for output in outputs)
+            rows.append({"k": k, **summary("oracle (knows the output)", tokens, oracle, oracle, step_s, row_s)})
             for proposer in args.proposers.split(","):
                 rows.append(
                     {

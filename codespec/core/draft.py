@@ -23,6 +23,11 @@ if TYPE_CHECKING:  # torch stays out of import time for the CLI's help and for i
 
     from codespec.core.config import SamplingParams
 
+# The request argument that carries a reference to draft from (a client's prediction) to codespec's
+# proposer inside a served engine: the door sends it in vLLM's ``vllm_xargs``, the drafter reads it
+# from the request's ``SamplingParams.extra_args`` (docs/vllm.md, "Predicted Outputs").
+REFERENCE_ARG = "codespec_prediction"
+
 
 @dataclass(frozen=True)
 class MatchInfo:

@@ -1,8 +1,10 @@
 """codespec's lookup stack drafting for a whole vLLM batch, without vLLM (docs/vllm.md).
 
 Each decoding sequence gets its own proposer, as a request does in codespec's engine: auto over
-the context lookup, the copy pointer over the code its prompt carries (read back from the
-prompt's text: an edit request's code is its own prediction) and the workspace index. What
+the context lookup, the copy pointer over the request's prediction (sent by codespec's door in
+``vllm_xargs``, read through ``runner.RunnerRequests``) or else over the code its prompt carries
+(read back from the prompt's text: an edit request's code is its own prediction) and the
+workspace index. What
 vLLM does not say, the drafter measures: how many of last step's drafts each sequence accepted
 (the tokens sampled for it, less one) and what a step cost (the time between two calls: the
 target forward, sampling and the scheduler, for that many rows), which prices each draft the way
@@ -71,6 +73,7 @@ class DrafterStats:
     rows: int = 0  # decoding rows over all steps
     sequences: int = 0  # sequences followed
     with_code: int = 0  # of them, prompts carrying code to rewrite
+    with_prediction: int = 0  # of them, requests that sent a prediction (the copy pointer drafts it)
     drafted: int = 0
     accepted: int = 0
     emitted: int = 0  # tokens the drafted-for steps emitted (accepted + one each)
@@ -84,6 +87,7 @@ class DrafterStats:
             "rows": self.rows,
             "sequences": self.sequences,
             "with_code": self.with_code,
+            "with_prediction": self.with_prediction,
             "drafted": self.drafted,
             "accepted": self.accepted,
             "recorded": self.recorded,
@@ -104,6 +108,7 @@ class BatchDrafter:
         options: DrafterOptions = DrafterOptions(),
         index: Any = None,
         clock: Callable[[], float] = time.perf_counter,
+        references: Callable[[int], str | None] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.k = k
@@ -116,6 +121,7 @@ class BatchDrafter:
         self.rows: RowStates[Followed] = RowStates(self._follow, self._forget)
         self.stats = DrafterStats()
         self.clock = clock
+        self.references = references  # a batch row -> the prediction its request sent (None: none)
         self._step_cost = LinearCost("flat", decay=0.95)  # a step's seconds ~ a + b * rows
         self._rows_seen: set[int] = set()  # row counts vLLM has run a step of (the first one is not measured)
         self._returned_at: float | None = None
@@ -274,17 +280,19 @@ class BatchDrafter:
         except Exception:
             log.exception("codespec's proposer failed to take its outcome")
 
-    def _follow(self, tokens, prompt_len: int) -> Followed:
-        """A new sequence: its proposer, given the code its prompt carries."""
-        prompt = tokens[:prompt_len].tolist()
-        code = prompt_code(self.tokenizer.decode(prompt, skip_special_tokens=False), self.format)
+    def _follow(self, row: Row, prompt_len: int) -> Followed:
+        """A new sequence: its proposer, given its request's prediction, else the code its prompt carries."""
+        prompt = row.tokens[:prompt_len].tolist()
+        prediction = self.references(row.index) if self.references is not None and row.index >= 0 else None
+        code = prediction or prompt_code(self.tokenizer.decode(prompt, skip_special_tokens=False), self.format)
         request = RequestContext(reference=code or None, index=self.index)
         # a proposer this sequence cannot have (the copy pointer without code, the index without
         # one) degrades to the next that can be built, ending at the context lookup's
         proposer = self.assembly.create_with_fallback([self.options.proposer, "context"], request)
         proposer.begin(prompt)
         self.stats.sequences += 1
-        self.stats.with_code += bool(code)
+        self.stats.with_code += bool(code) and not prediction
+        self.stats.with_prediction += bool(prediction)
         return Followed(proposer, prompt_len, bool(code))
 
     def _forget(self, state: Followed) -> None:

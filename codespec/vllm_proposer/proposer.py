@@ -18,6 +18,7 @@ import numpy as np
 from codespec.vllm_proposer.drafter import BatchDrafter
 from codespec.vllm_proposer.options import DrafterOptions
 from codespec.vllm_proposer.rows import Row
+from codespec.vllm_proposer.runner import RunnerRequests
 
 log = logging.getLogger("vllm.codespec")  # under vLLM's logger: its lines land in vLLM's log
 
@@ -36,8 +37,17 @@ class CodespecProposer:
         )
         self.k = int(vllm_config.speculative_config.num_speculative_tokens)
         self.max_model_len = int(model_config.max_model_len)
-        self.drafter = BatchDrafter(tokenizer, self.k, self.max_model_len, self.options)
-        log.info("codespec proposer: %s, K = %d, options %s", type(self).__name__, self.k, self.options.changed())
+        # the model runner building this proposer: where each row's request arguments are read
+        self.requests = RunnerRequests.find()
+        references = None if self.requests is None else self.requests.reference
+        self.drafter = BatchDrafter(tokenizer, self.k, self.max_model_len, self.options, references=references)
+        log.info(
+            "codespec proposer: %s, K = %d, options %s, predictions %s",
+            type(self).__name__,
+            self.k,
+            self.options.changed(),
+            "read from each request's vllm_xargs" if self.requests else "unavailable (not built by a model runner)",
+        )
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """vLLM asks every proposer to load its model; lookups have none."""
@@ -54,7 +64,7 @@ class CodespecProposer:
         for index, sampled in enumerate(sampled_token_ids):
             length = int(num_tokens_no_spec[index])
             decoding = bool(sampled) and 0 < length < self.max_model_len
-            rows.append(Row(token_ids_cpu[index, :length], len(sampled)) if decoding else None)
+            rows.append(Row(token_ids_cpu[index, :length], len(sampled), index) if decoding else None)
         return self.drafter.step(rows)
 
     def stats(self) -> dict:

@@ -32,6 +32,7 @@ class Row:
 
     tokens: np.ndarray  # [n] int: prompt + output so far, the tokens sampled this step last
     sampled: int  # tokens sampled for it this step (accepted drafts + one), >= 1
+    index: int = -1  # its row in vLLM's batch this step (where its request's arguments are read)
 
 
 @dataclass
@@ -51,11 +52,11 @@ def prefix_key(tokens: np.ndarray, count: int = KEY_TOKENS) -> bytes:
 
 class RowStates(Generic[S]):
     """``step(rows)`` gives each row its state: the tracked one it continues, else a new one made
-    by ``create(tokens, prompt_len)``; ``close(state)`` is called for every state dropped."""
+    by ``create(row, prompt_len)``; ``close(state)`` is called for every state dropped."""
 
     def __init__(
         self,
-        create: Callable[[np.ndarray, int], S],
+        create: Callable[[Row, int], S],
         close: Callable[[S], None] = lambda state: None,
         keep_steps: int = KEEP_STEPS,
         max_tracked: int = 4096,
@@ -135,7 +136,7 @@ class RowStates(Generic[S]):
             len(tokens),
             int(tokens[-1]),
             self._step,
-            self.create(tokens, prompt_len),
+            self.create(row, prompt_len),
         )
         self._by_key.setdefault(tracked.key, []).append(tracked)
         self._key_lengths[count] += 1

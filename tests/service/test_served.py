@@ -161,3 +161,19 @@ def test_closing_answers_every_request_also_those_still_queued():
         generation.close()
         ending.wait(jobs)
         assert {ending.ended[id(job)][0] for job in jobs} == {"cancelled"}
+
+
+def test_a_requests_reference_travels_to_the_engine_in_vllm_xargs():
+    """Predicted Outputs on vLLM: the prediction leaves in the body where codespec's proposer inside
+    vLLM reads it (SamplingParams.extra_args); a request without one sends no such field."""
+    from codespec.core.config import SamplingParams
+    from codespec.core.draft import REFERENCE_ARG
+
+    with StreamingEngine() as engine:
+        generation, _ = served(engine, max_batch=1)
+        try:
+            body = generation._body([1, 2], 8, SamplingParams(), (), "def total(items):\n")
+            assert body["vllm_xargs"] == {REFERENCE_ARG: "def total(items):\n"}
+            assert "vllm_xargs" not in generation._body([1, 2], 8, SamplingParams(), ())
+        finally:
+            generation.close()

@@ -87,6 +87,43 @@ def test_the_copy_pointer_follows_each_request_through_a_shuffled_batch():
     assert summary["tokens_per_row_step"] > 4
 
 
+def predicted_run(drafter: BatchDrafter, engines: list, predictions: list[str], seed: int = 0) -> None:
+    """Requests whose prompts carry no code, each with a prediction vLLM holds by request: the
+    drafter reads a row's prediction by the row it has this step (rows shuffled every step)."""
+    order = random.Random(seed)
+    steps = 0
+    while any(not engine.done for engine in engines):
+        running = [n for n, engine in enumerate(engines) if not engine.done]
+        order.shuffle(running)
+        rows = [Row(np.array(engines[n].tokens), engines[n].sampled, index) for index, n in enumerate(running)]
+        drafter.references = lambda index: predictions[running[index]]
+        for n, draft in zip(running, drafter.step(rows)):
+            engines[n].verify(draft)
+        steps += 1
+        assert steps < 500
+
+
+def test_a_requests_prediction_drafts_when_its_prompt_carries_no_code():
+    """Predicted Outputs inside vLLM: the prediction is not in the prompt; the copy pointer drafts it
+    for the request that sent it, whichever row the request has."""
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+
+    def engines():
+        return [
+            CompletionEngine(tokenizer, f"# task {n}: write it out again\n", source) for n, source in enumerate(SOURCES)
+        ]
+
+    with_predictions = BatchDrafter(tokenizer, k=16, max_model_len=4096, options=DrafterOptions(proposer="reference"))
+    predicted_run(with_predictions, engines(), SOURCES)
+    summary = with_predictions.stats.summary()
+    assert summary["with_prediction"] == 3 and summary["with_code"] == 0
+    assert summary["accepted"] >= 0.9 * summary["drafted"] > 0 and summary["tokens_per_row_step"] > 4, summary
+    # another request's prediction (rows read wrongly) or none: the context lookup's few repeats
+    swapped = BatchDrafter(tokenizer, k=16, max_model_len=4096, options=DrafterOptions(proposer="reference"))
+    predicted_run(swapped, engines(), SOURCES[1:] + SOURCES[:1])
+    assert swapped.stats.summary()["tokens_per_row_step"] < 0.5 * summary["tokens_per_row_step"]
+
+
 def test_a_request_without_code_falls_back_to_the_context_lookup():
     tokenizer = AutoTokenizer.from_pretrained(target_path())
     prompt = tokenizer.encode("x = 1\ny = 2\nx = 1\ny = 2\nx = 1\n")

@@ -86,6 +86,34 @@ def test_an_edit_and_a_completion_through_codespecs_door(door):
     assert completion.usage.completion_tokens >= 1 and completion.choices[0].text
 
 
+def test_a_prediction_the_prompt_does_not_carry_is_drafted_inside_vllm(engine):
+    """Predicted Outputs inside vLLM: a request's ``vllm_xargs`` prediction (what codespec's door
+    sends, tests/service/test_served.py) reaches codespec's proposer through the model runner
+    (codespec/vllm_proposer/runner.py) and is drafted. The prompt does not carry the output; the
+    right prediction (the output itself) is accepted nearly whole, a wrong one leaves only what the
+    context lookup finds in the output's own repeats. The output is the same with any prediction."""
+    client = openai.OpenAI(base_url=engine.url + "/v1", api_key="none", max_retries=0, timeout=300)
+    prompt = "import numpy as np\n\n\ndef normalize("
+
+    def complete(prediction: str | None) -> tuple[str, int, float]:
+        before = engine.metric("vllm:spec_decode_num_accepted_tokens_total")
+        extra = {} if prediction is None else {"vllm_xargs": {"codespec_prediction": prediction}}
+        reply = client.completions.create(
+            model="codespec-default", prompt=prompt, max_tokens=64, temperature=0, extra_body=extra
+        )
+        accepted = engine.metric("vllm:spec_decode_num_accepted_tokens_total") - before
+        return reply.choices[0].text, reply.usage.completion_tokens, accepted
+
+    plain, tokens, _ = complete(None)
+    assert tokens >= 16, plain  # long enough to tell the two predictions apart
+    right, _, accepted_right = complete(plain)
+    wrong, _, accepted_wrong = complete("import os\n\nprint(os.getcwd())\n" * 4)
+    assert right == plain and wrong == plain  # drafts never change the output
+    assert accepted_right >= 0.75 * tokens, (accepted_right, tokens)
+    assert accepted_right >= accepted_wrong + 0.25 * tokens, (accepted_right, accepted_wrong, tokens)
+    assert "predictions read from each request's vllm_xargs" in engine.log.read_text()
+
+
 def test_a_stream_closed_early_is_aborted_in_the_engine_and_the_door_keeps_serving(door, engine):
     """Run to the end, this prompt gives 400 tokens (finish "length") in a few seconds; aborted, the
     engine's generated-token counter stops far short of that (vLLM counts no abort in request_success)."""

@@ -9,8 +9,8 @@ def make_states():
     made = []
     closed = []
 
-    def create(tokens, prompt_len):
-        state = {"prompt": tokens[:prompt_len].tolist(), "id": len(made)}
+    def create(row, prompt_len):
+        state = {"prompt": row.tokens[:prompt_len].tolist(), "id": len(made)}
         made.append(state)
         return state
 

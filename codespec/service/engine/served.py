@@ -4,7 +4,8 @@ Everything that needs the editor's machine stays here: the doors, the prompt for
 the index and history, request validation. Generation goes to the engine's OpenAI-compatible API
 (``/v1/completions``, streamed) with the prompt as **token ids** rendered here, so the engine runs
 exactly the prompt codespec built, and the engine's stop tokens are codespec's end markers.
-The engine drafts on its side (codespec's proposer inside vLLM, ``vllm_proposer``; docs/vllm.md).
+The engine drafts on its side (codespec's proposer inside vLLM, ``vllm_proposer``; docs/vllm.md),
+from the request's reference (a client's prediction) where it has one, sent in ``vllm_xargs``.
 
 Each request is one HTTP connection, streamed on its own thread; a watcher closes the
 connection of a request that is cancelled or past its deadline, which makes vLLM abort it (a
@@ -30,6 +31,7 @@ from typing import Any, cast
 from codespec.core.config import SamplingParams
 from codespec.core.decode import repeating_tail
 from codespec.core.default_model import target_path
+from codespec.core.draft import REFERENCE_ARG
 from codespec.core.errors import CodespecError, InvalidRequestError
 from codespec.core.finish import FinishReason
 from codespec.core.model import locate_model
@@ -189,14 +191,16 @@ class ServedGeneration:
             max_tokens = max(1, min(max_tokens, self.served.max_context - len(prompt_ids)))
             sampling = request.sampling
             stop = (*request.stop, *prepared.rendered.stop)
-            body = self._body(prompt_ids, max_tokens, sampling, stop)
+            body = self._body(prompt_ids, max_tokens, sampling, stop, request.reference)
         deadline = None if request.deadline_s is None else time.monotonic() + request.deadline_s
         stream = Stream(job, deadline)
         with self._streams_lock:
             self._streams[id(job)] = stream
         self._streamers.submit(self._stream, stream, body)
 
-    def _body(self, prompt_ids: list[int], max_tokens: int, sampling, stop: tuple[str, ...]) -> dict:
+    def _body(
+        self, prompt_ids: list[int], max_tokens: int, sampling, stop: tuple[str, ...], reference: str | None = None
+    ) -> dict:
         body: dict[str, Any] = {
             "model": self.served.engine_model,
             "prompt": prompt_ids,
@@ -215,6 +219,8 @@ class ServedGeneration:
             body["top_k"] = sampling.top_k
         if stop:
             body["stop"] = list(stop)
+        if reference:  # the prediction (or the code being rewritten): codespec's proposer in vLLM drafts it
+            body["vllm_xargs"] = {REFERENCE_ARG: reference}
         return body
 
     # ---- a streaming thread per request ----------------------------------------------------------
