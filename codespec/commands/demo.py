@@ -27,7 +27,7 @@ from pathlib import Path
 from codespec.commands.progress import Progress
 from codespec.core.errors import CodespecError
 
-DEFAULT_WORKSPACE = Path("examples/workspace")  # in the repository; found from any folder (``demo_workspace``)
+DEFAULT_WORKSPACE = Path(__file__).with_name("demo_workspace")  # two small files, shipped in the package
 REWRITE_INSTRUCTION = "add a docstring"
 REWRITE_LINES = (3, 30)  # regions of this many lines are rewritten
 
@@ -44,7 +44,7 @@ def add_parser(subparsers) -> None:
         "--workspace",
         type=Path,
         default=None,
-        help=f"folder to index and complete in (default: the repository's {DEFAULT_WORKSPACE})",
+        help="folder to index and complete in (default: the example workspace shipped with codespec)",
     )
     parser.add_argument(
         "--model",
@@ -113,19 +113,13 @@ def measure(service, request, where: str, repeats: int, finish=lambda text: text
 
 
 def demo_workspace(given: Path | None) -> Path:
-    """The folder the demo works in: the one given, else the repository's example workspace, found
-    beside this package (an install from the repository) or under the current folder."""
-    if given is not None:
-        if not given.is_dir():
-            raise CodespecError(f"--workspace {given}: not a directory")
-        return given
-    for candidate in (Path(__file__).resolve().parents[2] / DEFAULT_WORKSPACE, DEFAULT_WORKSPACE):
-        if candidate.is_dir():
-            return candidate
-    raise CodespecError(
-        f"the demo's workspace ({DEFAULT_WORKSPACE} of the codespec repository) is not here: run "
-        "`codespec demo` in a clone of the repository, or pass --workspace DIR (a folder of Python files)"
-    )
+    """The folder the demo works in: the one given, else the example workspace shipped in the package,
+    so `codespec demo` runs from any folder of any install."""
+    if given is None:
+        return DEFAULT_WORKSPACE
+    if not given.is_dir():
+        raise CodespecError(f"--workspace {given}: not a directory")
+    return given
 
 
 def completion_spots(workspace: Path) -> list[tuple[Path, str, int]]:

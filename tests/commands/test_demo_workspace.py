@@ -1,4 +1,4 @@
-"""Where `codespec demo` works: the repository's example workspace, from whatever folder it is run."""
+"""Where `codespec demo` works: the example workspace shipped in the package, from whatever folder it is run."""
 
 import pytest
 
