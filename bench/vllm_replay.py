@@ -1,8 +1,8 @@
 """vLLM's completions with the workspace, replayed offline: how many forwards codespec's proposer,
 vLLM's ``ngram`` rule, perfect lookup foresight (the hindsight bound) and a drafter that knows the
 output (the oracle: the limit of any drafter at that K) need for the same outputs,
-and what a step would cost at vLLM-CPU's measured step cost (docs/vllm.md, "What lookups can reach
-on completions").
+and what a step would cost at vLLM-CPU's measured step cost (docs/benchmarks.md, "What lookups can
+reach on completions").
 
     python -m bench.vllm_replay [--requests 16] [--step-ms 2.17 --row-ms 0.28] [--out REPORT]
 

