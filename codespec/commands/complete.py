@@ -81,8 +81,7 @@ def complete_once(args) -> int:
     from codespec.service.engine.runtime import close_service, start_service
     from codespec.service.requests.inline import completion_request, trim_completion
     from codespec.service.requests.options import CompletionOptions, ServerOptions
-    from codespec.service.requests.request import GenerationRequest
-    from codespec.service.requests.schema import Sampling
+    from codespec.service.requests.schema import GenerationRequest, Sampling
 
     path, line, column = parse_location(args.location)
     try:

@@ -39,7 +39,7 @@ from codespec.http_api.routes import SSE_HEADERS, HttpDoor, JobRun, job_failure,
 from codespec.http_api.schema import ApiError, sse
 from codespec.service.engine.jobs import JobResult
 from codespec.service.requests.inline import completion_request
-from codespec.service.requests.request import GenerationRequest, prompt_request
+from codespec.service.requests.schema import GenerationRequest, prompt_request
 
 MATERIAL_CACHE_CHUNKS = 256  # chunks whose tokens are kept (llama.vim resends its 16 every request)
 MAX_MATERIAL_TOKENS = 1 << 16  # the newest chunks' tokens a request drafts from, at most

@@ -28,7 +28,7 @@ from codespec.http_api import ollama_schema as wire
 from codespec.http_api.routes import HttpDoor, JobRun, job_failure
 from codespec.http_api.schema import ApiError, CallOptions, ChatBody, CompletionBody, finish_reason, json_text
 from codespec.service.engine.jobs import JobResult
-from codespec.service.requests.request import GenerationRequest
+from codespec.service.requests.schema import GenerationRequest
 
 log = logging.getLogger(__name__)
 NDJSON_HEADERS = [(b"content-type", b"application/x-ndjson"), (b"cache-control", b"no-cache")]

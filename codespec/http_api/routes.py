@@ -44,7 +44,7 @@ from codespec.service.engine.service import EngineService
 from codespec.service.requests.edit import edit_request, plan_text_edit
 from codespec.service.requests.inline import completion_request
 from codespec.service.requests.options import HttpLimits, ServerOptions
-from codespec.service.requests.request import GenerationRequest, prompt_request
+from codespec.service.requests.schema import GenerationRequest, prompt_request
 
 log = logging.getLogger(__name__)
 JSON_HEADERS = [(b"content-type", b"application/json")]

@@ -19,8 +19,7 @@ from codespec.service.doors.logsafe import clip
 from codespec.service.engine import indexing
 from codespec.service.requests.inline import completion_windows, warm_prompt
 from codespec.service.requests.options import ServerOptions
-from codespec.service.requests.request import GenerationRequest
-from codespec.service.requests.schema import RequestKind
+from codespec.service.requests.schema import GenerationRequest, RequestKind
 
 log = logging.getLogger(__name__)
 

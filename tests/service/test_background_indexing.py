@@ -16,7 +16,7 @@ from codespec.index.ingest import ScanCancelled
 from codespec.service.engine import indexing
 from codespec.service.engine.runtime import close_service
 from codespec.service.engine.service import EngineService
-from codespec.service.requests.request import GenerationRequest
+from codespec.service.requests.schema import GenerationRequest
 
 WAIT_S = 60  # a hang guard only
 FILES = 300  # three tokenizer batches (index.scan.BATCH_FILES = 128)

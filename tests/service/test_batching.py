@@ -13,8 +13,7 @@ import torch
 from codespec.core.config import SamplingParams
 from codespec.core.errors import InvalidRequestError
 from codespec.service.engine.service import EngineService
-from codespec.service.requests.request import GenerationRequest
-from codespec.service.requests.schema import RequestKind
+from codespec.service.requests.schema import GenerationRequest, RequestKind
 
 WAIT_S = 180
 CODE = "".join(f"def function_{i}(value):\n    return value * {i} + {i % 3}\n\n" for i in range(12))

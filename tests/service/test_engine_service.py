@@ -11,8 +11,7 @@ from codespec.core.errors import CodespecError
 from codespec.core.prompts import Fim
 from codespec.service.engine import indexing
 from codespec.service.engine.service import EngineService
-from codespec.service.requests.request import GenerationRequest
-from codespec.service.requests.schema import RequestKind
+from codespec.service.requests.schema import GenerationRequest, RequestKind
 
 WAIT_S = 120
 LONG_TEXT = "".join(f"def function_{i}(value):\n    return value + {i}\n\n" for i in range(10))

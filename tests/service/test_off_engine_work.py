@@ -12,7 +12,7 @@ import pytest
 from codespec.service.engine import indexing
 from codespec.service.engine.runtime import close_service
 from codespec.service.engine.service import LARGE_DOCUMENT_CHARS, EngineService
-from codespec.service.requests.request import GenerationRequest
+from codespec.service.requests.schema import GenerationRequest
 
 WAIT_S = 120
 

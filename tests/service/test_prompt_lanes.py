@@ -13,7 +13,7 @@ from codespec.core.errors import InvalidRequestError
 from codespec.service.engine.preparing import SMALL_PROMPT_CHARS
 from codespec.service.engine.service import EngineService
 from codespec.service.requests.admission import TokenBound
-from codespec.service.requests.request import GenerationRequest
+from codespec.service.requests.schema import GenerationRequest
 
 WAIT_S = 60
 CODE = "def handler(request):\n    return respond(request, status=200)\n\n"

@@ -9,8 +9,7 @@ import pytest
 
 from codespec.http_api.schema import ApiError, parse_completion
 from codespec.service.requests import schema
-from codespec.service.requests.request import GenerationRequest
-from codespec.service.requests.schema import LIMITS, RequestKind
+from codespec.service.requests.schema import LIMITS, GenerationRequest, RequestKind
 from codespec.websocket_api.protocol import ProtocolError, parse_message
 
 FIELDS = [

@@ -128,7 +128,7 @@ def started(generation, count: int):
     from types import SimpleNamespace
 
     from codespec.service.engine.jobs import Job, PreparedPrompt
-    from codespec.service.requests.request import GenerationRequest
+    from codespec.service.requests.schema import GenerationRequest
 
     jobs = [Job(GenerationRequest(prompt="x", max_tokens=64), None) for _ in range(count)]
     for job in jobs:

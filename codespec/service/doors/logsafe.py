@@ -12,7 +12,7 @@ import logging
 import sys
 from typing import Any
 
-from codespec.service.requests.request import REQUEST_LOG
+from codespec.service.requests.schema import REQUEST_LOG
 
 MAX_QUOTE_CHARS = 200  # what an error message or a log line quotes of a value
 MAX_RECORD_CHARS = 4000  # one log record, traceback included

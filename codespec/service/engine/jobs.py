@@ -21,7 +21,7 @@ from codespec.core.finish import FinishReason
 from codespec.core.prompts import RenderedPrompt
 from codespec.core.stats import RequestStats
 from codespec.core.target import Cache
-from codespec.service.requests.request import GenerationRequest
+from codespec.service.requests.schema import GenerationRequest
 
 DeltaCallback = Callable[[str], None]
 

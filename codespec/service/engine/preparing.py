@@ -26,7 +26,7 @@ from codespec.core.target import Target
 from codespec.service.engine.jobs import PreparedPrompt
 from codespec.service.engine.memory import LARGE_FREE_BYTES, release_free_memory
 from codespec.service.requests.admission import SLICE_CHARS, TokenBound, count_exceeds
-from codespec.service.requests.request import GenerationRequest
+from codespec.service.requests.schema import GenerationRequest
 
 SMALL_PROMPT_CHARS = 16_384  # a prompt up to this long is prepared on the small lane (~25 ms of tokenizing)
 TOKENIZER_BYTES_PER_CHAR = 250  # what a fast tokenizer's buffers hold while it encodes a text, about

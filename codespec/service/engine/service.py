@@ -48,8 +48,7 @@ from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Generation, Jo
 from codespec.service.engine.preparing import PromptPreparer, Refusal, request_chars
 from codespec.service.engine.scheduler import Scheduler, prompt_chunk
 from codespec.service.requests.options import DEFAULT_MAX_BATCH, DEFAULT_MAX_CACHED_TOKENS
-from codespec.service.requests.request import REQUEST_LOG, GenerationRequest
-from codespec.service.requests.schema import RequestKind
+from codespec.service.requests.schema import REQUEST_LOG, GenerationRequest, RequestKind
 
 __all__ = ["AsyncJob", "EngineService", "GenerationRequest", "Job", "JobResult", "PreparedPrompt", "Usage"]
 

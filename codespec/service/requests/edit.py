@@ -12,8 +12,7 @@ from typing import Any
 
 from codespec.core.prompts import Rewrite
 from codespec.service.requests.positions import PositionError, range_offsets
-from codespec.service.requests.request import GenerationRequest, request_of
-from codespec.service.requests.schema import RequestKind, Sampling
+from codespec.service.requests.schema import GenerationRequest, RequestKind, Sampling, request_of
 
 
 class EditParamsError(ValueError):

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from codespec.core.prompts import Fim, PromptRenderer
 from codespec.core.target import Target
 from codespec.service.requests.options import ServerOptions
-from codespec.service.requests.request import GenerationRequest, request_of
-from codespec.service.requests.schema import RequestKind, Sampling
+from codespec.service.requests.schema import GenerationRequest, RequestKind, Sampling, request_of
 
 WINDOW_CHUNK = 1024  # characters the prompt window's start moves by
 CHARS_PER_TOKEN = 2.5  # a conservative estimate for code (byte-level BPEs give 3-4)

@@ -35,8 +35,7 @@ from codespec.core.prompts import Prompt, Rewrite
 from codespec.proposers.edit_rules import anchors, predict
 from codespec.service.requests.edit_history import RecordedEdit
 from codespec.service.requests.positions import LineIndex, changed_span
-from codespec.service.requests.request import GenerationRequest, request_of
-from codespec.service.requests.schema import RequestKind, Sampling
+from codespec.service.requests.schema import GenerationRequest, RequestKind, Sampling, request_of
 
 LINES_BEFORE = 2  # editable window: lines above the cursor's line
 LINES_AFTER = 6  # and below it
