@@ -269,7 +269,9 @@ class ForwardCosts:
             self._plain_sum = self._plain_sum * self.decay + seconds
             self._plain_weight = self._plain_weight * self.decay + 1.0
             return
-        if self.drafted.sw >= 3.0:  # the estimate rests on a few measurements
+        # cost(k) >= the plain step for every k (``PiecewiseCurve``): a step under CLIP plain steps
+        # is never clipped, and the curve (~40 µs of Python) is built only for one that might be
+        if self.drafted.sw >= 3.0 and seconds > CLIP * self.plain():  # the estimate rests on a few measurements
             seconds = min(seconds, CLIP * self.curve()(k))
         self.drafted.add(k, seconds)
         self.table.add(k, seconds)

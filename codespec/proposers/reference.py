@@ -29,6 +29,7 @@ Counts of accepted and rejected reference tokens are kept as OpenAI reports them
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -82,15 +83,13 @@ class ReferenceLookup:
         self.replace_score = replace_score  # the same, right after the departure (one token replaced)
         self.distance_weight = distance_weight
         self._ids = self.codec.encode(reference)
-        self._starts: list[int] = []  # byte offset of each reference token
-        offset = 0
-        for token_id in self._ids:
-            self._starts.append(offset)
-            offset += len(self.codec.token(token_id))
+        pieces = self.codec.pieces(self._ids)
+        # byte offset of each reference token (accumulated in C: a request's first step builds this)
+        self._starts: list[int] = list(itertools.accumulate(map(len, pieces), initial=0))[:-1]
         # The reference as its tokens' bytes: the UTF-8 text itself for a byte-level tokenizer, and
         # what output tokens will be compared with for any other.
-        self._ref = self.codec.join(self._ids)
-        self._index_at = {start_byte: index for index, start_byte in enumerate(self._starts)}
+        self._ref = b"".join(pieces)
+        self._index_at = dict(zip(self._starts, range(len(self._starts))))
         self._start_byte = len(reference[:start].encode("utf-8"))
         self.accepted_prediction_tokens = 0
         self.rejected_prediction_tokens = 0

@@ -94,6 +94,14 @@ class TokenBytes:
             self._byte_ids[value] = found
         return found
 
+    def pieces(self, token_ids: Sequence[int]) -> list[bytes]:
+        """Each token's bytes (``token`` for many at once: the table read in C, computed where missing)."""
+        table = self._table
+        try:
+            return list(map(table.__getitem__, token_ids))
+        except KeyError:
+            return [table[t] if t in table else self.token(t) for t in token_ids]
+
     def join(self, token_ids: Sequence[int]) -> bytes:
         table = self._table
         return b"".join(table[t] if t in table else self.token(t) for t in token_ids)

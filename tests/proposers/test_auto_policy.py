@@ -225,3 +225,27 @@ def test_a_batch_shrinks_drafts_whose_rows_no_longer_pay_for_the_others_wait():
     assert alone.name == "context" and busy.name == "context"
     assert alone.draft_len > busy.draft_len >= 1
     assert crowded.name is None  # 40 others' tokens: no draft of this one pays for their wait
+
+
+def test_a_step_is_clipped_as_the_curve_says_whether_or_not_the_curve_is_built():
+    """``ForwardCosts.add`` builds its cost curve only for a step that might be clipped (over CLIP
+    plain steps: the curve never prices a draft below a plain step); the booked costs are those of
+    always clipping by the curve, stalls included."""
+    from codespec.proposers.costs import CLIP
+
+    def always_clipped(costs: ForwardCosts, k: int, seconds: float) -> None:
+        if k and costs.drafted.sw >= 3.0:
+            seconds = min(seconds, CLIP * costs.curve()(k))
+        if k:
+            costs.drafted.add(k, seconds)
+            costs.table.add(k, seconds)
+        else:
+            ForwardCosts.add(costs, 0, seconds)
+
+    fast, reference = ForwardCosts(decay=0.98), ForwardCosts(decay=0.98)
+    steps = [(k % 17, 0.01 + 0.001 * (k % 17) + (0.2 if k % 11 == 0 else 0.0)) for k in range(300)]
+    for k, seconds in steps:
+        fast.add(k, seconds)
+        always_clipped(reference, k, seconds)
+    assert fast.verify_fit() == reference.verify_fit()
+    assert [fast.curve()(k) for k in range(40)] == [reference.curve()(k) for k in range(40)]

@@ -301,3 +301,16 @@ def test_match_length_grows_while_copying_and_restarts_at_a_reanchoring(codec):
     after_edit = edited.index("return result - 3") + len("return result - 3\n\n")
     reanchored = step_to(pointer, [], cut_after(codec, edited, after_edit + 12))
     assert reanchored.token_ids and reanchored.match.match_len < late  # a fresh anchoring starts again
+
+
+def test_pieces_are_each_tokens_bytes(tokenizer):
+    """``TokenBytes.pieces`` (the table read in C) gives ``token`` for every id, and the copy
+    pointer's offsets and bytes follow from them."""
+    codec = TokenBytes(tokenizer)
+    ids = codec.encode("def área(w, h):\n    return w * h  # ok\n")
+    fresh = TokenBytes(tokenizer)
+    assert fresh.pieces(ids) == [codec.token(t) for t in ids]
+    pointer = ReferenceLookup("def área(w, h):\n    return w * h  # ok\n", codec)
+    offsets = [sum(len(codec.token(t)) for t in pointer._ids[:n]) for n in range(len(pointer._ids))]
+    assert pointer._starts == offsets and pointer._ref == codec.join(pointer._ids)
+    assert pointer._index_at == {offset: n for n, offset in enumerate(offsets)}
