@@ -1,5 +1,6 @@
-"""What one HTTP request does with the engine (``http_api.server`` routes to it): the request it builds,
-the generation it streams or answers, the prediction tokens it counts.
+"""What one HTTP request does with the engine (``http_api.server`` routes to it): the OpenAI handlers
+(:class:`OpenAiApi`), the request they build, the generation it streams or answers, the prediction
+tokens it counts.
 
 :class:`HttpDoor` builds engine requests with the service's request builders (the ones every door uses) and
 holds the count of running generations. :class:`Generation` is the response, an ASGI app of its
@@ -21,6 +22,8 @@ from collections.abc import Callable
 from codespec.core.errors import CodespecError, ContextLengthError, InvalidRequestError, ServiceClosedError
 from codespec.core.finish import FinishReason
 from codespec.core.next_edit_prompts import zeta_edits, zeta_excerpt
+from codespec.http_api.bodies import BODIES_IN_FLIGHT, BodyBudget
+from codespec.http_api.bodies import read_json as read_body
 from codespec.http_api.schema import (
     ALIAS,
     COMPLETION_DEFAULT_MAX_TOKENS,
@@ -32,6 +35,10 @@ from codespec.http_api.schema import (
     completion_response,
     error_body,
     json_text,
+    models_response,
+    new_id,
+    parse_chat,
+    parse_completion,
     rewrite_parts,
     sse,
     text_chunk,
@@ -69,11 +76,16 @@ class HttpDoor:
         self.draft_id = draft
         self.created = int(time.time())
         self.running = 0
+        self.budget = BodyBudget(BODIES_IN_FLIGHT * limits.max_body_bytes)  # all bodies being read at once
         self._tokenizer = None  # a private copy (a fast tokenizer must not be shared across threads)
         self._tokenizer_lock = threading.Lock()
         self._copying: asyncio.Lock | None = None
 
     # ---- requests ---------------------------------------------------------------------------
+    async def read_json(self, request) -> dict:
+        """A request's body as a JSON object, within the body limit and the budget of all bodies."""
+        return await read_body(request, self.limits.max_body_bytes, self.budget)
+
     def served_models(self) -> tuple[str, ...]:
         """The ``model`` names a request may ask for: the loaded target and the ``codespec`` alias."""
         return tuple(dict.fromkeys([self.model_id, ALIAS]))
@@ -228,6 +240,59 @@ class HttpDoor:
 
     def release(self) -> None:
         self.running -= 1
+
+
+class OpenAiApi:
+    """The OpenAI handlers over one :class:`HttpDoor`: read the body, build the engine request,
+    answer with a :class:`Generation`."""
+
+    def __init__(self, door: HttpDoor) -> None:
+        self.door = door
+
+    def routes(self) -> list:
+        from starlette.routing import Route
+
+        return [
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+        ]
+
+    async def models(self, request):
+        from starlette.responses import JSONResponse
+
+        door = self.door
+        return JSONResponse(models_response(door.model_id, door.draft_id, door.created))
+
+    async def completions(self, request):
+        door = self.door
+        body = parse_completion(await door.read_json(request))
+        generation = door.completion(body)
+        door.check_fits(generation, "prompt")  # before it counts as running: refused at once, never a 429
+        door.acquire()
+        return Generation(
+            door,
+            generation,
+            Envelope(new_id("cmpl"), door.model_id, "text_completion"),
+            body.call.stream,
+            body.call.include_usage,
+            body.prediction,
+        )
+
+    async def chat_completions(self, request):
+        door = self.door
+        body = parse_chat(await door.read_json(request))
+        generation = await door.chat(body)
+        door.check_fits(generation, "messages")
+        door.acquire()
+        return Generation(
+            door,
+            generation,
+            Envelope(new_id("chatcmpl"), door.model_id, "chat.completion"),
+            body.call.stream,
+            body.call.include_usage,
+            body.prediction,
+        )
 
 
 class JobRun:
