@@ -21,6 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
+from codespec import __version__
 from codespec.http_api.llama_schema import (
     CompletionBody,
     ExtraChunk,
@@ -37,6 +38,7 @@ from codespec.http_api.llama_schema import (
 )
 from codespec.http_api.routes import SSE_HEADERS, HttpDoor, JobRun, job_failure, send_json
 from codespec.http_api.schema import ApiError, sse
+from codespec.proposers.token_bytes import TokenBytes
 from codespec.service.engine.jobs import JobResult
 from codespec.service.requests.inline import completion_request
 from codespec.service.requests.schema import GenerationRequest, prompt_request
@@ -308,8 +310,6 @@ def llama_routes(door: HttpDoor, read_json: Callable[..., Awaitable[dict]]) -> l
         return JSONResponse({"status": "ok"})
 
     async def props(request: Request):
-        from codespec import __version__
-
         body = props_body(
             door.model_id, door.service.target.max_context, door.limits.max_requests, door.running > 0, __version__
         )
@@ -361,6 +361,4 @@ def _piece(tokenizer, token: int) -> str | list[int]:
     text = tokenizer.decode([token])
     if "\ufffd" not in text:
         return text
-    from codespec.proposers.token_bytes import TokenBytes
-
     return list(TokenBytes(tokenizer).token(token))
