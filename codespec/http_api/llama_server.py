@@ -63,13 +63,11 @@ class ChunkTokens:
         texts = [chunk.text for chunk in chunks if chunk.text]
         new = [text for text in dict.fromkeys(texts) if text not in self._tokens]
         if new:
-            tokenizer = await self.door.tokenizer()
 
-            def encode() -> list[tuple[int, ...]]:
-                with self.door._tokenizer_lock:  # the door's tokenizer copy is not shared across threads
-                    return [tuple(tokenizer.encode(text, add_special_tokens=False)) for text in new]
+            def encode(tokenizer) -> list[tuple[int, ...]]:
+                return [tuple(tokenizer.encode(text, add_special_tokens=False)) for text in new]
 
-            for text, ids in zip(new, await asyncio.to_thread(encode), strict=True):
+            for text, ids in zip(new, await self.door.tokenizer.run(encode), strict=True):
                 self._remember(text, ids)
                 self._record_history(text)
         picked: list[tuple[int, ...]] = []
@@ -317,32 +315,30 @@ def llama_routes(door: HttpDoor, read_json: Callable[..., Awaitable[dict]]) -> l
 
     async def tokenize(request: Request):
         body = parse_tokenize(await read_json(request))
-        tokenizer = await door.tokenizer()
 
-        def encode() -> dict:
-            with door._tokenizer_lock:
-                ids = tokenizer(
-                    body.content, add_special_tokens=body.add_special, split_special_tokens=not body.parse_special
-                )["input_ids"]
-                if not body.with_pieces:
-                    return {"tokens": ids}
-                return {"tokens": [{"id": token, "piece": _piece(tokenizer, token)} for token in ids]}
+        def encode(tokenizer) -> dict:
+            ids = tokenizer(
+                body.content, add_special_tokens=body.add_special, split_special_tokens=not body.parse_special
+            )["input_ids"]
+            if not body.with_pieces:
+                return {"tokens": ids}
+            return {"tokens": [{"id": token, "piece": _piece(tokenizer, token)} for token in ids]}
 
-        return JSONResponse(await asyncio.to_thread(encode))
+        return JSONResponse(await door.tokenizer.run(encode))
 
     async def detokenize(request: Request):
         tokens = parse_detokenize(await read_json(request))
-        tokenizer = await door.tokenizer()
-        size = len(tokenizer)
-        bad = next((token for token in tokens if not 0 <= token < size), None)
-        if bad is not None:
-            raise ApiError(400, f"token id {bad} is outside the vocabulary (0..{size - 1})", "tokens", "invalid_value")
 
-        def decode() -> dict:
-            with door._tokenizer_lock:
-                return {"content": tokenizer.decode(tokens)}
+        def decode(tokenizer) -> dict:
+            size = len(tokenizer)
+            bad = next((token for token in tokens if not 0 <= token < size), None)
+            if bad is not None:
+                raise ApiError(
+                    400, f"token id {bad} is outside the vocabulary (0..{size - 1})", "tokens", "invalid_value"
+                )
+            return {"content": tokenizer.decode(tokens)}
 
-        return JSONResponse(await asyncio.to_thread(decode))
+        return JSONResponse(await door.tokenizer.run(decode))
 
     return [
         Route("/infill", infill, methods=["POST"]),

@@ -13,9 +13,7 @@ the context) is still a plain 400.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -45,7 +43,7 @@ from codespec.http_api.schema import (
     usage_body,
     usage_chunk,
 )
-from codespec.service.doors.predictions import prediction_counts
+from codespec.service.doors.predictions import DoorTokenizer
 from codespec.service.engine.jobs import AsyncJob, JobResult
 from codespec.service.engine.service import EngineService
 from codespec.service.requests.edit import edit_request, plan_text_edit
@@ -77,9 +75,7 @@ class HttpDoor:
         self.created = int(time.time())
         self.running = 0
         self.budget = BodyBudget(BODIES_IN_FLIGHT * limits.max_body_bytes)  # all bodies being read at once
-        self._tokenizer = None  # a private copy (a fast tokenizer must not be shared across threads)
-        self._tokenizer_lock = threading.Lock()
-        self._copying: asyncio.Lock | None = None
+        self.tokenizer = DoorTokenizer(service)  # the door's own copy, used off the event loop
 
     # ---- requests ---------------------------------------------------------------------------
     async def read_json(self, request) -> dict:
@@ -181,40 +177,23 @@ class HttpDoor:
         )
 
     async def _render_chat(self, messages) -> str:
-        tokenizer = await self.tokenizer()
-
-        def render() -> str:
-            with self._tokenizer_lock:
+        def render(tokenizer) -> str | Exception:
+            try:
                 return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+            except Exception as error:  # the template refuses these messages (roles, order)
+                return error
 
-        try:
-            return await asyncio.to_thread(render)
-        except Exception as error:  # the template refuses these messages (roles, order)
+        rendered = await self.tokenizer.run(render)
+        if isinstance(rendered, Exception):
             raise ApiError(
-                400, f"the model's chat template refused these messages: {error}", "messages", "invalid_value"
-            ) from None
-
-    async def tokenizer(self):
-        """A private copy of the target's tokenizer, made once on the engine thread."""
-        if self._tokenizer is None:
-            if self._copying is None:
-                self._copying = asyncio.Lock()
-            async with self._copying:
-                if self._tokenizer is None:
-                    tokenizer = self.service.target.tokenizer
-                    self._tokenizer = await self.service.acall(lambda: copy.deepcopy(tokenizer))
-        return self._tokenizer
+                400, f"the model's chat template refused these messages: {rendered}", "messages", "invalid_value"
+            )
+        return rendered
 
     async def prediction_tokens(self, prediction: str, text: str) -> tuple[int, int]:
         """(accepted, rejected) as OpenAI defines them: the prediction's tokens that appear in the
         completion (aligned in order, as a diff aligns them), and those that do not."""
-        tokenizer = await self.tokenizer()
-
-        def count() -> tuple[int, int]:
-            with self._tokenizer_lock:
-                return prediction_counts(tokenizer, prediction, text)
-
-        return await asyncio.to_thread(count)
+        return await self.tokenizer.prediction_counts(prediction, text)
 
     def check_fits(self, request: GenerationRequest, prompt_param: str) -> None:
         """A request that surely cannot fit the context is a 400 now (lengths only, no tokenizing),
