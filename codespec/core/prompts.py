@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from codespec.core.errors import InvalidRequestError
+
 # The shipped default model's special tokens (Qwen2.5-Coder's names).
 FIM_PREFIX = "<|fim_prefix|>"
 FIM_SUFFIX = "<|fim_suffix|>"
@@ -149,8 +151,6 @@ def resolve_format(tokenizer: Any, name: str | None = None) -> PromptFormat:
     if name in (None, "", "auto"):
         return detect_format(tokenizer)
     if name not in FORMATS:
-        from codespec.core.errors import InvalidRequestError
-
         raise InvalidRequestError(f"unknown prompt format {name!r}; use auto or one of {', '.join(FORMAT_NAMES)}")
     return FORMATS[name]
 

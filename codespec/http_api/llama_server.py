@@ -21,6 +21,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
+from codespec import __version__
 from codespec.http_api.llama_schema import (
     CompletionBody,
     ExtraChunk,
@@ -37,6 +38,7 @@ from codespec.http_api.llama_schema import (
 )
 from codespec.http_api.routes import SSE_HEADERS, HttpDoor, JobRun, job_failure, send_json
 from codespec.http_api.schema import ApiError, sse
+from codespec.proposers.token_bytes import TokenBytes
 from codespec.service.engine.jobs import JobResult
 from codespec.service.requests.inline import completion_request
 from codespec.service.requests.schema import GenerationRequest, prompt_request
@@ -61,13 +63,11 @@ class ChunkTokens:
         texts = [chunk.text for chunk in chunks if chunk.text]
         new = [text for text in dict.fromkeys(texts) if text not in self._tokens]
         if new:
-            tokenizer = await self.door.tokenizer()
 
-            def encode() -> list[tuple[int, ...]]:
-                with self.door._tokenizer_lock:  # the door's tokenizer copy is not shared across threads
-                    return [tuple(tokenizer.encode(text, add_special_tokens=False)) for text in new]
+            def encode(tokenizer) -> list[tuple[int, ...]]:
+                return [tuple(tokenizer.encode(text, add_special_tokens=False)) for text in new]
 
-            for text, ids in zip(new, await asyncio.to_thread(encode), strict=True):
+            for text, ids in zip(new, await self.door.tokenizer.run(encode), strict=True):
                 self._remember(text, ids)
                 self._record_history(text)
         picked: list[tuple[int, ...]] = []
@@ -308,8 +308,6 @@ def llama_routes(door: HttpDoor, read_json: Callable[..., Awaitable[dict]]) -> l
         return JSONResponse({"status": "ok"})
 
     async def props(request: Request):
-        from codespec import __version__
-
         body = props_body(
             door.model_id, door.service.target.max_context, door.limits.max_requests, door.running > 0, __version__
         )
@@ -317,32 +315,30 @@ def llama_routes(door: HttpDoor, read_json: Callable[..., Awaitable[dict]]) -> l
 
     async def tokenize(request: Request):
         body = parse_tokenize(await read_json(request))
-        tokenizer = await door.tokenizer()
 
-        def encode() -> dict:
-            with door._tokenizer_lock:
-                ids = tokenizer(
-                    body.content, add_special_tokens=body.add_special, split_special_tokens=not body.parse_special
-                )["input_ids"]
-                if not body.with_pieces:
-                    return {"tokens": ids}
-                return {"tokens": [{"id": token, "piece": _piece(tokenizer, token)} for token in ids]}
+        def encode(tokenizer) -> dict:
+            ids = tokenizer(
+                body.content, add_special_tokens=body.add_special, split_special_tokens=not body.parse_special
+            )["input_ids"]
+            if not body.with_pieces:
+                return {"tokens": ids}
+            return {"tokens": [{"id": token, "piece": _piece(tokenizer, token)} for token in ids]}
 
-        return JSONResponse(await asyncio.to_thread(encode))
+        return JSONResponse(await door.tokenizer.run(encode))
 
     async def detokenize(request: Request):
         tokens = parse_detokenize(await read_json(request))
-        tokenizer = await door.tokenizer()
-        size = len(tokenizer)
-        bad = next((token for token in tokens if not 0 <= token < size), None)
-        if bad is not None:
-            raise ApiError(400, f"token id {bad} is outside the vocabulary (0..{size - 1})", "tokens", "invalid_value")
 
-        def decode() -> dict:
-            with door._tokenizer_lock:
-                return {"content": tokenizer.decode(tokens)}
+        def decode(tokenizer) -> dict:
+            size = len(tokenizer)
+            bad = next((token for token in tokens if not 0 <= token < size), None)
+            if bad is not None:
+                raise ApiError(
+                    400, f"token id {bad} is outside the vocabulary (0..{size - 1})", "tokens", "invalid_value"
+                )
+            return {"content": tokenizer.decode(tokens)}
 
-        return JSONResponse(await asyncio.to_thread(decode))
+        return JSONResponse(await door.tokenizer.run(decode))
 
     return [
         Route("/infill", infill, methods=["POST"]),
@@ -361,6 +357,4 @@ def _piece(tokenizer, token: int) -> str | list[int]:
     text = tokenizer.decode([token])
     if "\ufffd" not in text:
         return text
-    from codespec.proposers.token_bytes import TokenBytes
-
     return list(TokenBytes(tokenizer).token(token))

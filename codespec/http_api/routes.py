@@ -1,5 +1,6 @@
-"""What one HTTP request does with the engine (``http_api.server`` routes to it): the request it builds,
-the generation it streams or answers, the prediction tokens it counts.
+"""What one HTTP request does with the engine (``http_api.server`` routes to it): the OpenAI handlers
+(:class:`OpenAiApi`), the request they build, the generation it streams or answers, the prediction
+tokens it counts.
 
 :class:`HttpDoor` builds engine requests with the service's request builders (the ones every door uses) and
 holds the count of running generations. :class:`Generation` is the response, an ASGI app of its
@@ -12,15 +13,15 @@ the context) is still a plain 400.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
-import threading
 import time
 from collections.abc import Callable
 
 from codespec.core.errors import CodespecError, ContextLengthError, InvalidRequestError, ServiceClosedError
 from codespec.core.finish import FinishReason
 from codespec.core.next_edit_prompts import zeta_edits, zeta_excerpt
+from codespec.http_api.bodies import BODIES_IN_FLIGHT, BodyBudget
+from codespec.http_api.bodies import read_json as read_body
 from codespec.http_api.schema import (
     ALIAS,
     COMPLETION_DEFAULT_MAX_TOKENS,
@@ -32,13 +33,17 @@ from codespec.http_api.schema import (
     completion_response,
     error_body,
     json_text,
+    models_response,
+    new_id,
+    parse_chat,
+    parse_completion,
     rewrite_parts,
     sse,
     text_chunk,
     usage_body,
     usage_chunk,
 )
-from codespec.service.doors.predictions import prediction_counts
+from codespec.service.doors.predictions import DoorTokenizer
 from codespec.service.engine.jobs import AsyncJob, JobResult
 from codespec.service.engine.service import EngineService
 from codespec.service.requests.edit import edit_request, plan_text_edit
@@ -69,11 +74,14 @@ class HttpDoor:
         self.draft_id = draft
         self.created = int(time.time())
         self.running = 0
-        self._tokenizer = None  # a private copy (a fast tokenizer must not be shared across threads)
-        self._tokenizer_lock = threading.Lock()
-        self._copying: asyncio.Lock | None = None
+        self.budget = BodyBudget(BODIES_IN_FLIGHT * limits.max_body_bytes)  # all bodies being read at once
+        self.tokenizer = DoorTokenizer(service)  # the door's own copy, used off the event loop
 
     # ---- requests ---------------------------------------------------------------------------
+    async def read_json(self, request) -> dict:
+        """A request's body as a JSON object, within the body limit and the budget of all bodies."""
+        return await read_body(request, self.limits.max_body_bytes, self.budget)
+
     def served_models(self) -> tuple[str, ...]:
         """The ``model`` names a request may ask for: the loaded target and the ``codespec`` alias."""
         return tuple(dict.fromkeys([self.model_id, ALIAS]))
@@ -169,40 +177,23 @@ class HttpDoor:
         )
 
     async def _render_chat(self, messages) -> str:
-        tokenizer = await self.tokenizer()
-
-        def render() -> str:
-            with self._tokenizer_lock:
+        def render(tokenizer) -> str | Exception:
+            try:
                 return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+            except Exception as error:  # the template refuses these messages (roles, order)
+                return error
 
-        try:
-            return await asyncio.to_thread(render)
-        except Exception as error:  # the template refuses these messages (roles, order)
+        rendered = await self.tokenizer.run(render)
+        if isinstance(rendered, Exception):
             raise ApiError(
-                400, f"the model's chat template refused these messages: {error}", "messages", "invalid_value"
-            ) from None
-
-    async def tokenizer(self):
-        """A private copy of the target's tokenizer, made once on the engine thread."""
-        if self._tokenizer is None:
-            if self._copying is None:
-                self._copying = asyncio.Lock()
-            async with self._copying:
-                if self._tokenizer is None:
-                    tokenizer = self.service.target.tokenizer
-                    self._tokenizer = await self.service.acall(lambda: copy.deepcopy(tokenizer))
-        return self._tokenizer
+                400, f"the model's chat template refused these messages: {rendered}", "messages", "invalid_value"
+            )
+        return rendered
 
     async def prediction_tokens(self, prediction: str, text: str) -> tuple[int, int]:
         """(accepted, rejected) as OpenAI defines them: the prediction's tokens that appear in the
         completion (aligned in order, as a diff aligns them), and those that do not."""
-        tokenizer = await self.tokenizer()
-
-        def count() -> tuple[int, int]:
-            with self._tokenizer_lock:
-                return prediction_counts(tokenizer, prediction, text)
-
-        return await asyncio.to_thread(count)
+        return await self.tokenizer.prediction_counts(prediction, text)
 
     def check_fits(self, request: GenerationRequest, prompt_param: str) -> None:
         """A request that surely cannot fit the context is a 400 now (lengths only, no tokenizing),
@@ -228,6 +219,59 @@ class HttpDoor:
 
     def release(self) -> None:
         self.running -= 1
+
+
+class OpenAiApi:
+    """The OpenAI handlers over one :class:`HttpDoor`: read the body, build the engine request,
+    answer with a :class:`Generation`."""
+
+    def __init__(self, door: HttpDoor) -> None:
+        self.door = door
+
+    def routes(self) -> list:
+        from starlette.routing import Route
+
+        return [
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+        ]
+
+    async def models(self, request):
+        from starlette.responses import JSONResponse
+
+        door = self.door
+        return JSONResponse(models_response(door.model_id, door.draft_id, door.created))
+
+    async def completions(self, request):
+        door = self.door
+        body = parse_completion(await door.read_json(request))
+        generation = door.completion(body)
+        door.check_fits(generation, "prompt")  # before it counts as running: refused at once, never a 429
+        door.acquire()
+        return Generation(
+            door,
+            generation,
+            Envelope(new_id("cmpl"), door.model_id, "text_completion"),
+            body.call.stream,
+            body.call.include_usage,
+            body.prediction,
+        )
+
+    async def chat_completions(self, request):
+        door = self.door
+        body = parse_chat(await door.read_json(request))
+        generation = await door.chat(body)
+        door.check_fits(generation, "messages")
+        door.acquire()
+        return Generation(
+            door,
+            generation,
+            Envelope(new_id("chatcmpl"), door.model_id, "chat.completion"),
+            body.call.stream,
+            body.call.include_usage,
+            body.prediction,
+        )
 
 
 class JobRun:

@@ -22,20 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from codespec.core.errors import CodespecError
-from codespec.http_api.bodies import BODIES_IN_FLIGHT, BodyBudget
-from codespec.http_api.bodies import read_json as read_body
 from codespec.http_api.llama_server import llama_routes
 from codespec.http_api.ollama import ollama_routes
-from codespec.http_api.routes import Generation, HttpDoor, send_json
-from codespec.http_api.schema import (
-    ApiError,
-    Envelope,
-    error_body,
-    models_response,
-    new_id,
-    parse_chat,
-    parse_completion,
-)
+from codespec.http_api.routes import HttpDoor, OpenAiApi, send_json
+from codespec.http_api.schema import ApiError, error_body
 from codespec.service.doors.auth import Listen, presented_token
 from codespec.service.engine.service import EngineService
 from codespec.service.requests.options import HttpLimits, ServerOptions
@@ -137,45 +127,8 @@ def build_app(
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse
-    from starlette.routing import Route
 
     door = HttpDoor(service, options, limits, draft)
-
-    budget = BodyBudget(BODIES_IN_FLIGHT * limits.max_body_bytes)
-
-    async def read_json(request: Request) -> dict:
-        return await read_body(request, limits.max_body_bytes, budget)
-
-    async def models(request: Request):
-        return JSONResponse(models_response(door.model_id, door.draft_id, door.created))
-
-    async def completions(request: Request):
-        body = parse_completion(await read_json(request))
-        generation = door.completion(body)
-        door.check_fits(generation, "prompt")  # before it counts as running: refused at once, never a 429
-        door.acquire()
-        return Generation(
-            door,
-            generation,
-            Envelope(new_id("cmpl"), door.model_id, "text_completion"),
-            body.call.stream,
-            body.call.include_usage,
-            body.prediction,
-        )
-
-    async def chat_completions(request: Request):
-        body = parse_chat(await read_json(request))
-        generation = await door.chat(body)
-        door.check_fits(generation, "messages")
-        door.acquire()
-        return Generation(
-            door,
-            generation,
-            Envelope(new_id("chatcmpl"), door.model_id, "chat.completion"),
-            body.call.stream,
-            body.call.include_usage,
-            body.prediction,
-        )
 
     async def api_error(request: Request, error: ApiError):
         return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
@@ -213,11 +166,9 @@ def build_app(
     }
     app = Starlette(
         routes=[
-            Route("/v1/models", models, methods=["GET"]),
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-            *ollama_routes(door, read_json),  # Ollama's API: /api/generate, /api/chat, ... (http_api.ollama)
-            *llama_routes(door, read_json),  # llama.cpp server's API (llama.vim, llama.vscode)
+            *OpenAiApi(door).routes(),  # /v1/models, /v1/completions, /v1/chat/completions (http_api.routes)
+            *ollama_routes(door, door.read_json),  # Ollama's API: /api/generate, /api/chat, ... (http_api.ollama)
+            *llama_routes(door, door.read_json),  # llama.cpp server's API (llama.vim, llama.vscode)
         ],
         exception_handlers=handlers,
     )

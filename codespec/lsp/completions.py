@@ -38,6 +38,7 @@ async def complete_at(
 ) -> tuple[str, types.Position] | None:
     """The completion text at ``position`` (None when superseded, cancelled or empty)."""
     document = ls.documents.get(uri)
+    cancel_warm(ls, uri)  # this request prefills what it needs itself
     text = document.text
     offset = ls.offset_of(text, position)
     options = ls.options
@@ -52,7 +53,6 @@ async def complete_at(
         reference=typed_along(ls.suggestions.get(uri), text, offset),
         origin="lsp",
     )
-    cancel_warm(ls, uri)  # this request prefills what it needs itself
     result = await ls.inflight.run(ls.engine, uri, request)  # a newer request supersedes this one
     completion = trim_completion(result.text, context)
     if result.reason == FinishReason.CANCELLED or not completion:

@@ -24,6 +24,8 @@ before a handler runs; the table of error codes is in docs/protocol.md. Document
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import sys
 import uuid
@@ -33,8 +35,10 @@ from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInvalidParams
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 
+from codespec import __version__
 from codespec.core.errors import CodespecError
 from codespec.lsp.completions import ACCEPTED_COMMAND, accepted_command, complete_at
 from codespec.lsp.documents import Debouncer, DocumentNotOpen, DocumentStore
@@ -44,6 +48,7 @@ from codespec.lsp.next_edits import NextEdits
 from codespec.lsp.rpc import SERVER_NOT_INITIALIZED, CodespecProtocol, attach_stop_event, serve_frames
 from codespec.lsp.sources import BlockingSource
 from codespec.lsp.workspace import add_to_index, cancel_warm, log_failure, note_too_large, run_indexing, schedule_warm
+from codespec.service.doors import logsafe
 from codespec.service.doors.logsafe import clip
 from codespec.service.doors.predictions import DoorTokenizer
 from codespec.service.engine import indexing
@@ -72,8 +77,6 @@ MAX_ACCEPTED_CHARS = 1 << 16  # codespec.accepted text (a completion is a few hu
 
 class CodespecServer(LanguageServer):
     def __init__(self, base_options: ServerOptions = ServerOptions()) -> None:
-        from codespec import __version__
-
         super().__init__(
             "codespec", __version__ if isinstance(__version__, str) else "0", protocol_cls=CodespecProtocol
         )
@@ -112,10 +115,6 @@ class CodespecServer(LanguageServer):
     def start_io(self, stdin=None, stdout=None) -> None:
         """Serve LSP over stdio until the input ends or the client says exit: pygls's loop, with
         ``lsp.framing`` reading the frames (a bad one is answered and skipped, never fatal)."""
-        from pygls.io_ import StdoutWriter
-
-        from codespec.service.doors import logsafe
-
         logsafe.install()
         stop_event = attach_stop_event(self)
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
@@ -191,9 +190,6 @@ def client_errors(handler):
     """Turn what the client got wrong into InvalidParams and engine refusals into RequestFailed,
     with the message (clipped: it may quote a megabyte URI); a request while the model is still
     loading is ServerNotInitialized; anything else stays an internal error (logged by lsp.rpc)."""
-    import functools
-    import inspect
-
     signature = inspect.signature(handler)
 
     @functools.wraps(handler)

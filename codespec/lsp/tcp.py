@@ -20,6 +20,12 @@ import re
 import threading
 from collections.abc import Callable
 
+from codespec.lsp.framing import DEFAULT_MAX_MESSAGE_BYTES, FrameReader
+from codespec.lsp.held import holdable
+from codespec.lsp.rpc import serve_frames
+from codespec.lsp.sources import stream_source
+from codespec.service.doors import logsafe
+
 log = logging.getLogger(__name__)
 
 LSP_FIRST_LINE = re.compile(rb"^Content-(Length|Type):", re.IGNORECASE)
@@ -46,12 +52,6 @@ async def serve_tcp(server, host: str, port: int, ready: Callable[[int], None] |
     ``protocol.set_writer`` and ``shutdown`` are used: the stop event and the listener are ours, so
     nothing depends on the private fields pygls's own ``start_tcp`` keeps them in.
     """
-    from codespec.lsp.framing import DEFAULT_MAX_MESSAGE_BYTES, FrameReader
-    from codespec.lsp.held import holdable
-    from codespec.lsp.rpc import serve_frames
-    from codespec.lsp.sources import stream_source
-    from codespec.service.doors import logsafe
-
     logsafe.install()
 
     def max_bytes() -> int:  # the client's initializationOptions may set it

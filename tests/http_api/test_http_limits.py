@@ -11,7 +11,7 @@ import socket
 from hosted import LONG_CHAT, TOKEN, WAIT_S, Hosted, assert_error, httpx2, post, wait_for
 
 from codespec.http_api.bodies import BODIES_IN_FLIGHT
-from codespec.service.requests.admission import TokenBound
+from codespec.service.engine.preparing import TokenBound
 from codespec.service.requests.options import HttpLimits
 
 

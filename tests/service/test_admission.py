@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from codespec.service.requests.admission import SLICE_CHARS, SLICE_MARGIN, TokenBound, count_exceeds, slices
+from codespec.service.engine.preparing import SLICE_CHARS, SLICE_MARGIN, TokenBound, count_exceeds, slices
 
 
 @pytest.fixture(scope="module")

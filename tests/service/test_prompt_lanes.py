@@ -10,9 +10,8 @@ import threading
 import pytest
 
 from codespec.core.errors import InvalidRequestError
-from codespec.service.engine.preparing import SMALL_PROMPT_CHARS
+from codespec.service.engine.preparing import SMALL_PROMPT_CHARS, TokenBound
 from codespec.service.engine.service import EngineService
-from codespec.service.requests.admission import TokenBound
 from codespec.service.requests.schema import GenerationRequest
 
 WAIT_S = 60

@@ -7,6 +7,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
+from codespec.core.draft import CountsPrediction
 from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target
 from codespec.service.engine.jobs import Usage
@@ -131,8 +132,6 @@ class ServiceStats:
 def prediction_tokens(proposer, stats: RequestStats) -> tuple[int, int]:
     """Accepted/rejected reference tokens: from the proposer when it counts them, else from the
     steps whose draft came from the reference."""
-    from codespec.core.draft import CountsPrediction
-
     if isinstance(proposer, CountsPrediction):
         return proposer.accepted_prediction_tokens, proposer.rejected_prediction_tokens
     steps = [step for step in stats.steps if step.proposer.startswith("reference")]

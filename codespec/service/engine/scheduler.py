@@ -18,6 +18,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from codespec.core.decode import HOLD, Finished, StepPlan, TextDelta
+from codespec.core.draft import EMPTY_DRAFT, BatchShare
 from codespec.core.finish import FinishReason
 from codespec.core.stats import RequestStats
 from codespec.core.target import Target
@@ -139,9 +141,6 @@ class Scheduler:
         """One cycle: each active request plans its step (a draft, a prompt chunk), one
         ``forward_many`` runs them all, each request verifies and streams its own. A request that
         is over, cancelled or failed leaves before the forward."""
-        from codespec.core.decode import HOLD, StepPlan
-        from codespec.core.draft import EMPTY_DRAFT, BatchShare
-
         planned: list[tuple[Job, StepPlan]] = []
         typing = any(job.request.interactive and job.decoding is not None for job in self.active)
         running = [job for job in self.active if not (typing and self._yields(job))]
@@ -265,8 +264,6 @@ class Scheduler:
 
     def _deliver(self, job: Job, events: list) -> None:
         """Stream ``events`` to the job's caller; at ``Finished`` the job leaves with its result."""
-        from codespec.core.decode import Finished, TextDelta
-
         for event in events:
             if isinstance(event, TextDelta):
                 if job.on_delta is not None:
