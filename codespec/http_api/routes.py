@@ -244,34 +244,21 @@ class OpenAiApi:
         return JSONResponse(models_response(door.model_id, door.draft_id, door.created))
 
     async def completions(self, request):
-        door = self.door
-        body = parse_completion(await door.read_json(request))
-        generation = door.completion(body)
-        door.check_fits(generation, "prompt")  # before it counts as running: refused at once, never a 429
-        door.acquire()
-        return Generation(
-            door,
-            generation,
-            Envelope(new_id("cmpl"), door.model_id, "text_completion"),
-            body.call.stream,
-            body.call.include_usage,
-            body.prediction,
-        )
+        body = parse_completion(await self.door.read_json(request))
+        return self.generation(self.door.completion(body), body, "prompt", "cmpl", "text_completion")
 
     async def chat_completions(self, request):
+        body = parse_chat(await self.door.read_json(request))
+        return self.generation(await self.door.chat(body), body, "messages", "chatcmpl", "chat.completion")
+
+    def generation(self, generation, body, field: str, id_prefix: str, kind: str) -> Generation:
+        """The job that answers ``body``: refused at once when its prompt (``field``) cannot fit, before
+        it counts as running (never a 429), then given its place in the door."""
         door = self.door
-        body = parse_chat(await door.read_json(request))
-        generation = await door.chat(body)
-        door.check_fits(generation, "messages")
+        door.check_fits(generation, field)
         door.acquire()
-        return Generation(
-            door,
-            generation,
-            Envelope(new_id("chatcmpl"), door.model_id, "chat.completion"),
-            body.call.stream,
-            body.call.include_usage,
-            body.prediction,
-        )
+        envelope = Envelope(new_id(id_prefix), door.model_id, kind)
+        return Generation(door, generation, envelope, body.call.stream, body.call.include_usage, body.prediction)
 
 
 class JobRun:
