@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ TRANSPORT = {
     "http_api/server.py",  # the ASGI app's guard and the uvicorn server
     "http_api/uvicorn_adapter.py",
 }
+LOGGING = str(Path(logging.__file__).parent) + "/"  # the standard library's logging package
 DELIVERED = ("service/engine/jobs.py", "deliver")  # the engine hands the job a delta or its result
 
 
@@ -129,16 +131,26 @@ def returns(steps: list[Step]) -> list[str]:
 
 class Recorder:
     """Every call into a file under ``codespec/`` while ``on``: on this thread and on every thread
-    started while the recorder is installed (``threading.setprofile``)."""
+    started while the recorder is installed (``threading.setprofile``). Code that Python's logging
+    calls (a formatter a door installed for the process, e.g. ``logsafe``'s) is the process's log
+    plumbing, run for whatever logs, not a step of the request: not recorded."""
 
     def __init__(self) -> None:
         self.on = False
         self.events: list[tuple[str, str, str]] = []
         self._order = itertools.count()
         self._stamped: list[tuple[int, str, str, str]] = []
+        self._logging = threading.local()  # frames Python's logging called on this thread (a formatter)
 
     def _profile(self, frame, event, arg) -> None:
-        if self.on and event == "call":
+        if not self.on:
+            return
+        if event == "call" and frame.f_back is not None and frame.f_back.f_code.co_filename.startswith(LOGGING):
+            self._logging.frames = getattr(self._logging, "frames", set()) | {frame}
+        elif event == "return" and frame in getattr(self._logging, "frames", ()):
+            self._logging.frames.discard(frame)
+            return
+        if event == "call" and not getattr(self._logging, "frames", None):
             path = frame.f_code.co_filename
             if path.startswith(PRODUCT):
                 name = threading.current_thread().name
