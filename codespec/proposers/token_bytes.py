@@ -103,8 +103,7 @@ class TokenBytes:
             return [table[t] if t in table else self.token(t) for t in token_ids]
 
     def join(self, token_ids: Sequence[int]) -> bytes:
-        table = self._table
-        return b"".join(table[t] if t in table else self.token(t) for t in token_ids)
+        return b"".join(self.pieces(token_ids))
 
     def _compute(self, token_id: int) -> bytes:
         if token_id in self._special:
