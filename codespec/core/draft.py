@@ -151,6 +151,19 @@ class Proposer(Protocol):
 
 
 @runtime_checkable
+class Continues(Protocol):
+    """A proposer whose lookup drafts follow a chain (a copy pointer, a match's continuation) that
+    it can draft further than asked, so a caller may serve the next drafts from it while they are
+    accepted whole, and book them afterwards (``AutoProposer``; vLLM's drafter uses it)."""
+
+    def continuation(self, context: ProposeContext, max_len: int) -> tuple[int, ...]:
+        """This step's draft continued to up to ``max_len`` tokens; () when it cannot be."""
+
+    def credit(self, name: str, match_len: int | None, passed: int, rejected_next: bool, times: int = 1) -> None:
+        """Book ``times`` drafts alike of ``name``'s chain that the caller served without asking."""
+
+
+@runtime_checkable
 class CountsPrediction(Protocol):
     """A proposer drafting a client's predicted output (the copy pointer) counts its tokens the way
     OpenAI's ``usage.completion_tokens_details`` does."""

@@ -297,6 +297,22 @@ class AutoProposer:
                 self.probes.speculated()
         self._chosen, self._proposed, self._probing = None, False, False
 
+    def continuation(self, context: ProposeContext, max_len: int) -> tuple[int, ...]:
+        """This step's chosen lookup asked again for up to ``max_len`` tokens (its draft, then
+        further along the same chain), or () when no lookup drafted. Call between ``propose``
+        and ``observe``. A caller that sees the draft accepted whole and the chain continued
+        drafts the rest without asking again (``vllm_proposer.drafter``, "runway"), and books
+        those drafts with ``credit``."""
+        sub = self._chosen
+        if sub is None or sub.kind != LOOKUP or len(sub.draft) < context.max_len:
+            return ()  # a model's draft, or a chain that ends within this draft
+        return sub.proposer.propose(replace_max_len(context, max_len)).token_ids
+
+    def credit(self, name: str, match_len: int | None, passed: int, rejected_next: bool, times: int = 1) -> None:
+        """Book ``times`` drafts of ``name`` that a caller drafted from ``continuation`` without
+        asking: what ``observe`` would have recorded for each."""
+        self.acceptance.record(name, match_len, passed, rejected_next, times)
+
     def end(self) -> None:
         for sub in self.subs:
             try:

@@ -31,6 +31,8 @@ VECTOR_FROM = 48  # positions indexed at once from which numpy is faster than th
 def periodic_continuation(tokens: Sequence[int], end: int, max_len: int) -> tuple[int, ...]:
     """Up to ``max_len`` tokens copied from ``end``; past the sequence's end the copy reads its own
     output, so a repeating pattern of period p drafts the full length instead of stopping after p."""
+    if end + max_len <= len(tokens):  # within the sequence: a slice (the common case, in C)
+        return tuple(tokens[end : end + max_len])
     period = len(tokens) - end
     draft: list[int] = []
     for i in range(max_len):

@@ -71,20 +71,24 @@ class DepthAcceptance:
         self.reached: list[float] = []
         self.passed: list[float] = []
 
-    def record(self, passed: int, rejected_next: bool) -> None:
-        """Depths 1..passed were accepted; depth passed+1 was rejected if ``rejected_next``."""
+    def record(self, passed: int, rejected_next: bool, times: int = 1) -> None:
+        """Depths 1..passed were accepted; depth passed+1 was rejected if ``rejected_next``.
+        ``times``: that many drafts alike, booked at once exactly as one after another (each
+        decays the counts, then adds 1: n of them decay by d^n and add 1 + d + ... + d^(n-1))."""
         seen = passed + (1 if rejected_next else 0)
-        if seen == 0:
+        if seen == 0 or times <= 0:
             return
-        self.reached = [value * self.decay for value in self.reached]
-        self.passed = [value * self.decay for value in self.passed]
+        decay = self.decay**times
+        added = float(times) if self.decay == 1.0 else (1.0 - decay) / (1.0 - self.decay)
+        self.reached = [value * decay for value in self.reached]
+        self.passed = [value * decay for value in self.passed]
         while len(self.reached) < seen:
             self.reached.append(0.0)
             self.passed.append(0.0)
         for depth in range(seen):
-            self.reached[depth] += 1.0
+            self.reached[depth] += added
             if depth < passed:
-                self.passed[depth] += 1.0
+                self.passed[depth] += added
 
     @property
     def observations(self) -> float:
@@ -156,10 +160,10 @@ class AcceptanceTable:
             for name, table in self.by_proposer.items()
         }
 
-    def record(self, proposer: str, match_len: int | None, passed: int, rejected_next: bool) -> None:
-        self.by_proposer.setdefault(proposer, DepthAcceptance(self.decay)).record(passed, rejected_next)
+    def record(self, proposer: str, match_len: int | None, passed: int, rejected_next: bool, times: int = 1) -> None:
+        self.by_proposer.setdefault(proposer, DepthAcceptance(self.decay)).record(passed, rejected_next, times)
         key = (proposer, bucket(match_len))
-        self.by_bucket.setdefault(key, DepthAcceptance(self.decay)).record(passed, rejected_next)
+        self.by_bucket.setdefault(key, DepthAcceptance(self.decay)).record(passed, rejected_next, times)
 
     def estimates(
         self, proposer: str, match_len: int | None, length: int, continuation: float = 0.0, stop_below: float = 0.0

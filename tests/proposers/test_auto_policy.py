@@ -249,3 +249,20 @@ def test_a_step_is_clipped_as_the_curve_says_whether_or_not_the_curve_is_built()
         always_clipped(reference, k, seconds)
     assert fast.verify_fit() == reference.verify_fit()
     assert [fast.curve()(k) for k in range(40)] == [reference.curve()(k) for k in range(40)]
+
+
+@pytest.mark.parametrize("decay", [0.97, 1.0])
+def test_drafts_booked_together_count_as_booked_one_by_one(decay):
+    """A caller serving drafts from a runway books them afterwards, ``times`` at once: the counts
+    must be what one record per draft would have left."""
+    one_by_one, together = DepthAcceptance(decay), DepthAcceptance(decay)
+    for table in (one_by_one, together):
+        table.record(2, True)
+    for _ in range(5):
+        one_by_one.record(6, False)
+    together.record(6, False, times=5)
+    one_by_one.record(3, True)
+    together.record(3, True)
+    assert together.reached == pytest.approx(one_by_one.reached)
+    assert together.passed == pytest.approx(one_by_one.passed)
+    assert together.estimates(8, 0.5) == pytest.approx(one_by_one.estimates(8, 0.5))

@@ -278,3 +278,43 @@ def test_the_step_trace_says_what_each_row_drafted_and_at_what_cost(tmp_path, mo
     assert [r["rows"][0]["drafted"] + 1 for r in decoding] == [rows for rows, _ in steps]
     assert decoding[-1]["fit"][1] > 0 and not decoding[-1]["prefilled"]
     assert decoding[-1]["step_ms"] == pytest.approx(2.17 + 0.28 * steps[-2][0], abs=1e-3)
+
+
+@pytest.mark.parametrize("engine_class", [ScriptedEngine, ReindentEngine])
+def test_a_chain_accepted_whole_is_served_without_asking_and_drafts_as_well(engine_class, monkeypatch):
+    """While a planned draft is accepted whole and the next token sampled continues its chain, the
+    chain's next tokens are the next draft (no proposer call): as many tokens a step as asking
+    every step, on a copy edit and on a re-indent (where the chain breaks at every indent), with
+    auto's acceptance table booked for every draft served."""
+    import codespec.vllm_proposer.drafter as drafter_module
+
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    code = (Path(__file__).resolve().parents[2] / "codespec" / "proposers" / "policy.py").read_text()
+    sources = [code[start : start + 700] for start in range(0, 2800, 700)]
+
+    def run_edits(runway_drafts: int) -> tuple[float, dict, float]:
+        monkeypatch.setattr(drafter_module, "RUNWAY_DRAFTS", runway_drafts)
+        drafter = BatchDrafter(tokenizer, k=16, max_model_len=4096)
+        now = [0.0]
+        drafter.clock = lambda: now[0]
+        rows = tokens = 0
+        for source in sources:
+            engine = engine_class(tokenizer, source)
+            while not engine.done:
+                (draft,) = drafter.step([Row(np.array(engine.tokens), engine.sampled, 0)])
+                now[0] += 0.00217 + 0.00028 * (len(draft) + 1)
+                engine.verify(draft)
+                rows, tokens = rows + 1, tokens + engine.sampled
+            drafter.step([])
+            now[0] += 0.05
+        (state,) = drafter.assembly.policy_states()
+        booked = state.acceptance.by_proposer["reference"].observations
+        return tokens / rows, drafter.stats.summary(), booked
+
+    runway_drafts = drafter_module.RUNWAY_DRAFTS
+    asked, asked_stats, asked_booked = run_edits(1)  # every draft planned by the proposer
+    served, served_stats, served_booked = run_edits(runway_drafts)
+    assert asked_stats["served"] == 0 and served_stats["served"] > 0.2 * served_stats["steps"], served_stats
+    assert served >= 0.95 * asked, (served, asked)
+    # every draft of the copy pointer is booked, served or planned (counts decay alike either way)
+    assert served_booked == pytest.approx(asked_booked, rel=0.25)

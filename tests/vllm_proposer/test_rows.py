@@ -62,3 +62,16 @@ def test_memory_is_bounded_by_the_tracked_limit():
     for request in range(50):
         rows.step([Row(np.array([request, request + 1, request + 2]), 1)])
     assert len(rows) == 8 and len(closed) == 42
+
+
+def test_a_row_continuing_its_sequence_keeps_its_state_and_a_new_request_in_it_gets_a_fresh_one():
+    rows, made, _ = make_states()
+    first = rows.step([Row(np.array([1, 2, 3, 4]), 1, 0), Row(np.array([5, 6, 7, 8]), 1, 1)])
+    second = rows.step([Row(np.array([1, 2, 3, 4, 9, 9]), 2, 0), Row(np.array([5, 6, 7, 8, 1]), 1, 1)])
+    assert second == first and len(made) == 2
+    # row 1's request finished; a new one of the same length, ending alike, takes its row
+    third = rows.step([Row(np.array([1, 2, 3, 4, 9, 9, 3]), 1, 0), Row(np.array([6, 6, 7, 8, 1, 2]), 1, 1)])
+    assert third[0] is first[0] and third[1] is not first[1] and third[1]["prompt"] == [6, 6, 7, 8, 1]
+    # rows swapped: each request still finds its own state
+    fourth = rows.step([Row(np.array([6, 6, 7, 8, 1, 2, 4]), 1, 0), Row(np.array([1, 2, 3, 4, 9, 9, 3, 5]), 1, 1)])
+    assert fourth[0] is third[1] and fourth[1] is first[0]
