@@ -477,9 +477,11 @@ def build_auto(
     def allowed(name: str) -> bool:
         return wanted is None or name in wanted
 
-    lookups: list[Proposer] = [ContextLookup.from_setup(setup)] if allowed("context") else []
+    context = ContextLookup.from_setup(setup) if allowed("context") else None
+    lookups: list[Proposer] = [context] if context is not None else []
     if allowed("reference") and setup.request.reference is not None:
-        lookups.append(ReferenceLookup.from_setup(setup))
+        # the copy pointer drafts inserted text from the context lookup's table (one table, not two)
+        lookups.append(ReferenceLookup.from_setup(setup, text_lookup=context))
     if allowed("next-edit") and setup.request.reference is not None and setup.request.edits:
         next_edit = NextEditLookup.from_setup(setup)  # the window as the last edits change it
         if next_edit.changes:

@@ -87,6 +87,29 @@ class ContextLookup:
                 return Draft(periodic_continuation(tokens, end, max_len), self.name, match=MatchInfo(n, "context", end))
         return EMPTY_DRAFT
 
+    def propose_within(self, token_ids: Sequence[int], first: int, max_len: int) -> Draft:
+        """A draft from the latest match lying wholly at or after position ``first`` (a request's
+        output: ``ReferenceLookup``'s drafts for inserted text), from this lookup's own table over
+        the whole sequence: the same draft a lookup over ``token_ids[first:]`` alone would make
+        (its latest occurrence of each n-gram is this table's when that one starts at or after
+        ``first``, and there is none when this table's latest starts before), without a second
+        table extended by every token. Positions in the draft's match are relative to ``first``."""
+        tokens = self._sync(token_ids)
+        length = len(tokens)
+        self._index_until(length - 1)
+        longest = min(self.max_ngram, length - first - 1)
+        key, powers = 0, self._powers
+        keys = [0] * (max(longest, 0) + 1)
+        for n in range(1, longest + 1):
+            key = (key + tokens[length - n] * powers[n - 1]) & MASK
+            keys[n] = key
+        for n in range(longest, self.min_ngram - 1, -1):
+            end = self._latest_end[n].get(keys[n])
+            if end is not None and end - n >= first:
+                draft = periodic_continuation(tokens, end, max_len)
+                return Draft(draft, self.name, match=MatchInfo(n, "context", end - first))
+        return EMPTY_DRAFT
+
     def observe(self, outcome: Outcome) -> None:
         pass
 

@@ -57,14 +57,16 @@ class ReferenceLookup:
         min_score: float = -2.0,
         distance_weight: float = 0.5,
         replace_score: float = -2.0,
-        own_text: bool = True,
+        own_text: bool | ContextLookup = True,
         own_text_below: float = 4.0,
         tokenizer: Any = None,
     ) -> None:
         """``encode``: a transformers tokenizer, an object wrapping one (TokenizerAdapter), or a
         function text -> ids (a bound ``tokenizer.encode``; else pass ``tokenizer`` too, whose
         vocabulary maps ids to bytes). ``start``: character offset in ``reference`` where the
-        output begins."""
+        output begins. ``own_text``: draft inserted text from the output itself (True: with a
+        table of its own over the output), or the ``ContextLookup`` of the whole sequence that
+        its owner (auto) keeps current anyway, read for matches within the output."""
         if not isinstance(reference, str):
             raise TypeError(f"reference must be text, got {type(reference).__name__}")
         if isinstance(encode, TokenBytes):
@@ -74,8 +76,10 @@ class ReferenceLookup:
         else:
             self.codec = TokenBytes(encode)
         self.reference = reference
-        # Drafts for inserted text, from the output so far (the context rule).
-        self.own_text = ContextLookup() if own_text else None
+        # Drafts for inserted text, from the output so far (the context rule): a table of its own
+        # over the output, or the whole sequence's table its owner keeps (``shared_text``).
+        self.shared_text = own_text if isinstance(own_text, ContextLookup) else None
+        self.own_text = ContextLookup() if own_text is True else None
         self.own_text_below = own_text_below  # re-anchorings scoring less yield to a request-text match
         self.window_behind = window_behind
         self.window_ahead = window_ahead
@@ -96,7 +100,9 @@ class ReferenceLookup:
         self.begin(())
 
     @classmethod
-    def from_setup(cls, setup: ProposerSetup) -> ReferenceLookup:
+    def from_setup(cls, setup: ProposerSetup, text_lookup: ContextLookup | None = None) -> ReferenceLookup:
+        """``text_lookup``: the request's context lookup, kept current by its owner, to draft
+        inserted text from (when it matches as a table of the reference's own would); else its own."""
         request = setup.request
         if request.reference is None:
             raise ValueError(
@@ -104,7 +110,9 @@ class ReferenceLookup:
             )
         if setup.target is None:
             raise ValueError("the reference proposer needs the target (for its tokenizer)")
-        return cls(request.reference, setup.target.tokenizer, start=request.reference_start)
+        shared = text_lookup is not None and (text_lookup.max_ngram, text_lookup.min_ngram) == (8, 2)
+        own_text: bool | ContextLookup = text_lookup if shared and text_lookup is not None else True
+        return cls(request.reference, setup.target.tokenizer, start=request.reference_start, own_text=own_text)
 
     # -- protocol ---------------------------------------------------------------------------
 
@@ -133,7 +141,8 @@ class ReferenceLookup:
         if not self._aligned:
             tail_start = max(context.prompt_len, len(tokens) - TAIL_TOKENS)
             anchored = self._reanchor(tokens[tail_start:], len(tokens) - self._departed_at)
-            if self.own_text is not None and (not anchored or self.anchor_score < self.own_text_below):
+            drafts_own = self.own_text is not None or self.shared_text is not None
+            if drafts_own and (not anchored or self.anchor_score < self.own_text_below):
                 # Nothing in the reference explains the recent output well: it is new text, which
                 # often repeats lines just written. (Only the output is searched: the prompt mostly
                 # holds the reference again, and indexing it would cost milliseconds in one step.)
@@ -156,6 +165,8 @@ class ReferenceLookup:
         )
 
     def _own_text_draft(self, context: ProposeContext) -> Draft:
+        if self.shared_text is not None:
+            return self.shared_text.propose_within(context.token_ids, context.prompt_len, context.max_len)
         output = OutputView(context.token_ids, context.prompt_len)
         assert self.own_text is not None  # called only when the pointer drafts its own output
         return self.own_text.propose(ProposeContext(output, 0, context.max_len))

@@ -381,7 +381,7 @@ class BatchDrafter:
         """A new sequence: its proposer, given its request's prediction, else the code its prompt carries."""
         prompt = row.tokens[:prompt_len].tolist()
         prediction = self.references(row.index) if self.references is not None and row.index >= 0 else None
-        code = prediction or prompt_code(self.tokenizer.decode(prompt, skip_special_tokens=False), self.format)
+        code = prediction or prompt_code(self._decode(prompt), self.format)
         request = RequestContext(reference=code or None, index=self.index)
         # a proposer this sequence cannot have (the copy pointer without code, the index without
         # one) degrades to the next that can be built, ending at the context lookup's
@@ -393,6 +393,14 @@ class BatchDrafter:
         return Followed(
             proposer, prompt_len, bool(code), continues=proposer if isinstance(proposer, Continues) else None
         )
+
+    def _decode(self, ids: list[int]) -> str:
+        """A prompt's text, special tokens kept: through the fast tokenizer's own decoder where
+        there is one (transformers' ``decode`` checks every id in Python first: 0.1 ms a prompt)."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            return backend.decode(ids, skip_special_tokens=False)
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def _forget(self, state: Followed) -> None:
         self._land(state)

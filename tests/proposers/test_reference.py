@@ -314,3 +314,54 @@ def test_pieces_are_each_tokens_bytes(tokenizer):
     offsets = [sum(len(codec.token(t)) for t in pointer._ids[:n]) for n in range(len(pointer._ids))]
     assert pointer._starts == offsets and pointer._ref == codec.join(pointer._ids)
     assert pointer._index_at == {offset: n for n, offset in enumerate(offsets)}
+
+
+class Recording:
+    """A proposer's drafts, step by step (the test compares two pointers' drafts exactly)."""
+
+    def __init__(self, proposer) -> None:
+        self.proposer, self.name, self.drafts = proposer, proposer.name, []
+
+    def begin(self, prompt_ids):
+        self.proposer.begin(prompt_ids)
+
+    def propose(self, context):
+        draft = self.proposer.propose(context)
+        self.drafts.append((draft.token_ids, draft.match))
+        return draft
+
+    def observe(self, outcome):
+        self.proposer.observe(outcome)
+
+    def end(self):
+        self.proposer.end()
+
+
+def test_inserted_text_drafts_alike_from_the_requests_context_table_and_from_a_table_of_its_own(codec):
+    """Under auto the copy pointer drafts inserted text from the context lookup's table over the
+    whole sequence (read within the output) instead of a second table over the output: every
+    draft must be the one its own table gives, with the prompt holding the reference (so n-grams
+    of the prompt and ones spanning into the output are in the shared table and must not match)."""
+    from codespec.proposers.context import ContextLookup
+
+    source = _corpus()[0][:3000]
+    lines = source.splitlines(keepends=True)
+    edited = []
+    for number, line in enumerate(lines):  # insertions that repeat earlier output, deletions, changes
+        if number % 7 == 3:
+            edited += [line, "    # checked: " + line.strip()[:30] + "\n", line]
+        elif number % 11 == 5:
+            continue
+        else:
+            edited.append(line.replace("self", "this") if number % 5 == 0 else line)
+    prompt_ids = codec.encode("Rewrite it.\n" + source + "\nDone:\n")
+    output_ids = codec.encode("".join(edited))
+    own = Recording(ReferenceLookup(source, codec))
+    shared = Recording(ReferenceLookup(source, codec, own_text=ContextLookup()))
+    own_stats = replay(own, prompt_ids, output_ids, 16)
+    shared_stats = replay(shared, prompt_ids, output_ids, 16)
+    assert shared.drafts == own.drafts
+    assert [(s.draft_len, s.accepted) for s in shared_stats.steps] == [
+        (s.draft_len, s.accepted) for s in own_stats.steps
+    ]
+    assert sum(1 for _, match in own.drafts if match is not None and match.source == "context") >= 5
