@@ -264,13 +264,17 @@ def door_overhead(vllm_python: str, model: Path, requests: int = 30) -> dict:
 
 
 def compare(rows: list[dict]) -> None:
-    """Each row's outputs against vLLM's own greedy output at one client (no speculation): how many
-    differ, and how many diverge (neither a prefix of the other: codespec's completions stop early
-    on a degenerate loop, with a prefix of greedy decoding)."""
-    reference = next((row["texts"] for row in rows if row["method"] == "none" and row["clients"] == 1), None)
+    """Each row's outputs against vLLM's own greedy output (no speculation) at one client, or, in a
+    run without one, at the run's own concurrency (the batched greedy output the drafts are verified
+    against): how many differ, and how many diverge (neither a prefix of the other: codespec's
+    completions stop early on a degenerate loop, with a prefix of greedy decoding)."""
+    plain = [row for row in rows if row["method"] == "none"]
+    base = next((row for row in plain if row["clients"] == 1), plain[0] if plain else None)
+    reference = None if base is None else base["texts"]
     for row in rows:
         texts = row.pop("texts")
-        if reference is not None:
+        if reference is not None and base is not None:
+            row["compared_with"] = f"vLLM without speculation, {base['clients']} client(s)"
             row["mismatches_vs_vllm_greedy"] = sum(a != b for a, b in zip(texts, reference))
             row["diverged_vs_vllm_greedy"] = sum(
                 not (a.startswith(b) or b.startswith(a)) for a, b in zip(texts, reference)
