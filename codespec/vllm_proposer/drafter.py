@@ -15,6 +15,7 @@ what each sequence generated goes into the index's session history when its row 
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -187,6 +188,7 @@ class BatchDrafter:
         self._logged_at = clock()
         trace = os.environ.get(TRACE_ENV)
         self._trace: TextIO | None = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115 (lives with the drafter)
+        self._collections = CollectorTime() if trace else None  # the trace says what Python's GC took per step
 
     def step(self, rows: Sequence[Row | None]) -> list[list[int]]:
         start = self.clock()
@@ -323,6 +325,8 @@ class BatchDrafter:
             "fit": None if fit is None else [round(1e3 * fit[0], 3), round(1e3 * fit[1], 3)],
             "rows": rows,
         }
+        if self._collections is not None:
+            record["gc_ms"], record["gc_collections"] = self._collections.take()
         trace.write(json.dumps(record) + "\n")
 
     def _log_summary(self) -> None:
@@ -351,6 +355,9 @@ class BatchDrafter:
         if self._trace is not None:
             self._trace.close()
             self._trace = None
+        if self._collections is not None:
+            self._collections.close()
+            self._collections = None
         if self.index is not None and hasattr(self.index, "close"):
             self.index.close()
 
@@ -422,6 +429,34 @@ class BatchDrafter:
                 self.stats.recorded += 1
         except Exception:  # history is a hint for drafting: never cost vLLM its step
             log.exception("codespec: recording a generated output failed")
+
+
+class CollectorTime:
+    """Time Python's cyclic garbage collector took in this process (vLLM's forward and scheduler
+    included) since the last ``take``: a step slower than its rows say may be a collection, and the
+    drafter's allocations are what triggers them."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+        self.seconds = 0.0
+        self.count = 0
+        gc.callbacks.append(self._phase)
+
+    def _phase(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started:
+            self.seconds += time.perf_counter() - self._started
+            self.count += 1
+
+    def take(self) -> tuple[float, int]:
+        taken = (round(1e3 * self.seconds, 3), self.count)
+        self.seconds, self.count = 0.0, 0
+        return taken
+
+    def close(self) -> None:
+        if self._phase in gc.callbacks:
+            gc.callbacks.remove(self._phase)
 
 
 def open_index(tokenizer: Any, options: DrafterOptions):

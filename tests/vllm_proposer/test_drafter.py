@@ -1,6 +1,7 @@
 """BatchDrafter against a scripted vLLM: rows move, join and leave; drafts are judged by each request's
 known continuation, so acceptance measures whether the right state followed the right request."""
 
+import gc
 import json
 import random
 from pathlib import Path
@@ -270,13 +271,22 @@ def test_the_step_trace_says_what_each_row_drafted_and_at_what_cost(tmp_path, mo
     monkeypatch.setenv("CODESPEC_VLLM_TRACE", str(trace))
     tokenizer = AutoTokenizer.from_pretrained(target_path())
     drafter = BatchDrafter(tokenizer, k=16, max_model_len=4096)
-    steps = edits_one_at_a_time(drafter, SOURCES[:1], lambda n, rows: 0.00217 + 0.00028 * rows)
+
+    def cost(n: int, rows: int) -> float:
+        if n == 3:
+            gc.collect()  # a collection between two steps (vLLM's side of the step)
+        return 0.00217 + 0.00028 * rows
+
+    steps = edits_one_at_a_time(drafter, SOURCES[:1], cost)
     drafter.close()
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert len(records) == len(steps) + 1  # and the step where the row left
     decoding = [r for r in records if r["rows"]]
     assert [r["rows"][0]["drafted"] + 1 for r in decoding] == [rows for rows, _ in steps]
     assert decoding[-1]["fit"][1] > 0 and not decoding[-1]["prefilled"]
+    # what Python's collector took since the last line (a slow step may be a collection), counted
+    assert all(r["gc_ms"] >= 0 for r in records) and records[4]["gc_collections"] >= 1
+    assert drafter._collections is None  # closed with the drafter: no callback left behind
     assert decoding[-1]["step_ms"] == pytest.approx(2.17 + 0.28 * steps[-2][0], abs=1e-3)
 
 
