@@ -71,35 +71,23 @@ class ContextLookup:
         self._tokens: list[int] = []
 
     def propose(self, context: ProposeContext) -> Draft:
-        tokens = self._sync(context.token_ids)
-        length = len(tokens)
-        self._index_until(length - 1)  # n-grams ending before the last position have a continuation
         max_len = context.max_len if self.draft_len is None else min(self.draft_len, context.max_len)
-        longest = min(self.max_ngram, length - 1)
-        keys = [0] * (longest + 1)  # keys[n]: the last n tokens' key
-        key, powers = 0, self._powers
-        for n in range(1, longest + 1):
-            key = (key + tokens[length - n] * powers[n - 1]) & MASK
-            keys[n] = key
-        for n in range(longest, self.min_ngram - 1, -1):
-            end = self._latest_end[n].get(keys[n])
-            if end is not None:
-                return Draft(periodic_continuation(tokens, end, max_len), self.name, match=MatchInfo(n, "context", end))
-        return EMPTY_DRAFT
+        return self.propose_within(context.token_ids, 0, max_len)
 
     def propose_within(self, token_ids: Sequence[int], first: int, max_len: int) -> Draft:
-        """A draft from the latest match lying wholly at or after position ``first`` (a request's
-        output: ``ReferenceLookup``'s drafts for inserted text), from this lookup's own table over
-        the whole sequence: the same draft a lookup over ``token_ids[first:]`` alone would make
-        (its latest occurrence of each n-gram is this table's when that one starts at or after
-        ``first``, and there is none when this table's latest starts before), without a second
-        table extended by every token. Positions in the draft's match are relative to ``first``."""
+        """A draft from the latest match lying wholly at or after position ``first`` (0: anywhere).
+        ``first`` > 0 is a request's output (``ReferenceLookup``'s drafts for inserted text), read
+        from this lookup's own table over the whole sequence: the same draft a lookup over
+        ``token_ids[first:]`` alone would make (its latest occurrence of each n-gram is this
+        table's when that one starts at or after ``first``, and there is none when this table's
+        latest starts before), without a second table extended by every token. Positions in the
+        draft's match are relative to ``first``."""
         tokens = self._sync(token_ids)
         length = len(tokens)
-        self._index_until(length - 1)
+        self._index_until(length - 1)  # n-grams ending before the last position have a continuation
         longest = min(self.max_ngram, length - first - 1)
+        keys = [0] * (max(longest, 0) + 1)  # keys[n]: the last n tokens' key
         key, powers = 0, self._powers
-        keys = [0] * (max(longest, 0) + 1)
         for n in range(1, longest + 1):
             key = (key + tokens[length - n] * powers[n - 1]) & MASK
             keys[n] = key
