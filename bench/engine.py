@@ -50,7 +50,7 @@ class CodespecConfig:
         states = self.assembly.policy_states()
         if not states:
             return None
-        from codespec.proposers.auto import cost_points
+        from codespec.proposers.costs import cost_points
 
         state = states[-1]
         fit = state.verify_cost.fit()

@@ -9,8 +9,16 @@ from engine_harness import ScriptedProposer, always_wrong, oracle, plain_greedy
 from codespec.core.config import GenerationLimits, SamplingParams
 from codespec.core.decode import generate_all
 from codespec.core.draft import Draft, MatchInfo
-from codespec.proposers.auto import AutoProposer, PolicyConfig, PolicyState, cost_points
-from codespec.proposers.costs import CostCurve, CostTable, ForwardCosts, PiecewiseCurve, isotonic, verify_seconds
+from codespec.proposers.auto import AutoProposer, PolicyConfig, PolicyState
+from codespec.proposers.costs import (
+    CostCurve,
+    CostTable,
+    ForwardCosts,
+    PiecewiseCurve,
+    cost_points,
+    isotonic,
+    verify_seconds,
+)
 from codespec.proposers.policy import Candidate, IdleBudget, best_length, choose
 
 

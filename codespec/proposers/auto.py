@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from codespec.core.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
 from codespec.core.target import common_prefix_len
-from codespec.proposers.costs import ForwardCosts, LinearCost, VerifyCost, verify_seconds
+from codespec.proposers.costs import ForwardCosts, LinearCost, VerifyCost, cost_points, verify_seconds
 from codespec.proposers.draft_model import ModelDrafter
 from codespec.proposers.index_lookup import IndexLookup
 from codespec.proposers.looks import LookGate
@@ -437,17 +437,6 @@ class AutoProposer:
                 if sub.gate is not None
             },
         }
-
-
-COST_POINTS = (0, 1, 2, 4, 8, 16, 32, 64)
-
-
-def cost_points(costs: ForwardCosts) -> dict[int, float] | None:
-    """The planned cost(k) at a few draft lengths (None before any measurement), for reports."""
-    if costs.plain_measured is None and costs.fit() is None:
-        return None
-    curve = costs.curve()
-    return {k: curve(k) for k in COST_POINTS}
 
 
 def replace_max_len(context: ProposeContext, max_len: int) -> ProposeContext:

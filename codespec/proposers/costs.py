@@ -301,3 +301,14 @@ class ForwardCosts:
     def curve(self) -> Curve:
         """cost(k): the plain step, then the measured table around the fit."""
         return self.table.curve(self.verify_fit(), self.plain())
+
+
+COST_POINTS = (0, 1, 2, 4, 8, 16, 32, 64)
+
+
+def cost_points(costs: ForwardCosts) -> dict[int, float] | None:
+    """The planned cost(k) at a few draft lengths (None before any measurement), for reports."""
+    if costs.plain_measured is None and costs.fit() is None:
+        return None
+    curve = costs.curve()
+    return {k: curve(k) for k in COST_POINTS}
