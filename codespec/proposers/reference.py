@@ -102,7 +102,7 @@ class ReferenceLookup:
     @classmethod
     def from_setup(cls, setup: ProposerSetup, text_lookup: ContextLookup | None = None) -> ReferenceLookup:
         """``text_lookup``: the request's context lookup, kept current by its owner, to draft
-        inserted text from (when it matches as a table of the reference's own would); else its own."""
+        inserted text from (with its n-gram lengths); None: a table of its own over the output."""
         request = setup.request
         if request.reference is None:
             raise ValueError(
@@ -110,8 +110,7 @@ class ReferenceLookup:
             )
         if setup.target is None:
             raise ValueError("the reference proposer needs the target (for its tokenizer)")
-        shared = text_lookup is not None and (text_lookup.max_ngram, text_lookup.min_ngram) == (8, 2)
-        own_text: bool | ContextLookup = text_lookup if shared and text_lookup is not None else True
+        own_text: bool | ContextLookup = True if text_lookup is None else text_lookup
         return cls(request.reference, setup.target.tokenizer, start=request.reference_start, own_text=own_text)
 
     # -- protocol ---------------------------------------------------------------------------
