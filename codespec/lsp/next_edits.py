@@ -113,7 +113,8 @@ class NextEdits:
         if self.asked.get(uri) != ticket or ls.documents.documents.get(uri) is not document:
             return []  # superseded (or the document closed) while the window was chosen or waited on
         if speculated is not None:  # the answer for this state, asked ahead: the draft
-            request = dataclasses.replace(request, reference=speculated)
+            # drafted from it, with the budget of the window it rewrites: the answer is the one it would be without
+            request = dataclasses.replace(request, reference=speculated, budget_text=request.reference)
         result = await self.inflight.run(ls.engine, uri, request)  # a newer request supersedes this one
         found = suggestion(plan, result.text, result.reason)
         current = ls.documents.documents.get(uri) is document and document.text is text

@@ -332,3 +332,25 @@ def test_each_user_request_is_one_line_of_the_request_log_unless_quiet(server_ta
         service.close()
         logger.removeHandler(collect)
         logger.setLevel(level)
+
+
+def test_a_rewrite_budget_is_counted_from_the_original_not_from_its_draft(service):
+    """The draft never changes the answer: a short prediction drafts a rewrite, but the budget is
+    the original's length plus ``max_tokens``, as without it (a budget counted from the draft cut
+    next edits drafted from a speculated answer short)."""
+    import dataclasses
+
+    from codespec.service.requests.edit import EditPlan, edit_request
+
+    original = LONG_TEXT[:160]
+
+    def rewrite(prediction: str) -> GenerationRequest:
+        return edit_request(EditPlan(original, None, prediction, 0, len(original), max_tokens=4))
+
+    plain = service.submit(rewrite(original)).wait(WAIT_S)
+    predicted = service.submit(rewrite("x = 1\n")).wait(WAIT_S)
+    assert predicted.text == plain.text
+    assert predicted.usage.completion_tokens == plain.usage.completion_tokens
+    # the field is what keeps it: the same draft with the budget counted from the draft stops sooner
+    short = dataclasses.replace(rewrite("x = 1\n"), budget_text=None)
+    assert service.submit(short).wait(WAIT_S).usage.completion_tokens < plain.usage.completion_tokens

@@ -206,8 +206,9 @@ class PromptPreparer:
         if len(prompt_ids) >= self.target.max_context:
             raise too_long(len(prompt_ids), self.target.max_context)
         reference_tokens = 0
-        if request.kind.budget_adds_reference and request.reference:  # a rewrite is about as long as its reference
-            reference_tokens = len(self.target.encode(request.reference))
+        basis = request.reference if request.budget_text is None else request.budget_text
+        if request.kind.budget_adds_reference and basis:  # a rewrite is about as long as its reference
+            reference_tokens = len(self.target.encode(basis))
         return PreparedPrompt(rendered, prompt_ids, reference_tokens)
 
     def fit(self, request: GenerationRequest) -> tuple[RenderedPrompt, list[int]]:

@@ -26,7 +26,7 @@ class EditPlan:
     reference: str  # the reference draft: the client's prediction, else the original
     start: int  # code point offsets of the rewritten range
     end: int
-    max_tokens: int  # budget beyond the reference's own length (the service adds that)
+    max_tokens: int  # budget beyond the original's own length (the service adds that; a prediction, a draft, does not change it)
 
 
 def as_dict(params: Any) -> Any:
@@ -110,8 +110,8 @@ def edit_request(
     """A rewrite of ``plan``'s region: its text (or the client's prediction) is the reference draft;
     ``edits``: the user's recent edits (next-edit drafting repeats them in the region).
 
-    ``plan.max_tokens`` is a budget on top of the reference's length (a rewrite is about as long as
-    its region), or with ``whole_budget`` the whole budget (OpenAI's ``max_tokens``); it is the
+    ``plan.max_tokens`` is a budget on top of the original's length (a rewrite is about as long as
+    its region; the prediction is only a draft, so it never changes the answer), or with ``whole_budget`` the whole budget (OpenAI's ``max_tokens``); it is the
     budget (``sampling.max_tokens`` is not read).
     """
     kind = RequestKind.CHAT if whole_budget else RequestKind.EDIT
@@ -122,6 +122,7 @@ def edit_request(
         sampling,
         sampling.stop or (),
         reference=plan.reference,
+        budget_text=plan.original,
         edits=edits,
         cache_key=cache_key,
         uri=uri,

@@ -275,6 +275,9 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = SamplingParams()  # greedy by default
     reference: str | None = None  # reference draft: the text being rewritten, a prediction, a shown suggestion
+    # what a rewrite's budget is counted from where the reference draft is other text (a next edit
+    # drafted from its speculated answer keeps the budget of the window it rewrites); None: the reference
+    budget_text: str | None = None
     cache_key: str | None = None  # document whose KV cache to reuse
     uri: str | None = None  # for the index proposer's locality ranking
     cursor: int | None = None  # code point offset of the cursor in ``uri``
