@@ -60,13 +60,16 @@ class ReferenceLookup:
         own_text: bool | ContextLookup = True,
         own_text_below: float = 4.0,
         tokenizer: Any = None,
+        ids: Sequence[int] | None = None,
     ) -> None:
         """``encode``: a transformers tokenizer, an object wrapping one (TokenizerAdapter), or a
         function text -> ids (a bound ``tokenizer.encode``; else pass ``tokenizer`` too, whose
         vocabulary maps ids to bytes). ``start``: character offset in ``reference`` where the
         output begins. ``own_text``: draft inserted text from the output itself (True: with a
         table of its own over the output), or the ``ContextLookup`` of the whole sequence that
-        its owner (auto) keeps current anyway, read for matches within the output."""
+        its owner (auto) keeps current anyway, read for matches within the output. ``ids``: the
+        reference's token ids where the caller has them (``TokenBytes.spelled_in`` a prompt); else
+        it is encoded."""
         if not isinstance(reference, str):
             raise TypeError(f"reference must be text, got {type(reference).__name__}")
         if isinstance(encode, TokenBytes):
@@ -86,7 +89,7 @@ class ReferenceLookup:
         self.min_score = min_score  # a match scoring less is no evidence: guess the edit's shape instead
         self.replace_score = replace_score  # the same, right after the departure (one token replaced)
         self.distance_weight = distance_weight
-        self._ids = self.codec.encode(reference)
+        self._ids = list(ids) if ids is not None else self.codec.encode(reference)
         pieces = self.codec.pieces(self._ids)
         # byte offset of each reference token (accumulated in C: a request's first step builds this)
         self._starts: list[int] = list(itertools.accumulate(map(len, pieces), initial=0))[:-1]
@@ -111,7 +114,13 @@ class ReferenceLookup:
         if setup.target is None:
             raise ValueError("the reference proposer needs the target (for its tokenizer)")
         own_text: bool | ContextLookup = True if text_lookup is None else text_lookup
-        return cls(request.reference, setup.target.tokenizer, start=request.reference_start, own_text=own_text)
+        return cls(
+            request.reference,
+            setup.target.tokenizer,
+            start=request.reference_start,
+            own_text=own_text,
+            ids=request.reference_ids,
+        )
 
     # -- protocol ---------------------------------------------------------------------------
 

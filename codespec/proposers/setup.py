@@ -9,7 +9,7 @@ place where names are parsed: an unknown name is an error there, not a silently 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ class RequestContext:
     edits: tuple[tuple[str, str], ...] = ()
     # token ids of text the client sent beside the prompt to draft from (llama.vim's input_extra)
     material: tuple[tuple[int, ...], ...] = ()
+    reference_ids: Sequence[int] | None = None  # the reference's token ids where the caller has them (else encoded)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ with ``▁`` read as a space.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -104,6 +106,39 @@ class TokenBytes:
 
     def join(self, token_ids: Sequence[int]) -> bytes:
         return b"".join(self.pieces(token_ids))
+
+    def spelled_in(self, token_ids: Sequence[int], text: str) -> list[int] | None:
+        """``text`` as ids, read from where it last lies in ``token_ids``: the tokens wholly inside
+        it as they are there, the bytes of a token it starts or ends within encoded on their own.
+        Inside vLLM a prompt's code is already tokenized in the prompt, and encoding it again was
+        most of a request's first step. None where the tokens do not spell it plainly (a tokenizer
+        that is not byte-level, text not there or across a special token or a split character)."""
+        wanted = text.encode("utf-8")
+        if not self._byte_level or not wanted:
+            return None
+        pieces = self.pieces(token_ids)
+        spelled = b"".join(pieces)
+        at = spelled.rfind(wanted)
+        if at < 0:
+            return None
+        end = at + len(wanted)
+        starts = list(itertools.accumulate(map(len, pieces), initial=0))  # [n + 1]: token k is starts[k]..starts[k + 1]
+        first = bisect.bisect_left(starts, at)  # the first token starting at or after the text
+        last = bisect.bisect_right(starts, end) - 1  # tokens first..last-1 end within it
+        while first < last and starts[first] == starts[first + 1]:  # special tokens (no bytes) at its edges
+            first += 1
+        while last > first and starts[last - 1] == starts[last]:
+            last -= 1
+        if first >= last:  # inside one or two tokens: nothing to keep
+            return self.encode(text)
+        inside = list(token_ids[first:last])
+        if not self._special.isdisjoint(inside):
+            return None
+        try:
+            head, tail = spelled[at : starts[first]].decode("utf-8"), spelled[starts[last] : end].decode("utf-8")
+        except UnicodeDecodeError:  # a token boundary inside a character
+            return None
+        return (self.encode(head) if head else []) + inside + (self.encode(tail) if tail else [])
 
     def _compute(self, token_id: int) -> bytes:
         if token_id in self._special:

@@ -88,6 +88,22 @@ def test_the_copy_pointer_follows_each_request_through_a_shuffled_batch():
     assert summary["tokens_per_row_step"] > 4
 
 
+def test_the_code_a_prompt_carries_is_read_from_the_prompt_s_tokens_not_encoded_again(monkeypatch):
+    """A request's first step: the copy pointer gets the prompt's own tokens over its code (the
+    encoder is not called: that was most of the step), and drafts the copy edit as well as ever."""
+    from codespec.proposers.token_bytes import TokenBytes
+
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    engines = [ScriptedEngine(tokenizer, source) for source in SOURCES]
+    encoded: list[str] = []
+    plain_encode = TokenBytes.encode
+    monkeypatch.setattr(TokenBytes, "encode", lambda self, text: encoded.append(text) or plain_encode(self, text))
+    drafter = BatchDrafter(tokenizer, k=16, max_model_len=4096, options=DrafterOptions(proposer="reference"))
+    run(drafter, engines, join_at=3)
+    assert not [text for text in encoded if text in SOURCES]  # a head or tail piece at most
+    assert drafter.stats.summary()["accepted"] >= 0.9 * drafter.stats.summary()["drafted"] > 0
+
+
 def predicted_run(drafter: BatchDrafter, engines: list, predictions: list[str], seed: int = 0) -> None:
     """Requests whose prompts carry no code, each with a prediction vLLM holds by request: the
     drafter reads a row's prediction by the row it has this step (rows shuffled every step)."""
