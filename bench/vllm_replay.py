@@ -166,6 +166,94 @@ def replay_proposer(
     return row
 
 
+@dataclass
+class Client:
+    """One request in flight in the batched replay."""
+
+    prompt: list[int]
+    output: list[int]
+    tokens: list[int]
+    sampled: int = 1
+
+    @property
+    def done(self) -> bool:
+        return len(self.tokens) - len(self.prompt) >= len(self.output)
+
+
+def replay_batched(
+    draft_step, prompts, outputs, clients: int, step_s: float, row_s: float, clock: ReplayClock | None = None
+) -> dict:
+    """``clients`` requests in flight at once, in one batch as vLLM runs them: each step drafts for
+    every live row (``draft_step(live) -> drafts``), costs ``step_s + row_s * rows`` for all of
+    them, and a finished request's client sends the next one. The prefill is not modeled (the same
+    for every drafter). Returns the counts and modeled decode seconds."""
+    queue = [Client(p, o, p + o[:1]) for p, o in zip(prompts, outputs)]
+    queue.reverse()
+    live: list[Client] = []
+    seconds, steps, drafted, accepted = 0.0, 0, 0, 0
+    while queue or live:
+        while len(live) < clients and queue:
+            live.append(queue.pop())
+        live = [client for client in live if not client.done]
+        if not live:
+            continue
+        drafts = draft_step(live)
+        cost = step_s + row_s * sum(len(draft) + 1 for draft in drafts)
+        seconds, steps = seconds + cost, steps + 1
+        if clock is not None:
+            clock.now += cost
+        for client, draft in zip(live, drafts):
+            expected = client.output[len(client.tokens) - len(client.prompt) :]
+            hits = accept(draft, expected)
+            drafted, accepted = drafted + len(draft), accepted + hits
+            client.tokens += expected[: hits + 1]
+            client.sampled = hits + 1
+    tokens = sum(len(output) for output in outputs)
+    return {"tokens": tokens, "steps": steps, "drafted": drafted, "accepted": accepted, "decode_s_modeled": seconds}
+
+
+def batched_rows(tokenizer, args, prompts, outputs, step_s: float, row_s: float, folder: Path, workspace) -> list[dict]:
+    """No speculation, the ngram rule and each proposer at ``args.clients`` clients, per K."""
+
+    def row(name: str, counts: dict, k: int | None = None) -> dict:
+        forwards = counts["tokens"] - counts["accepted"]  # tokens each request's forwards emitted
+        return {
+            "k": k,
+            "method": name,
+            "clients": args.clients,
+            **counts,
+            "tokens_per_row_step": round(counts["tokens"] / forwards, 3),
+        }
+
+    none = replay_batched(lambda live: [[] for _ in live], prompts, outputs, args.clients, step_s, row_s)
+    rows = [row("none", none)]
+    for k in args.k:
+        rule = replay_batched(
+            lambda live, k=k: [ngram_draft(c.tokens, k) for c in live], prompts, outputs, args.clients, step_s, row_s
+        )
+        rows.append(row("ngram rule", rule, k))
+        for proposer in args.proposers.split(","):
+            options = (
+                DrafterOptions(proposer, (str(workspace),), str(folder / f"index-{proposer}-{k}-batched.db"))
+                if workspace is not None
+                else DrafterOptions(proposer)
+            )
+            clock = ReplayClock()
+            drafter = BatchDrafter(tokenizer, k, 1 << 20, options, clock=clock)
+
+            def step(live, drafter=drafter):
+                return drafter.step([Row(np.array(c.tokens), c.sampled, n) for n, c in enumerate(live)])
+
+            counts = replay_batched(step, prompts, outputs, args.clients, step_s, row_s, clock)
+            drafter.step([])
+            drafter.close()
+            rows.append(row(f"codespec {proposer}", counts, k))
+    for entry in rows:
+        entry["decode_s_modeled"] = round(entry["decode_s_modeled"], 4)
+        entry["speedup_modeled"] = round(none["decode_s_modeled"] / entry["decode_s_modeled"], 3)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", choices=WORKLOADS_BY_NAME, default="completions")
@@ -176,6 +264,7 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=2.17, help="a step's fixed cost (vLLM-CPU, shipped model)")
     parser.add_argument("--row-ms", type=float, default=0.28, help="each row's cost in a step")
     parser.add_argument("--no-bound", action="store_true", help="skip the hindsight bound (slow on long outputs)")
+    parser.add_argument("--clients", type=int, default=1, help="requests in flight at once, in one batch")
     parser.add_argument("--out", type=Path, default=None, help="default: docs/bench/vllm-replay-<workload>.json")
     args = parser.parse_args()
     step_s, row_s = args.step_ms / 1000, args.row_ms / 1000
@@ -187,6 +276,12 @@ def main() -> None:
     outputs = greedy_outputs(SHIPPED, prompts, max_tokens)
     tokens = sum(len(output) for output in outputs)
 
+    if args.clients > 1:  # one batch: no oracle or bound (those are per request)
+        with tempfile.TemporaryDirectory() as folder:
+            workspace = write_workspace(Path(folder) / "workspace") if args.workload == "completions" else None
+            rows = batched_rows(tokenizer, args, prompts, outputs, step_s, row_s, Path(folder), workspace)
+        write_report(args, rows, prompts, max_tokens)
+        return
     rows = [summary("none", tokens, 0, 0, step_s, row_s)]
     with tempfile.TemporaryDirectory() as folder:
         workspace = write_workspace(Path(folder) / "workspace") if args.workload == "completions" else None
@@ -227,10 +322,15 @@ def main() -> None:
             earlier.append(output)
         rows.append({"k": k, **summary("hindsight bound", tokens, tokens - forwards, tokens - forwards, step_s, row_s)})
 
+    write_report(args, rows, prompts, max_tokens)
+
+
+def write_report(args, rows: list[dict], prompts, max_tokens: int) -> None:
     report = {
         "model": "shipped",
         "workload": args.workload,
         "requests": args.requests,
+        "clients": args.clients,
         "max_tokens": max_tokens,
         "step_cost": f"{args.step_ms} ms + {args.row_ms} ms per row",
         "prompt_tokens": sum(len(prompt) for prompt in prompts),

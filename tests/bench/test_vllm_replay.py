@@ -39,3 +39,24 @@ def test_a_repeated_output_is_drafted_by_the_rule_and_by_codespecs_drafter():
     steps = clock.steps
     assert steps == len(output) - 1 - accepted  # every step emits its accepted drafts and one more
     assert seconds > 0.002 * steps and drafter.stats.sequences == 1
+
+
+def test_requests_in_flight_at_once_share_each_step_and_its_cost():
+    """The batched replay: every live row is in each step, a step costs its fixed part once and
+    each row's part per row, and a finished request's client sends the next one."""
+    from bench.vllm_replay import replay_batched
+
+    prompts, outputs = [[1, 2], [3, 4], [5, 6]], [[7, 8, 9], [10, 11, 12, 13, 14], [15, 16]]
+    plain = replay_batched(lambda live: [[] for _ in live], prompts, outputs, 2, 1.0, 0.1)
+    # 2 and 4 tokens left in the first two requests (one came with the prefill); the third joins
+    # once the first is done and needs one step
+    assert plain["steps"] == 4 and plain["accepted"] == 0
+    assert abs(plain["decode_s_modeled"] - (4 * 1.0 + (2 + 2 + 2 + 1) * 0.1)) < 1e-9
+
+    def oracle(live):
+        return [c.output[len(c.tokens) - len(c.prompt) :] for c in live]
+
+    known = replay_batched(oracle, prompts, outputs, 2, 1.0, 0.1)
+    assert known["steps"] == 2 and known["accepted"] == (2 - 1) + (4 - 1) + (1 - 1)
+    one_at_a_time = replay_batched(oracle, prompts, outputs, 1, 1.0, 0.1)
+    assert one_at_a_time["steps"] == 3 and one_at_a_time["accepted"] == known["accepted"]
