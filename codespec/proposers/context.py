@@ -130,13 +130,13 @@ class ContextLookup:
         later ends overwrite earlier ones, so each key keeps its latest end."""
         values = np.asarray(self._tokens[:last_end], dtype=np.uint64)
         ends = np.arange(first, last_end + 1, dtype=np.int64)
+        end_list = list(range(first, last_end + 1))  # the ends as Python ints once, for every length
         keys = np.zeros(len(ends), dtype=np.uint64)
         with np.errstate(over="ignore"):
             for n in range(1, self.max_ngram + 1):
-                valid = ends >= n  # an n-gram needs n tokens before its end
-                if not valid.any():
+                start = max(0, n - first)  # an n-gram needs n tokens before its end: ends[start:]
+                if start >= len(ends):
                     break
-                start = int(np.argmax(valid))  # ends ascend: the valid ones are a tail
                 keys[start:] += values[ends[start:] - n] * np.uint64(self._powers[n - 1])
                 if n >= self.min_ngram:
-                    self._latest_end[n].update(zip(keys[start:].tolist(), ends[start:].tolist()))
+                    self._latest_end[n].update(zip(keys[start:].tolist(), end_list[start:]))
