@@ -121,7 +121,6 @@ class Decoding:
         self.text = TextStream(target.decode, limits.stop, context_ids=self.prompt_ids)
         self.end_ids = target.eos_token_ids | limits.stop_token_ids
         self.reason: FinishReason | None = None  # set when decoding is over: Finished.reason
-        self.recent_tokens = 1.0  # tokens per step lately (a moving average): what a batch expects of it
         self._first_token_s: float | None = None
         self._last_emit_s = 0.0
         self._step_start = self._proposed = 0.0
@@ -233,9 +232,6 @@ class Decoding:
             now - self.start,
         )
         self.stats.steps.append(step)
-        self.recent_tokens = (
-            0.7 * self.recent_tokens + 0.3 * len(kept) if len(self.stats.steps) > 1 else float(len(kept))
-        )
         if self._first_token_s is None:
             self._first_token_s = now
         else:

@@ -77,15 +77,13 @@ EMPTY_DRAFT = Draft()
 
 @dataclass(frozen=True)
 class BatchShare:
-    """The rest of a scheduler cycle, as a draft length should be priced in it (docs/architecture.md,
-    "Batching"): the forward serves ``requests`` requests in all, and the others are expected to
-    emit ``others_tokens`` tokens from it, with ``others_rows`` rows; ``row_cost`` is the scheduler's
-    measured cost of a forward by its rows. A longer draft makes the forward dearer for all of them,
-    so a policy weighs its extra time against everyone's tokens, not only its own."""
+    """A shared forward, as a draft length should be priced in it (docs/architecture.md,
+    "Batching"): it serves ``requests`` requests, and ``row_cost`` is the scheduler's measured cost
+    of a forward by its rows. A request's part of it is its share of the fixed cost and its own
+    rows: a token it is not drafted now costs it another row-step later, in a forward that runs for
+    the others anyway, so the others' tokens do not enter its price."""
 
     requests: int = 1
-    others_tokens: float = 0.0
-    others_rows: int = 0  # rows the other requests put in the forward (their last cycle's)
     row_cost: tuple[float, float] | None = None  # the scheduler's fit: forward seconds ~ a + b * rows
 
 

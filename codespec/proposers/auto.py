@@ -192,27 +192,19 @@ class AutoProposer:
         batch = context.batch
         if self.config.verify_cost is not None:
             verify_s, plain_s = self.config.verify_cost, self.config.verify_cost[0]
-        elif batch.row_cost is not None:  # a shared forward: the scheduler's cost by rows, at this batch's rows
+        elif batch.row_cost is not None:  # a shared forward: the scheduler's cost by rows
+            # This request's part of it: the forward's fixed cost split among the requests, and its own
+            # rows. A token it is not drafted now costs it another row-step later (its share of a
+            # forward that runs for the others anyway, and its row); a drafted token costs a row now.
             base, per_row = batch.row_cost
-            plain_s = base + per_row * (batch.others_rows + 1)
+            plain_s = base / max(1, batch.requests) + per_row
             verify_s = (plain_s, per_row)
         else:  # alone, or a batch whose shared forward the scheduler has not measured yet: alone's curve
             verify_s = self.verify_cost.curve()
             plain_s = verify_s(0)
         candidates = [self._candidate(sub, context, verify_s) for sub in self.subs]
-        # In a shared forward, verify_s and the rates are the whole batch's: the margin and a rejected
-        # token's waste are this request's, so they scale with its share (else a draft would have to
-        # lift everyone's rate by the margin, and waste a fraction of everyone's forward per token).
-        share = 1.0 / max(1, batch.requests)
-        waste = self.config.waste * share
-        decision, _ = choose(
-            [c for c in candidates if c is not None],
-            verify_s,
-            self.config.margin * share,
-            waste,
-            plain_s,
-            others=batch.others_tokens,
-        )
+        waste = self.config.waste
+        decision, _ = choose([c for c in candidates if c is not None], verify_s, self.config.margin, waste, plain_s)
 
         # 3. Nothing pays: plain decoding, but probe a model proposer now and then.
         self._probing = False
@@ -384,7 +376,7 @@ class AutoProposer:
 
     def _probe(self, candidates: Sequence[Candidate | None], verify_s: VerifyCost, waste: float) -> Choice:
         """The most promising model proposer, with a short draft (its best length, capped); ``waste``
-        as the decision priced it (the request's share of a shared forward)."""
+        as the decision priced it."""
         models = [c for c in candidates if c is not None and self._sub(c.name).kind == MODEL]
         best = max((best_length(c, verify_s, waste) for c in models), key=lambda choice: choice.rate)
         return replace(best, draft_len=min(self.config.probe_max_len, best.draft_len))

@@ -217,12 +217,8 @@ def expected_tokens(acceptance: Sequence[float], k: int) -> float:
     return total
 
 
-def best_length(candidate: Candidate, verify_s: VerifyCost, waste: float = 0.0, others: float = 0.0) -> Choice:
+def best_length(candidate: Candidate, verify_s: VerifyCost, waste: float = 0.0) -> Choice:
     """The draft length with the best expected tokens per second for this candidate (k >= 1).
-
-    ``others``: the tokens the other requests of a batched forward are expected to emit from it
-    (``codespec.draft.BatchShare``); the rate counts them too, so a longer draft that slows the
-    shared forward pays only when its own expected tokens make up for everyone's wait.
 
     ``verify_s``: (a, b) for a + b k seconds, or a measured ``CostCurve``. ``waste`` charges each
     expected *rejected* draft token that fraction of a forward on top of its measured cost:
@@ -244,7 +240,7 @@ def best_length(candidate: Candidate, verify_s: VerifyCost, waste: float = 0.0, 
         rejected = k - (total - 1.0)  # expected drafted minus expected accepted
         verify = curve(k) if curve is not None else verify_a + verify_b * k
         cost = proposal_a + proposal_b * k + verify + waste * verify_a * rejected
-        rate = (total + others) / cost if cost > 0 else math.inf
+        rate = total / cost if cost > 0 else math.inf
         if rate > best_rate:
             best_k, best_total, best_cost, best_rate = k, total, cost, rate
         if survive < STOP_BELOW:
@@ -264,16 +260,14 @@ def choose(
     margin: float = 0.05,
     waste: float = 0.0,
     plain_s: float | None = None,
-    others: float = 0.0,
 ) -> tuple[Choice, Choice | None]:
     """(decision, best speculative option). Speculate only when it beats plain decoding by ``margin``.
 
-    ``plain_s`` is a step without a draft (default: ``verify_s``'s intercept, or a curve's k = 0);
-    ``others``: the rest of a batch's expected tokens from the same forward (``best_length``)."""
-    options = [best_length(c, verify_s, waste, others) for c in candidates if c.max_len > 0]
+    ``plain_s`` is a step without a draft (default: ``verify_s``'s intercept, or a curve's k = 0)."""
+    options = [best_length(c, verify_s, waste) for c in candidates if c.max_len > 0]
 
     def rate(choice: Choice) -> float:
-        return (choice.expected_tokens + others) / choice.cost_s if choice.cost_s > 0 else math.inf
+        return choice.expected_tokens / choice.cost_s if choice.cost_s > 0 else math.inf
 
     best = max(options, key=rate, default=None)
     plain = plain_choice(verify_seconds(verify_s, 0) if plain_s is None else plain_s)

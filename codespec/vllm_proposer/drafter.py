@@ -81,7 +81,6 @@ class Followed:
     has_code: bool  # its prompt carries code to rewrite (the copy pointer drafts it)
     pending: Draft | None = None  # last step's draft, waiting for its outcome
     proposal_s: float = 0.0
-    recent_tokens: float = 1.0  # tokens its last step emitted (what the others price a longer draft against)
     last_rows: int = 1  # rows its last step put in the forward
     shared: bool = False  # its last step's forward also ran other sequences' rows
     output: list[int] = field(default_factory=list)  # what vLLM sampled for it, not yet in the history
@@ -216,8 +215,6 @@ class BatchDrafter:
             if key not in now:  # its row left the batch: finished (or preempted, then recorded as far as it got)
                 self._record(state)
         self._live = now
-        everyone = sum(state.recent_tokens for _, state in live)
-        all_rows = sum(state.last_rows for _, state in live)
         row_cost: tuple[float, float] | None = None  # the step-cost fit, read once a row plans
         priced = False
         drafts: list[list[int]] = []
@@ -243,7 +240,7 @@ class BatchDrafter:
                     # machine's load, a shape vLLM runs for the first time) would keep long drafts
                     # looking dear long after it passed.
                     row_cost, priced = (self._step_cost.fit() if self._step_cost.fitted else None), True
-                share = BatchShare(len(live), everyone - state.recent_tokens, all_rows - state.last_rows, row_cost)
+                share = BatchShare(len(live), row_cost)
                 draft = self._plan(row, state, room, share) if room > 0 else Draft()
                 state.pending, state.served_len = (draft if draft.token_ids else None), 0
                 draft_ids = list(draft.token_ids)
@@ -365,7 +362,6 @@ class BatchDrafter:
 
     def _observe(self, row: Row, state: Followed, step_s: float) -> None:
         """Last step's outcome for this sequence: vLLM sampled the accepted drafts and one more."""
-        state.recent_tokens = float(row.sampled)
         draft, state.pending = state.pending, None
         drafted = len(draft) if draft is not None else state.served_len
         if not drafted:

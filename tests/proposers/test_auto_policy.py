@@ -213,18 +213,23 @@ def test_look_gate_asks_a_dear_lookup_only_while_it_pays_and_backs_off_exploring
 
 
 # -- drafts in a batch -------------------------------------------------------------------------
-def test_a_batch_shrinks_drafts_whose_rows_no_longer_pay_for_the_others_wait():
+def test_a_batch_shortens_drafts_as_its_fixed_cost_is_split_among_more_requests():
+    """In a shared forward a request's plain step is its share of the fixed cost and its own row
+    (``AutoProposer``: base / requests + per_row); a drafted row costs it as much as alone, so
+    drafts shorten as the batch grows, and a weak draft stops paying."""
     from codespec.proposers.policy import Candidate, choose
 
-    # cost(k) = 100 ms + 5 ms per drafted row (a CPU at a few hundred rows); acceptance falls with depth
+    # cost = 100 ms + 5 ms per row (a CPU at a few hundred rows); acceptance falls with depth
     acceptance = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.05, 0.05]
     candidate = Candidate("context", acceptance, len(acceptance))
-    alone, _ = choose([candidate], (0.1, 0.005))
-    busy, _ = choose([candidate], (0.1, 0.005), others=7.0)  # 7 other requests emit ~1 token each
-    crowded, _ = choose([candidate], (0.1, 0.005), others=40.0)
-    assert alone.name == "context" and busy.name == "context"
-    assert alone.draft_len > busy.draft_len >= 1
-    assert crowded.name is None  # 40 others' tokens: no draft of this one pays for their wait
+
+    def in_batch(requests: int):
+        return choose([candidate], (0.1 / requests + 0.005, 0.005))[0]
+
+    alone, eight, crowded = in_batch(1), in_batch(8), in_batch(200)
+    assert alone.name == "context" and eight.name == "context"
+    assert alone.draft_len > eight.draft_len >= 1
+    assert crowded.name is None  # its share of the fixed cost is below a row: no draft pays
 
 
 def test_a_step_is_clipped_as_the_curve_says_whether_or_not_the_curve_is_built():

@@ -82,7 +82,6 @@ class Job:
         # worker-thread state
         self.decoding: Decoding | None = None  # the request's steps
         self.prefill_ids: list[int] = []  # a background prefill's prompt (service.engine)
-        self.last_rows = 0  # rows its last cycle's plan put in the forward (what a batch prices drafts with)
         self.yielded = 0  # cycles in a row it sat out beside an interactive request (service.scheduler)
         self.prepared: PreparedPrompt | Exception | None = None  # or the error preparing it raised
         self.proposer: Proposer | None = None

@@ -144,13 +144,10 @@ class Scheduler:
         planned: list[tuple[Job, StepPlan]] = []
         typing = any(job.request.interactive and job.decoding is not None for job in self.active)
         running = [job for job in self.active if not (typing and self._yields(job))]
-        # what each request's draft is priced against: the others' tokens from the same forward
-        # (not those the prompt budget holds this cycle: they are not in it)
+        # the requests a draft shares the forward with (not those the prompt budget holds this
+        # cycle: they are not in it)
         held = self._held(running)
         served = [job for job in running if job not in held]
-        expected = {job: job.decoding.recent_tokens for job in served if job.decoding is not None}
-        everyone = sum(expected.values())
-        all_rows = sum(job.last_rows for job in served)
         row_cost = self.row_cost.fit() if self.row_cost.fitted and len(served) > 1 else None
         # prompt rows are handed out in priority order: what a user waits on, then by arrival, a
         # document's background prefill last; the forward keeps the batch's own order
@@ -171,9 +168,7 @@ class Scheduler:
                     chunk = job.prefill_ids[len(job.kv) : len(job.kv) + PREFILL_CHUNK]
                     plan = StepPlan(chunk, 1, EMPTY_DRAFT, prefill=True)
                 else:
-                    share = BatchShare(
-                        len(served), everyone - expected.get(job, 0.0), all_rows - job.last_rows, row_cost
-                    )
+                    share = BatchShare(len(served), row_cost)
                     plan = job.steps.propose(share, prompt_room=room)
             except Exception as error:  # a failed request must not take the service down
                 self.drop(job, error)
@@ -241,8 +236,6 @@ class Scheduler:
         held = [len(cache) for cache in caches]
         inputs = [plan.input_ids for _, plan in planned]
         keep_last = [plan.keep_last for _, plan in planned]
-        for (job, _), ids in zip(planned, inputs, strict=True):
-            job.last_rows = len(ids)
         try:
             start = time.perf_counter()
             logits: list = list(self.target.forward_many(inputs, caches, keep_last))
