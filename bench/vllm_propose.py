@@ -149,6 +149,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="passes over the cases per proposer")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "vllm-propose.json")
     parser.add_argument("--no-runway", action="store_true", help="codespec plans every step (no drafts served)")
+    parser.add_argument(
+        "--codespec-proposers",
+        default="auto",
+        help="codespec's proposers to time, each as its own class (auto,context)",
+    )
     args = parser.parse_args()
     prompts, outputs = cases(args.cases)
     if args.no_runway:
@@ -158,9 +163,13 @@ def main() -> None:
 
     from vllm.v1.spec_decode.ngram_proposer import NgramProposer
 
+    from codespec.vllm_proposer.options import DrafterOptions
     from codespec.vllm_proposer.proposer import CodespecProposer
 
-    makers = {"ngram": NgramProposer, "codespec": CodespecProposer}
+    makers = {"ngram": NgramProposer}
+    for name in args.codespec_proposers.split(","):  # the default proposer keeps its plain name
+        label = "codespec" if name == "auto" else f"codespec-{name}"
+        makers[label] = type(label, (CodespecProposer,), {"options": DrafterOptions(name)})
     try:
         import arctic_inference  # noqa: F401
         from vllm.v1.spec_decode.suffix_decoding import SuffixDecodingProposer
@@ -177,7 +186,7 @@ def main() -> None:
             for start in range(0, len(prompts), rows):  # each group of `rows` requests decodes as one batch
                 group = slice(start, start + rows)
                 for name in list(proposers)[repeat % len(proposers) :] + list(proposers)[: repeat % len(proposers)]:
-                    if name == "codespec":  # a fresh batch: the drafter's rows leave between groups
+                    if name.startswith("codespec"):  # a fresh batch: the drafter's rows leave between groups
                         proposers[name].propose(
                             [[]] * rows, np.zeros(rows, dtype=np.int32), np.zeros((rows, 1), np.int32)
                         )
