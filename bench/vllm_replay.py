@@ -138,6 +138,15 @@ def summary(name: str, tokens: int, drafted: int, accepted: int, step_s: float, 
     }
 
 
+def replay_drafter(tokenizer, proposer: str, k: int, workspace: Path | None, store: Path, clock) -> BatchDrafter:
+    """The class vLLM loads, on the replay's clock; with a workspace, an index store of its own (the
+    session history one drafter records must not draft for the next)."""
+    options = (
+        DrafterOptions(proposer, (str(workspace),), str(store)) if workspace is not None else DrafterOptions(proposer)
+    )
+    return BatchDrafter(tokenizer, k, 1 << 20, options, clock=clock)
+
+
 def replay_proposer(
     tokenizer,
     proposer: str,
@@ -150,14 +159,8 @@ def replay_proposer(
     folder: Path,
 ) -> dict:
     """codespec's drafter with one proposer over every request, in order, one client."""
-    # a store of its own: the session history one drafter records must not draft for the next
-    options = (
-        DrafterOptions(proposer, (str(workspace),), str(folder / f"index-{proposer}-{k}.db"))
-        if workspace is not None
-        else DrafterOptions(proposer)
-    )
     clock = ReplayClock()
-    drafter = BatchDrafter(tokenizer, k, 1 << 20, options, clock=clock)
+    drafter = replay_drafter(tokenizer, proposer, k, workspace, folder / f"index-{proposer}-{k}.db", clock)
     counts = [replay_codespec(drafter, clock, p, o, step_s, row_s) for p, o in zip(prompts, outputs)]
     drafted, accepted = sum(c[0] for c in counts), sum(c[1] for c in counts)
     row = summary(f"codespec {proposer}", sum(len(o) for o in outputs), drafted, accepted, step_s, row_s)
@@ -233,13 +236,9 @@ def batched_rows(tokenizer, args, prompts, outputs, step_s: float, row_s: float,
         )
         rows.append(row("ngram rule", rule, k))
         for proposer in args.proposers.split(","):
-            options = (
-                DrafterOptions(proposer, (str(workspace),), str(folder / f"index-{proposer}-{k}-batched.db"))
-                if workspace is not None
-                else DrafterOptions(proposer)
-            )
             clock = ReplayClock()
-            drafter = BatchDrafter(tokenizer, k, 1 << 20, options, clock=clock)
+            store = folder / f"index-{proposer}-{k}-batched.db"
+            drafter = replay_drafter(tokenizer, proposer, k, workspace, store, clock)
 
             def step(live, drafter=drafter):
                 return drafter.step([Row(np.array(c.tokens), c.sampled, n) for n, c in enumerate(live)])
