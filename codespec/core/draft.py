@@ -75,7 +75,7 @@ class Draft:
 EMPTY_DRAFT = Draft()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BatchShare:
     """A shared forward, as a draft length should be priced in it (docs/architecture.md,
     "Batching"): it serves ``requests`` requests, and ``row_cost`` is the scheduler's measured cost

@@ -212,26 +212,6 @@ def test_look_gate_asks_a_dear_lookup_only_while_it_pays_and_backs_off_exploring
     assert all(cheap.ask(plain_s) for _ in range(10))  # under 2% of a step: always asked
 
 
-# -- drafts in a batch -------------------------------------------------------------------------
-def test_a_batch_shortens_drafts_as_its_fixed_cost_is_split_among_more_requests():
-    """In a shared forward a request's plain step is its share of the fixed cost and its own row
-    (``AutoProposer``: base / requests + per_row); a drafted row costs it as much as alone, so
-    drafts shorten as the batch grows, and a weak draft stops paying."""
-    from codespec.proposers.policy import Candidate, choose
-
-    # cost = 100 ms + 5 ms per row (a CPU at a few hundred rows); acceptance falls with depth
-    acceptance = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.05, 0.05]
-    candidate = Candidate("context", acceptance, len(acceptance))
-
-    def in_batch(requests: int):
-        return choose([candidate], (0.1 / requests + 0.005, 0.005))[0]
-
-    alone, eight, crowded = in_batch(1), in_batch(8), in_batch(200)
-    assert alone.name == "context" and eight.name == "context"
-    assert alone.draft_len > eight.draft_len >= 1
-    assert crowded.name is None  # its share of the fixed cost is below a row: no draft pays
-
-
 def test_a_step_is_clipped_as_the_curve_says_whether_or_not_the_curve_is_built():
     """``ForwardCosts.add`` builds its cost curve only for a step that might be clipped (over CLIP
     plain steps: the curve never prices a draft below a plain step); the booked costs are those of

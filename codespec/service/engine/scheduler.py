@@ -144,11 +144,11 @@ class Scheduler:
         planned: list[tuple[Job, StepPlan]] = []
         typing = any(job.request.interactive and job.decoding is not None for job in self.active)
         running = [job for job in self.active if not (typing and self._yields(job))]
-        # the requests a draft shares the forward with (not those the prompt budget holds this
-        # cycle: they are not in it)
-        held = self._held(running)
+        # the forward a draft shares (not the requests the prompt budget holds this cycle: they are
+        # not in it): the requests that decode split its fixed cost and the prompt rows beside them
+        held, prompt_rows = self._held(running)
         served = [job for job in running if job not in held]
-        row_cost = self.row_cost.fit() if self.row_cost.fitted and len(served) > 1 else None
+        share = self._share(served, prompt_rows)
         # prompt rows are handed out in priority order: what a user waits on, then by arrival, a
         # document's background prefill last; the forward keeps the batch's own order
         place = {job: index for index, job in enumerate(self.active)}
@@ -168,7 +168,6 @@ class Scheduler:
                     chunk = job.prefill_ids[len(job.kv) : len(job.kv) + PREFILL_CHUNK]
                     plan = StepPlan(chunk, 1, EMPTY_DRAFT, prefill=True)
                 else:
-                    share = BatchShare(len(served), row_cost)
                     plan = job.steps.propose(share, prompt_room=room)
             except Exception as error:  # a failed request must not take the service down
                 self.drop(job, error)
@@ -197,9 +196,20 @@ class Scheduler:
                     continue
                 self._deliver(job, events)
 
-    def _held(self, running: list[Job]) -> set[Job]:
+    def _share(self, served: list[Job], prompt_rows: int) -> BatchShare:
+        """How a draft is priced in this cycle's forward: split among the requests that decode in
+        it, the prompt rows beside them part of its fixed cost (they emit nothing of their own)."""
+        decoding = max(1, sum(1 for job in served if job.decoding is not None and not job.decoding.prompt_rows_next()))
+        fit = self.row_cost.fit() if self.row_cost.fitted and len(served) > 1 else None
+        if fit is None:
+            return BatchShare(requests=decoding)
+        base, per_row = fit
+        return BatchShare(requests=decoding, row_cost=(base + per_row * prompt_rows, per_row))
+
+    def _held(self, running: list[Job]) -> tuple[set[Job], int]:
         """The requests this cycle's prompt budget will hold, handed out as the cycle hands it out
-        (by ``_prompt_priority``; ``Decoding.holds`` is the rule ``propose`` applies)."""
+        (by ``_prompt_priority``; ``Decoding.holds`` is the rule ``propose`` applies), and the prompt
+        rows the others will run."""
         room, held = self.prompt_budget, set()
         for job in sorted(running, key=self._prompt_priority):
             if job.request.kind is RequestKind.PREFILL:
@@ -212,7 +222,7 @@ class Scheduler:
                     held.add(job)
                 else:
                     room -= job.decoding.prompt_rows_next()
-        return held
+        return held, self.prompt_budget - room
 
     @staticmethod
     def _prompt_priority(job: Job) -> tuple[bool, bool]:
