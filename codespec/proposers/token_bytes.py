@@ -125,9 +125,9 @@ class TokenBytes:
         starts = list(itertools.accumulate(map(len, pieces), initial=0))  # [n + 1]: token k is starts[k]..starts[k + 1]
         first = bisect.bisect_left(starts, at)  # the first token starting at or after the text
         last = bisect.bisect_right(starts, end) - 1  # tokens first..last-1 end within it
-        while first < last and starts[first] == starts[first + 1]:  # special tokens (no bytes) at its edges
+        while first < last and starts[first] == at == starts[first + 1]:  # special tokens (no bytes) at its edges
             first += 1
-        while last > first and starts[last - 1] == starts[last]:
+        while last > first and starts[last - 1] == end == starts[last]:
             last -= 1
         if first >= last:  # inside one or two tokens: nothing to keep
             return self.encode(text)

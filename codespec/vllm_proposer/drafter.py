@@ -240,7 +240,7 @@ class BatchDrafter:
                     # machine's load, a shape vLLM runs for the first time) would keep long drafts
                     # looking dear long after it passed.
                     row_cost, priced = (self._step_cost.fit() if self._step_cost.fitted else None), True
-                share = BatchShare(len(live), row_cost)
+                share = BatchShare(requests=len(live), row_cost=row_cost)
                 draft = self._plan(row, state, room, share) if room > 0 else Draft()
                 state.pending, state.served_len = (draft if draft.token_ids else None), 0
                 draft_ids = list(draft.token_ids)
@@ -388,7 +388,8 @@ class BatchDrafter:
         prediction = self.references(row.index) if self.references is not None and row.index >= 0 else None
         code = prediction or prompt_code(self._decode(prompt), self.format)
         # the code a prompt carries is tokenized there already (encoding it was most of a first step)
-        code_ids = self.codec.spelled_in(prompt, code) if code and not prediction else None
+        reads_code = self.options.proposer in ("auto", "reference")
+        code_ids = self.codec.spelled_in(prompt, code) if code and not prediction and reads_code else None
         request = RequestContext(reference=code or None, reference_ids=code_ids, index=self.index)
         # a proposer this sequence cannot have (the copy pointer without code, the index without
         # one) degrades to the next that can be built, ending at the context lookup's

@@ -55,3 +55,14 @@ def test_special_tokens_at_the_text_s_edges_are_not_part_of_it(shipped):
     special = tokenizer.convert_tokens_to_ids("<|file_sep|>")
     code_ids = tokenizer.encode(CODE)
     assert codec.spelled_in([special, *code_ids, special, *tokenizer.encode("edited.py\n")], CODE) == code_ids
+
+
+def test_a_special_token_inside_the_text_is_not_skipped(shipped):
+    """Only a special token at the text's very edge is left out: one inside it leaves the tokens
+    unable to spell it plainly."""
+    tokenizer, codec = shipped
+    eos = tokenizer.eos_token_id
+    ids = [*tokenizer.encode("alpha"), eos, *tokenizer.encode("beta")]
+    assert codec.join(ids) == b"alphabeta"
+    assert codec.spelled_in(ids, "alphabet") is None
+    assert codec.spelled_in(ids, "alpha") == tokenizer.encode("alpha")
