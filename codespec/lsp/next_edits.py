@@ -114,7 +114,8 @@ class NextEdits:
             return []  # superseded (or the document closed) while the window was chosen or waited on
         if speculated is not None:  # the answer for this state, asked ahead: the draft
             # drafted from it, with the budget of the window it rewrites: the answer is the one it would be without
-            request = dataclasses.replace(request, reference=speculated, budget_text=request.reference)
+            budget = request.reference if request.budget_text is None else request.budget_text
+            request = dataclasses.replace(request, reference=speculated, budget_text=budget)
         result = await self.inflight.run(ls.engine, uri, request)  # a newer request supersedes this one
         found = suggestion(plan, result.text, result.reason)
         current = ls.documents.documents.get(uri) is document and document.text is text

@@ -207,7 +207,7 @@ class PromptPreparer:
             raise too_long(len(prompt_ids), self.target.max_context)
         reference_tokens = 0
         basis = request.reference if request.budget_text is None else request.budget_text
-        if request.kind.budget_adds_reference and basis:  # a rewrite is about as long as its reference
+        if request.kind.budget_adds_reference and basis:  # a rewrite is about as long as what it rewrites
             reference_tokens = len(self.target.encode(basis))
         return PreparedPrompt(rendered, prompt_ids, reference_tokens)
 
