@@ -195,9 +195,11 @@ def replay_batched(
     live: list[Client] = []
     seconds, steps, drafted, accepted = 0.0, 0, 0, 0
     while queue or live:
-        while len(live) < clients and queue:
-            live.append(queue.pop())
         live = [client for client in live if not client.done]
+        while len(live) < clients and queue:  # a finished request's client sends the next
+            client = queue.pop()
+            if not client.done:  # one token: the prefill's step was all of it
+                live.append(client)
         if not live:
             continue
         drafts = draft_step(live)

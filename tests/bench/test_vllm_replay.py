@@ -47,9 +47,16 @@ def test_requests_in_flight_at_once_share_each_step_and_its_cost():
     from bench.vllm_replay import replay_batched
 
     prompts, outputs = [[1, 2], [3, 4], [5, 6]], [[7, 8, 9], [10, 11, 12, 13, 14], [15, 16]]
-    plain = replay_batched(lambda live: [[] for _ in live], prompts, outputs, 2, 1.0, 0.1)
-    # 2 and 4 tokens left in the first two requests (one came with the prefill); the third joins
-    # once the first is done and needs one step
+    batches: list[int] = []
+
+    def plain_step(live):
+        batches.append(len(live))
+        return [[] for _ in live]
+
+    plain = replay_batched(plain_step, prompts, outputs, 2, 1.0, 0.1)
+    # 2 and 4 tokens left in the first two requests (one came with the prefill); the third takes
+    # the first one's slot in the step after it is done, and needs one step
+    assert batches == [2, 2, 2, 1]
     assert plain["steps"] == 4 and plain["accepted"] == 0
     assert abs(plain["decode_s_modeled"] - (4 * 1.0 + (2 + 2 + 2 + 1) * 0.1)) < 1e-9
 
