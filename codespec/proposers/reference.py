@@ -60,16 +60,17 @@ class ReferenceLookup:
         own_text: bool | ContextLookup = True,
         own_text_below: float = 4.0,
         tokenizer: Any = None,
-        ids: Sequence[int] | None = None,
+        source: Sequence[int] | None = None,
     ) -> None:
         """``encode``: a transformers tokenizer, an object wrapping one (TokenizerAdapter), or a
         function text -> ids (a bound ``tokenizer.encode``; else pass ``tokenizer`` too, whose
         vocabulary maps ids to bytes). ``start``: character offset in ``reference`` where the
         output begins. ``own_text``: draft inserted text from the output itself (True: with a
         table of its own over the output), or the ``ContextLookup`` of the whole sequence that
-        its owner (auto) keeps current anyway, read for matches within the output. ``ids``: the
-        reference's token ids where the caller has them (``TokenBytes.spelled_in`` a prompt); else
-        it is encoded."""
+        its owner (auto) keeps current anyway, read for matches within the output. ``source``: token
+        ids the reference lies in (a prompt carrying its code): its ids are read there
+        (``TokenBytes.spelled_in``: encoding it again was most of a vLLM request's first step);
+        else, or where they do not spell it plainly, it is encoded."""
         if not isinstance(reference, str):
             raise TypeError(f"reference must be text, got {type(reference).__name__}")
         if isinstance(encode, TokenBytes):
@@ -89,7 +90,8 @@ class ReferenceLookup:
         self.min_score = min_score  # a match scoring less is no evidence: guess the edit's shape instead
         self.replace_score = replace_score  # the same, right after the departure (one token replaced)
         self.distance_weight = distance_weight
-        self._ids = list(ids) if ids is not None else self.codec.encode(reference)
+        spelled = self.codec.spelled_in(source, reference) if source is not None else None
+        self._ids = spelled if spelled is not None else self.codec.encode(reference)
         pieces = self.codec.pieces(self._ids)
         # byte offset of each reference token (accumulated in C: a request's first step builds this)
         self._starts: list[int] = list(itertools.accumulate(map(len, pieces), initial=0))[:-1]
@@ -119,7 +121,7 @@ class ReferenceLookup:
             setup.target.tokenizer,
             start=request.reference_start,
             own_text=own_text,
-            ids=request.reference_ids,
+            source=request.reference_source,
         )
 
     # -- protocol ---------------------------------------------------------------------------

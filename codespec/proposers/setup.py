@@ -34,7 +34,8 @@ class RequestContext:
     edits: tuple[tuple[str, str], ...] = ()
     # token ids of text the client sent beside the prompt to draft from (llama.vim's input_extra)
     material: tuple[tuple[int, ...], ...] = ()
-    reference_ids: Sequence[int] | None = None  # the reference's token ids where the caller has them (else encoded)
+    # token ids the reference lies in (a prompt carrying its code): the copy pointer reads its ids there
+    reference_source: Sequence[int] | None = None
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ from codespec.core.target import TokenizerTarget
 from codespec.proposers.assembly import ProposerAssembly
 from codespec.proposers.costs import CLIP, LinearCost
 from codespec.proposers.setup import RequestContext
-from codespec.proposers.token_bytes import TokenBytes
 from codespec.vllm_proposer.options import DrafterOptions
 from codespec.vllm_proposer.rows import Row, RowStates
 
@@ -175,7 +174,6 @@ class BatchDrafter:
         self.index = index if index is not None else open_index(tokenizer, options)
         # lookups only: vLLM runs the model, and codespec loads none beside it
         self.assembly = ProposerAssembly(TokenizerTarget(tokenizer), shipped_draft=False, models=())
-        self.codec = TokenBytes(tokenizer)  # a prompt's code is read from the prompt's own tokens
         self.rows: RowStates[Followed] = RowStates(self._follow, self._forget)
         self.stats = DrafterStats()
         self.clock = clock
@@ -387,10 +385,9 @@ class BatchDrafter:
         prompt = row.tokens[:prompt_len].tolist()
         prediction = self.references(row.index) if self.references is not None and row.index >= 0 else None
         code = prediction or prompt_code(self._decode(prompt), self.format)
-        # the code a prompt carries is tokenized there already (encoding it was most of a first step)
-        reads_code = self.options.proposer in ("auto", "reference")
-        code_ids = self.codec.spelled_in(prompt, code) if code and not prediction and reads_code else None
-        request = RequestContext(reference=code or None, reference_ids=code_ids, index=self.index)
+        # the code a prompt carries is tokenized there already: the copy pointer reads its ids there
+        source = prompt if code and not prediction else None
+        request = RequestContext(reference=code or None, reference_source=source, index=self.index)
         # a proposer this sequence cannot have (the copy pointer without code, the index without
         # one) degrades to the next that can be built, ending at the context lookup's
         proposer = self.assembly.create_with_fallback([self.options.proposer, "context"], request)

@@ -26,7 +26,7 @@ class EditPlan:
     reference: str  # the reference draft: the client's prediction, else the original
     start: int  # code point offsets of the rewritten range
     end: int
-    max_tokens: int  # budget beyond the original's own length (the service adds that; a prediction, a draft, does not change it)
+    max_tokens: int  # budget beyond the original's length (the service adds that; a prediction does not)
 
 
 def as_dict(params: Any) -> Any:
@@ -111,8 +111,9 @@ def edit_request(
     ``edits``: the user's recent edits (next-edit drafting repeats them in the region).
 
     ``plan.max_tokens`` is a budget on top of the original's length (a rewrite is about as long as
-    its region; the prediction is only a draft, so it never changes the answer), or with ``whole_budget`` the whole budget (OpenAI's ``max_tokens``); it is the
-    budget (``sampling.max_tokens`` is not read).
+    its region; the prediction is only a draft, so it never changes the answer), or with
+    ``whole_budget`` the whole budget (OpenAI's ``max_tokens``); it is the budget
+    (``sampling.max_tokens`` is not read).
     """
     kind = RequestKind.CHAT if whole_budget else RequestKind.EDIT
     return request_of(
