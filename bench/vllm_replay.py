@@ -75,16 +75,15 @@ def ngram_draft(tokens: Sequence[int], k: int, low: int = NGRAM_MIN, high: int =
     return []
 
 
+def rule_step(k: int):
+    """The ngram rule drafting for every live row (as vLLM: not cut at a request's end)."""
+    return lambda live: [ngram_draft(client.tokens, k) for client in live]
+
+
 def replay_rule(prompt: list[int], output: list[int], k: int) -> tuple[int, int]:
     """(drafted, accepted) of the ngram rule over one request."""
-    tokens, drafted, accepted = prompt + output[:1], 0, 0
-    while len(tokens) - len(prompt) < len(output):
-        expected = output[len(tokens) - len(prompt) :]
-        draft = ngram_draft(tokens, k)  # as vLLM: not cut at the request's end
-        hits = accept(draft, expected)
-        drafted, accepted = drafted + len(draft), accepted + hits
-        tokens += expected[: hits + 1]
-    return drafted, accepted
+    counts = replay_batched(rule_step(k), [prompt], [output], 1, 0.0, 0.0)
+    return counts["drafted"], counts["accepted"]
 
 
 @dataclass
@@ -233,9 +232,7 @@ def batched_rows(tokenizer, args, prompts, outputs, step_s: float, row_s: float,
     none = replay_batched(lambda live: [[] for _ in live], prompts, outputs, args.clients, step_s, row_s)
     rows = [row("none", none)]
     for k in args.k:
-        rule = replay_batched(
-            lambda live, k=k: [ngram_draft(c.tokens, k) for c in live], prompts, outputs, args.clients, step_s, row_s
-        )
+        rule = replay_batched(rule_step(k), prompts, outputs, args.clients, step_s, row_s)
         rows.append(row("ngram rule", rule, k))
         for proposer in args.proposers.split(","):
             clock = ReplayClock()
