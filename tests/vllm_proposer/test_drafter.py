@@ -155,9 +155,9 @@ def test_a_request_without_code_falls_back_to_the_context_lookup():
 
 def test_auto_drafts_for_a_full_batch_when_the_measured_step_cost_says_drafts_pay():
     """Eight copy edits in one batch, each step costing 2 ms + 0.34 ms per row (vLLM-CPU's measured
-    shape at the shipped model): long drafts pay for everyone. The batch's margin and a rejected
-    token's waste are each request's share of the forward, not the whole batch's (with the whole,
-    auto drafted nothing here)."""
+    shape at the shipped model, on the drafter's scripted clock): long drafts pay. Each row's draft
+    is priced by its request's part of the step, the fixed cost split among the eight (priced
+    against the whole batch's rate, auto once drafted nothing here)."""
     tokenizer = AutoTokenizer.from_pretrained(target_path())
     engines = [ScriptedEngine(tokenizer, SOURCES[i % len(SOURCES)] + f"\n# copy {i}\n") for i in range(8)]
     now = [0.0]
