@@ -144,6 +144,7 @@ class AutoProposer:
         self._steps_seen = 0  # observes over this proposer's life (for refreshing _break_even)
         self._baseline = next((sub for sub in self.subs if sub.name == BASELINE_LOOKUP), None)
         self._break_even, self._break_even_at = 0.0, 0
+        self._token_s = 0.0  # what a token right was worth this step (0: unpriced), for the look gates
 
     @classmethod
     def from_setup(cls, setup: ProposerSetup) -> AutoProposer:
@@ -178,30 +179,19 @@ class AutoProposer:
             self._chosen = None
             return EMPTY_DRAFT
         self._looked_at = started if idle else 0.0
+        verify_s, plain_s = self._pricing(context)
         # 1. Every lookup worth its time drafts (its draft and match length inform the decision); a
-        #    request's first step asks all (new text), and in modelled time a look costs nothing.
+        #    request's first step asks all (new text), and in modelled time a look costs nothing. A
+        #    dear look is weighed against what a token right is worth to this request now: its
+        #    plain step, or in a shared forward its part of one.
         gated = self.config.verify_cost is None and self._steps > 0
-        plain_now = self.verify_cost.plain()
+        self._token_s = plain_s if context.batch.row_cost is not None or self._forward_measured() else 0.0
         for sub in self.subs:
-            if sub.kind == LOOKUP and not sub.asked and (not gated or sub.gate is None or sub.gate.ask(plain_now)):
+            if sub.kind == LOOKUP and not sub.asked and (not gated or sub.gate is None or sub.gate.ask(plain_s)):
                 self._ask(sub, context)
 
         # 2. Score every option against the measured cost(k) curve (a fixed a + b k in tests and
         #    model-free replays); a model's cost is its fitted proposal time, a lookup's is sunk.
-        verify_s: VerifyCost
-        batch = context.batch
-        if self.config.verify_cost is not None:
-            verify_s, plain_s = self.config.verify_cost, self.config.verify_cost[0]
-        elif batch.row_cost is not None:  # a shared forward: the scheduler's cost by rows
-            # This request's part of it: the forward's fixed cost split among the requests, and its own
-            # rows. A token it is not drafted now costs it another row-step later (its share of a
-            # forward that runs for the others anyway, and its row); a drafted token costs a row now.
-            base, per_row = batch.row_cost
-            plain_s = base / max(1, batch.requests) + per_row
-            verify_s = (plain_s, per_row)
-        else:  # alone, or a batch whose shared forward the scheduler has not measured yet: alone's curve
-            verify_s = self.verify_cost.curve()
-            plain_s = verify_s(0)
         candidates = [self._candidate(sub, context, verify_s) for sub in self.subs]
         waste = self.config.waste
         decision, _ = choose([c for c in candidates if c is not None], verify_s, self.config.margin, waste, plain_s)
@@ -339,16 +329,36 @@ class AutoProposer:
         first = self.acceptance.estimates(sub.name, match_len, 1)[0]
         return first > self._break_even
 
+    def _pricing(self, context: ProposeContext) -> tuple[VerifyCost, float]:
+        """(cost of a step by draft length, a plain step's seconds) for this request now: fixed costs
+        (tests, model-free replays); in a shared forward, this request's part of it; else its own
+        measured curve (alone, or a batch whose forward the scheduler has not measured yet)."""
+        if self.config.verify_cost is not None:
+            return self.config.verify_cost, self.config.verify_cost[0]
+        row_cost = context.batch.row_cost
+        if row_cost is not None:
+            # This request's part of the shared forward: the fixed cost split among the requests, and
+            # its own rows. A token it is not drafted now costs it another row-step later (its share
+            # of a forward that runs for the others anyway, and its row); a drafted token, a row now.
+            base, per_row = row_cost
+            plain_s = base / max(1, context.batch.requests) + per_row
+            return (plain_s, per_row), plain_s
+        curve = self.verify_cost.curve()
+        return curve, curve(0)
+
+    def _forward_measured(self) -> bool:
+        return self.verify_cost.plain_measured is not None or self.verify_cost.fit() is not None
+
     def _book_looks(self, right: dict[str, int], first_step: bool) -> None:
         """Each gated lookup's cost and what it saved: the emitted tokens its draft had ``right``
-        beyond the baseline lookup's draft (a token right saves about a plain step)."""
-        if self.verify_cost.plain_measured is None and self.verify_cost.fit() is None:
+        beyond the baseline lookup's draft, each worth what a token was priced at this step (its
+        plain step, or its part of a shared one)."""
+        if not self._token_s:
             return  # no forward measured yet: a token right has no price
         baseline = right.get(BASELINE_LOOKUP, 0)
-        plain_s = self.verify_cost.plain()
         for sub in self.subs:
             if sub.asked and sub.gate is not None:
-                saved = max(0, right.get(sub.name, 0) - baseline) * plain_s
+                saved = max(0, right.get(sub.name, 0) - baseline) * self._token_s
                 sub.gate.looked(sub.proposal_s, saved, count_cost=not first_step)
 
     def _learn_look_cost(self, seconds: float) -> None:

@@ -343,3 +343,28 @@ def test_in_a_shared_forward_a_draft_is_priced_by_the_request_s_own_share_of_it(
     assert spread[0] > spread[1] > spread[2] > spread[3] == 0, spread
     assert lengths(taught(lambda step: 16), (1, 8, 32)) == [16, 16, 16]
     assert lengths(taught(lambda step: 0), (8, 32)) == [0, 0]
+
+
+def test_in_a_shared_forward_a_dear_lookup_that_never_helps_stops_being_asked(stream):
+    """In a batch (vLLM's, or the scheduler's) a forward's time is the batch's, so auto's own curve
+    never learns it; the look gate must still price a token right, by this request's part of the
+    shared forward, or the workspace index is asked on every step of every row."""
+    from codespec.core.draft import BatchShare, Outcome, ProposeContext
+    from codespec.core.target import common_prefix_len
+
+    prompt, _, full = stream
+    baseline = MatchedScript("context", oracle(full), match_len=8)
+    useless = SlowScript("index", always_wrong(full, 1 << 16), 0.0005)  # 0.5 ms a look, never right
+    auto = AutoProposer(lookups=[baseline, useless], config=PolicyConfig())
+    share = BatchShare(requests=8, row_cost=(0.008, 0.0002))  # a look is half of its 1.2 ms part
+    auto.begin(prompt)
+    length, steps = len(prompt), 0
+    while length < len(full) - 4:
+        draft = auto.propose(ProposeContext(full[:length], len(prompt), 2, batch=share))
+        accepted = common_prefix_len(draft.token_ids, full[length:])
+        emitted = tuple(full[length : length + accepted + 1])
+        length += len(emitted)
+        auto.observe(Outcome(draft, accepted, emitted, length, verify_s=0.01, shared=True))
+        steps += 1
+    assert steps > 45 and useless.asked < 16 + 8  # its warm-up, then explores at doubling intervals
+    assert auto.verify_cost.plain_measured is None  # the shared forwards taught its own curve nothing
