@@ -33,10 +33,14 @@ from dataclasses import dataclass, field, replace
 
 from codespec.core.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
 from codespec.core.target import common_prefix_len
+from codespec.proposers.context import ContextLookup
 from codespec.proposers.costs import ForwardCosts, LinearCost, VerifyCost, cost_points, verify_seconds
 from codespec.proposers.draft_model import ModelDrafter
 from codespec.proposers.index_lookup import IndexLookup
 from codespec.proposers.looks import LookGate
+from codespec.proposers.material import MaterialLookup
+from codespec.proposers.models import model_proposers
+from codespec.proposers.next_edit import NextEditLookup
 from codespec.proposers.policy import (
     STOP_BELOW,
     AcceptanceTable,
@@ -48,6 +52,7 @@ from codespec.proposers.policy import (
     best_length,
     choose,
 )
+from codespec.proposers.reference import ReferenceLookup
 from codespec.proposers.setup import ProposerSetup
 
 log = logging.getLogger(__name__)
@@ -457,12 +462,6 @@ def build_auto(
     builds them here (``model_proposers``). ``states``: the caller's table of policy statistics by
     candidate set and policy, continued from when ``AutoConfig.shared_state``; else a fresh start. ``AutoConfig.candidates`` restricts every set.
     """
-    from codespec.proposers.context import ContextLookup
-    from codespec.proposers.material import MaterialLookup
-    from codespec.proposers.models import model_proposers
-    from codespec.proposers.next_edit import NextEditLookup
-    from codespec.proposers.reference import ReferenceLookup
-
     wanted = setup.config.auto.candidates
 
     def allowed(name: str) -> bool:

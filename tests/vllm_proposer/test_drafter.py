@@ -345,3 +345,29 @@ def test_a_chain_accepted_whole_is_served_without_asking_and_drafts_as_well(engi
     assert served >= 0.95 * asked, (served, asked)
     # every draft of the copy pointer is booked, served or planned (counts decay alike either way)
     assert served_booked == pytest.approx(asked_booked, rel=0.25)
+
+
+def test_a_servers_first_request_imports_nothing_on_its_step():
+    """vLLM builds the drafter at start; the first request's step runs in vLLM's batch, where a
+    module imported then (the index package and SQLite's libraries, some 80 ms) stalls every row.
+    A fresh interpreter, so what earlier tests imported cannot hide it."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys, numpy as np
+from transformers import AutoTokenizer
+from codespec.core.prompts import FORMATS
+from codespec.vllm_proposer.drafter import BatchDrafter
+from codespec.vllm_proposer.rows import Row
+tokenizer = AutoTokenizer.from_pretrained({str(target_path())!r})
+drafter = BatchDrafter(tokenizer, 16, 4096)
+tokens = tokenizer.encode(FORMATS["qwen2.5-coder"].rewrite({SOURCES[1]!r})) + [13]
+before = set(sys.modules)
+drafter.step([Row(np.array(tokens), 1, 0)])
+drafter.step([Row(np.array(tokens + [13]), 1, 0)])
+print(sorted(set(sys.modules) - before))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
