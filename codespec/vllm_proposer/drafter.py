@@ -240,7 +240,9 @@ class BatchDrafter:
                     row_cost, priced = (self._step_cost.fit() if self._step_cost.fitted else None), True
                 share = BatchShare(requests=len(live), row_cost=row_cost)
                 draft = self._plan(row, state, room, share) if room > 0 else Draft()
-                state.pending, state.served_len = (draft if draft.token_ids else None), 0
+                # a plan that drafted nothing is observed too: auto scores its lookups' drafts
+                # against what was sampled ("shadow") and counts the request's plain steps
+                state.pending, state.served_len = (draft if room > 0 else None), 0
                 draft_ids = list(draft.token_ids)
             state.last_rows = len(draft_ids) + 1
             rows_out += state.last_rows
@@ -362,10 +364,11 @@ class BatchDrafter:
         """Last step's outcome for this sequence: vLLM sampled the accepted drafts and one more."""
         draft, state.pending = state.pending, None
         drafted = len(draft) if draft is not None else state.served_len
-        if not drafted:
-            return
         accepted = max(0, min(drafted, row.sampled - 1))
-        self.stats.count(drafted, accepted, row.sampled)
+        if drafted:
+            self.stats.count(drafted, accepted, row.sampled)
+        elif draft is None:
+            return  # no plan last step (no room)
         run = state.runway
         if draft is None:  # served from the runway, not made by the proposer: booked, not observed
             if run is not None and accepted == drafted:

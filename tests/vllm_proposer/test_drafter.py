@@ -371,3 +371,46 @@ print(sorted(set(sys.modules) - before))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+class Recording:
+    """A proposer that never drafts and keeps every outcome it is told."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.outcomes = []
+
+    def begin(self, prompt_ids) -> None:
+        pass
+
+    def propose(self, context):
+        from codespec.core.draft import Draft
+
+        return Draft()
+
+    def observe(self, outcome) -> None:
+        self.outcomes.append(outcome)
+
+    def end(self) -> None:
+        pass
+
+
+def test_a_plan_that_drafted_nothing_is_observed_with_what_was_sampled():
+    """auto learns on plain steps too: its lookups' drafts are scored against the sampled tokens
+    ("shadow"), its look gates and plain-step count move. Inside vLLM such a step was never
+    reported, so a lookup auto stopped drafting from was never measured again."""
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    drafter = BatchDrafter(tokenizer, k=4, max_model_len=4096)
+    recording = Recording()
+    drafter.assembly.create_with_fallback = lambda names, request: recording
+    engine = ScriptedEngine(tokenizer, SOURCES[0])
+    steps = 0
+    while not engine.done and steps < 6:
+        (draft,) = drafter.step([engine.row()])
+        engine.verify(draft)
+        steps += 1
+    drafter.step([engine.row()])
+    assert len(recording.outcomes) == steps  # one per plain step
+    assert [o.emitted for o in recording.outcomes] == [(t,) for t in engine.answer[1 : steps + 1]]
+    assert all(o.accepted == 0 and not len(o.draft) for o in recording.outcomes)
