@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from codespec.core.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
+from codespec.core.draft import EMPTY_DRAFT, BatchShare, Draft, Outcome, ProposeContext, Proposer
 from codespec.core.target import common_prefix_len
 from codespec.proposers.context import ContextLookup
 from codespec.proposers.costs import ForwardCosts, LinearCost, VerifyCost, cost_points, verify_seconds
@@ -75,9 +75,9 @@ class PolicyState:
     acceptance: AcceptanceTable
     verify_cost: ForwardCosts
     proposal_costs: dict[str, LinearCost] = field(default_factory=dict)
-    # While speculation is off: the looking and probing budgets and the plain-step streak (carried
-    # across requests; a request's first step always looks), what a look costs, and per model
-    # proposer the seconds per token of catching its cache up before it can draft.
+    # While speculation is off: the looking and probing budgets, the plain-step streak a session's
+    # next request starts from (each request counts its own; its first step always looks), what a
+    # look costs, and per model proposer the seconds per token of catching its cache up.
     idle: IdleBudget = field(default_factory=IdleBudget)
     probe_budget: IdleBudget = field(default_factory=IdleBudget)
     plain_streak: int = 0
@@ -149,6 +149,9 @@ class AutoProposer:
         self._steps_seen = 0  # observes over this proposer's life (for refreshing _break_even)
         self._baseline = next((sub for sub in self.subs if sub.name == BASELINE_LOOKUP), None)
         self._break_even, self._break_even_at = 0.0, 0
+        # Plain steps in a row, this request's own: in a batch (vLLM's rows) every request has its
+        # own, and one where drafts keep paying must not keep the others looking.
+        self._plain_streak = 0
         self._token_s = 0.0  # what a token right was worth this step (0: unpriced), for the look gates
 
     @classmethod
@@ -161,7 +164,7 @@ class AutoProposer:
         self._last_end = 0.0
         # A new request brings new text to look in: its first step looks even when the session's
         # lookups stopped paying (one plain step more and it is idle again).
-        self.state.plain_streak = min(self.state.plain_streak, self.config.idle_after - 1)
+        self._plain_streak = min(self.state.plain_streak, self.config.idle_after - 1)
         self._chosen = None
         self._proposed = False
         for sub in self.subs:
@@ -174,7 +177,7 @@ class AutoProposer:
         for sub in self.subs:
             sub.draft, sub.proposal_s, sub.asked = EMPTY_DRAFT, 0.0, False
         # (modelled costs, as in tests and model-free replays: a look costs nothing in that time)
-        idle = self.state.plain_streak >= self.config.idle_after and self.config.verify_cost is None
+        idle = self._plain_streak >= self.config.idle_after and self.config.verify_cost is None
         if idle and not self.idle.allows(self.state.look_s) and not self._baseline_could_pay(context):
             # 0. Speculation is off, looking again would overrun its share of the time, and the
             #    request's own text (microseconds to ask) has no match that could pay: plain step.
@@ -261,9 +264,10 @@ class AutoProposer:
             self.idle.charge(outcome.proposal_s if not self._probing else self.state.look_s)
             self._looked_at = 0.0
         if not drafted:
-            self.state.plain_streak += 1
+            self._plain_streak += 1
         elif not self._probing:
-            self.state.plain_streak = 0
+            self._plain_streak = 0
+        self.state.plain_streak = self._plain_streak  # where the session's next request starts
         proposed = self._proposed
         chosen = self._chosen if proposed else None
         for sub in self.subs:
@@ -325,13 +329,17 @@ class AutoProposer:
         self._ask(sub, context)
         if not len(sub.draft):
             return False
-        if self._break_even_at <= self._steps_seen:
+        if self._break_even_at <= self._steps_seen and context.batch.row_cost is None:
             curve = self.verify_cost.curve()
             # the policy's margin too: a match that could only break even is not worth a full look
             self._break_even = (1.0 + self.config.margin) * curve(1) / max(curve(0), 1e-9) - 1.0
             self._break_even_at = self._steps_seen + BREAK_EVEN_EVERY
         match_len = sub.draft.match.match_len if sub.draft.match is not None else None
         first = self.acceptance.estimates(sub.name, match_len, 1)[0]
+        shared = request_share(context.batch)
+        if shared is not None:  # its part of a shared forward, as the step would be priced
+            plain_s, per_row = shared
+            return first > (1.0 + self.config.margin) * (plain_s + per_row) / plain_s - 1.0
         return first > self._break_even
 
     def _pricing(self, context: ProposeContext) -> tuple[VerifyCost, float]:
@@ -340,13 +348,9 @@ class AutoProposer:
         measured curve (alone, or a batch whose forward the scheduler has not measured yet)."""
         if self.config.verify_cost is not None:
             return self.config.verify_cost, self.config.verify_cost[0]
-        row_cost = context.batch.row_cost
-        if row_cost is not None:
-            # This request's part of the shared forward: the fixed cost split among the requests, and
-            # its own rows. A token it is not drafted now costs it another row-step later (its share
-            # of a forward that runs for the others anyway, and its row); a drafted token, a row now.
-            base, per_row = row_cost
-            plain_s = base / max(1, context.batch.requests) + per_row
+        shared = request_share(context.batch)
+        if shared is not None:
+            plain_s, per_row = shared
             return (plain_s, per_row), plain_s
         curve = self.verify_cost.curve()
         return curve, curve(0)
@@ -444,6 +448,17 @@ class AutoProposer:
                 if sub.gate is not None
             },
         }
+
+
+def request_share(batch: BatchShare) -> tuple[float, float] | None:
+    """(a plain step's seconds, seconds per drafted token) for one request of a shared forward, or
+    None before the forward is measured. Its part of the forward: the fixed cost split among the
+    requests, and its own rows. A token not drafted now costs it another row-step later (its share
+    of a forward that runs for the others anyway, and its row); a drafted token costs a row now."""
+    if batch.row_cost is None:
+        return None
+    base, per_row = batch.row_cost
+    return base / max(1, batch.requests) + per_row, per_row
 
 
 def replace_max_len(context: ProposeContext, max_len: int) -> ProposeContext:

@@ -368,3 +368,37 @@ def test_in_a_shared_forward_a_dear_lookup_that_never_helps_stops_being_asked(st
         steps += 1
     assert steps > 45 and useless.asked < 16 + 8  # its warm-up, then explores at doubling intervals
     assert auto.verify_cost.plain_measured is None  # the shared forwards taught its own curve nothing
+
+
+def test_in_a_batch_each_request_counts_its_own_plain_steps(stream):
+    """Rows of one batch share what auto learned (one state), but not the plain-step streak: a row
+    whose lookup keeps failing goes idle (answers "no draft" without asking the lookups) while
+    another row's drafts keep being accepted; one streak for both never let it idle."""
+    from codespec.core.draft import BatchShare, Outcome, ProposeContext
+    from codespec.core.target import common_prefix_len
+    from codespec.proposers.auto import PolicyState
+
+    prompt, _, full = stream
+    config = PolicyConfig(idle_share=0.0)  # an idle row never looks beyond the baseline (no clock in it)
+    state = PolicyState.fresh(config)
+    right = AutoProposer(lookups=[MatchedScript("context", oracle(full), match_len=12)], config=config, state=state)
+    wrong = AutoProposer(
+        lookups=[MatchedScript("context", always_wrong(full, 1 << 16), match_len=2)], config=config, state=state
+    )
+    share = BatchShare(requests=2, row_cost=(0.004, 0.0001))
+    lengths = {id(right): len(prompt), id(wrong): len(prompt)}
+    for auto in (right, wrong):
+        auto.begin(prompt)
+    for _ in range(100):
+        for auto in (right, wrong):
+            if lengths[id(auto)] >= len(full) - 4:  # its request is done: the next one starts
+                auto.begin(prompt)
+                lengths[id(auto)] = len(prompt)
+            length = lengths[id(auto)]
+            draft = auto.propose(ProposeContext(full[:length], len(prompt), 4, batch=share))
+            accepted = common_prefix_len(draft.token_ids, full[length:])
+            emitted = tuple(full[length : length + accepted + 1])
+            lengths[id(auto)] = length + len(emitted)
+            auto.observe(Outcome(draft, accepted, emitted, length + len(emitted), verify_s=0.004, shared=True))
+    assert sum(d.name is not None for d in right.decisions) > 0.8 * len(right.decisions)
+    assert wrong.skipped_looks > len(wrong.decisions) // 2  # (one streak for both rows: 0)
