@@ -35,6 +35,7 @@ from codespec.proposers.lookup_sim import hindsight_forwards
 from codespec.vllm_proposer.drafter import BatchDrafter
 from codespec.vllm_proposer.options import DrafterOptions
 from codespec.vllm_proposer.rows import Row
+from codespec.vllm_proposer.runner import RowRequest
 
 NGRAM_MIN, NGRAM_MAX = 2, 8  # bench.vllm_spec's ngram configuration
 
@@ -107,7 +108,7 @@ def replay_codespec(
     tokens, sampled, drafted, accepted, seconds = prompt + output[:1], 1, 0, 0, 0.0
     while len(tokens) - len(prompt) < len(output):
         began = time.perf_counter()
-        (draft,) = drafter.step([Row(np.array(tokens), sampled)])
+        (draft,) = drafter.step([Row(np.array(tokens), sampled, 0)])
         clock.drafter_s += time.perf_counter() - began
         clock.steps += 1
         expected = output[len(tokens) - len(prompt) :]
@@ -137,13 +138,18 @@ def summary(name: str, tokens: int, drafted: int, accepted: int, step_s: float, 
     }
 
 
-def replay_drafter(tokenizer, proposer: str, k: int, workspace: Path | None, store: Path, clock) -> BatchDrafter:
+def replay_drafter(
+    tokenizer, proposer: str, k: int, workspace: Path | None, store: Path, clock, max_tokens: int
+) -> BatchDrafter:
     """The class vLLM loads, on the replay's clock; with a workspace, an index store of its own (the
-    session history one drafter records must not draft for the next)."""
+    session history one drafter records must not draft for the next); every request's max_tokens
+    read as inside vLLM (no draft past it)."""
     options = (
         DrafterOptions(proposer, (str(workspace),), str(store)) if workspace is not None else DrafterOptions(proposer)
     )
-    return BatchDrafter(tokenizer, k, 1 << 20, options, clock=clock)
+    return BatchDrafter(
+        tokenizer, k, 1 << 20, options, clock=clock, requests=lambda row: RowRequest(max_tokens=max_tokens)
+    )
 
 
 def replay_proposer(
@@ -156,10 +162,11 @@ def replay_proposer(
     row_s: float,
     workspace: Path | None,
     folder: Path,
+    max_tokens: int,
 ) -> dict:
     """codespec's drafter with one proposer over every request, in order, one client."""
     clock = ReplayClock()
-    drafter = replay_drafter(tokenizer, proposer, k, workspace, folder / f"index-{proposer}-{k}.db", clock)
+    drafter = replay_drafter(tokenizer, proposer, k, workspace, folder / f"index-{proposer}-{k}.db", clock, max_tokens)
     counts = [replay_codespec(drafter, clock, p, o, step_s, row_s) for p, o in zip(prompts, outputs)]
     drafted, accepted = sum(c[0] for c in counts), sum(c[1] for c in counts)
     row = summary(f"codespec {proposer}", sum(len(o) for o in outputs), drafted, accepted, step_s, row_s)
@@ -216,7 +223,9 @@ def replay_batched(
     return {"tokens": tokens, "steps": steps, "drafted": drafted, "accepted": accepted, "decode_s_modeled": seconds}
 
 
-def batched_rows(tokenizer, args, prompts, outputs, step_s: float, row_s: float, folder: Path, workspace) -> list[dict]:
+def batched_rows(
+    tokenizer, args, prompts, outputs, step_s: float, row_s: float, folder: Path, workspace, max_tokens: int
+) -> list[dict]:
     """No speculation, the ngram rule and each proposer at ``args.clients`` clients, per K."""
 
     def row(name: str, counts: dict, k: int | None = None) -> dict:
@@ -237,7 +246,7 @@ def batched_rows(tokenizer, args, prompts, outputs, step_s: float, row_s: float,
         for proposer in args.proposers.split(","):
             clock = ReplayClock()
             store = folder / f"index-{proposer}-{k}-batched.db"
-            drafter = replay_drafter(tokenizer, proposer, k, workspace, store, clock)
+            drafter = replay_drafter(tokenizer, proposer, k, workspace, store, clock, max_tokens)
 
             def step(live, drafter=drafter, clock=clock):
                 rows = [Row(np.array(c.tokens), c.sampled, n) for n, c in enumerate(live)]
@@ -284,7 +293,7 @@ def main() -> None:
     if args.clients > 1:  # one batch: no oracle or bound (those are per request)
         with tempfile.TemporaryDirectory() as folder:
             workspace = write_workspace(Path(folder) / "workspace") if args.workload == "completions" else None
-            rows = batched_rows(tokenizer, args, prompts, outputs, step_s, row_s, Path(folder), workspace)
+            rows = batched_rows(tokenizer, args, prompts, outputs, step_s, row_s, Path(folder), workspace, max_tokens)
         write_report(args, rows, prompts, max_tokens)
         return
     rows = [summary("none", tokens, 0, 0, step_s, row_s)]
@@ -303,7 +312,7 @@ def main() -> None:
                     {
                         "k": k,
                         **replay_proposer(
-                            tokenizer, proposer, k, prompts, outputs, step_s, row_s, workspace, Path(folder)
+                            tokenizer, proposer, k, prompts, outputs, step_s, row_s, workspace, Path(folder), max_tokens
                         ),
                     }
                 )

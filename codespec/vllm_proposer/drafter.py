@@ -33,6 +33,7 @@ from codespec.proposers.costs import CLIP, LinearCost
 from codespec.proposers.setup import RequestContext
 from codespec.vllm_proposer.options import DrafterOptions
 from codespec.vllm_proposer.rows import Row, RowStates
+from codespec.vllm_proposer.runner import UNKNOWN, RowRequest
 
 log = logging.getLogger("vllm.codespec")  # under vLLM's logger: its lines land in vLLM's log
 TRACE_ENV = "CODESPEC_VLLM_TRACE"  # a file: one JSON line per step (what each row drafted, the step's cost)
@@ -89,6 +90,7 @@ class Followed:
     continues: Continues | None = None  # its proposer, where it can draft a chain further
     runway: Runway | None = None  # the chain its last planned draft came from
     served_len: int = 0  # the length of its last draft when it came from the runway (else 0)
+    end: int = 1 << 62  # its length once its request has generated max_tokens (drafts stop short of it)
 
     def sequence(self, row: Row) -> list[int]:
         """The row's tokens as the list the proposers read: only what is new since the last step is
@@ -164,7 +166,7 @@ class BatchDrafter:
         options: DrafterOptions = DrafterOptions(),
         index: Any = None,
         clock: Callable[[], float] = time.perf_counter,
-        references: Callable[[int], str | None] | None = None,
+        requests: Callable[[int], RowRequest] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.k = k
@@ -177,7 +179,7 @@ class BatchDrafter:
         self.rows: RowStates[Followed] = RowStates(self._follow, self._forget)
         self.stats = DrafterStats()
         self.clock = clock
-        self.references = references  # a batch row -> the prediction its request sent (None: none)
+        self.requests = requests  # a batch row -> what its request asked for (its prediction, max_tokens)
         self._step_cost = LinearCost("flat", decay=0.95)  # a step's seconds ~ a + b * rows
         self._rows_seen: set[int] = set()  # row counts vLLM has run a step of (the first one is not measured)
         self._returned_at: float | None = None
@@ -204,6 +206,7 @@ class BatchDrafter:
             new_from = len(row.tokens) - row.sampled
             if state.seen and new_from != state.seen:  # a sequence that grew by more (a follow-up turn)
                 self._record(state)  # what it had generated so far is one entry
+                state.end = self._end(self._request(row), new_from)
             state.sampled = row.tokens[new_from:].tolist()
             state.output.extend(state.sampled)
             state.seen = len(row.tokens)
@@ -222,7 +225,9 @@ class BatchDrafter:
                 drafts.append([])
                 continue
             row, state = maybe_row, maybe_state
-            room = min(self.k, self.max_model_len - len(row.tokens) - 1)
+            # a step emits its accepted drafts and one more: past its request's max_tokens, vLLM
+            # would verify drafts only to drop them
+            room = min(self.k, self.max_model_len - len(row.tokens) - 1, state.end - len(row.tokens) - 1)
             run = state.runway
             served = None if run is None or room <= 0 else run.next_draft(state.sampled, room)
             state.shared = len(live) > 1
@@ -386,7 +391,8 @@ class BatchDrafter:
     def _follow(self, row: Row, prompt_len: int) -> Followed:
         """A new sequence: its proposer, given its request's prediction, else the code its prompt carries."""
         prompt = row.tokens[:prompt_len].tolist()
-        prediction = self.references(row.index) if self.references is not None and row.index >= 0 else None
+        asked = self._request(row)
+        prediction = asked.prediction
         code = prediction or prompt_code(self._decode(prompt), self.format)
         # the code a prompt carries is tokenized there already: the copy pointer reads its ids there
         source = prompt if code and not prediction else None
@@ -399,8 +405,19 @@ class BatchDrafter:
         self.stats.with_code += bool(code) and not prediction
         self.stats.with_prediction += bool(prediction)
         return Followed(
-            proposer, prompt_len, bool(code), continues=proposer if isinstance(proposer, Continues) else None
+            proposer,
+            prompt_len,
+            bool(code),
+            continues=proposer if isinstance(proposer, Continues) else None,
+            end=self._end(asked, prompt_len),
         )
+
+    def _request(self, row: Row) -> RowRequest:
+        return self.requests(row.index) if self.requests is not None and row.index >= 0 else UNKNOWN
+
+    def _end(self, asked: RowRequest, prompt_len: int) -> int:
+        """The sequence's length when its request has generated all it may."""
+        return prompt_len + asked.max_tokens if asked.max_tokens is not None else self.max_model_len
 
     def _decode(self, ids: list[int]) -> str:
         """A prompt's text, special tokens kept: through the fast tokenizer's own decoder where

@@ -39,8 +39,8 @@ class CodespecProposer:
         self.max_model_len = int(model_config.max_model_len)
         # the model runner building this proposer: where each row's request arguments are read
         self.requests = RunnerRequests.find()
-        references = None if self.requests is None else self.requests.reference
-        self.drafter = BatchDrafter(tokenizer, self.k, self.max_model_len, self.options, references=references)
+        requests = None if self.requests is None else self.requests.request
+        self.drafter = BatchDrafter(tokenizer, self.k, self.max_model_len, self.options, requests=requests)
         log.info(
             "codespec proposer: %s, K = %d, options %s, predictions %s",
             type(self).__name__,

@@ -1,4 +1,5 @@
-"""The one module that reads vLLM's internals: the arguments of the request each batch row holds.
+"""The one module that reads vLLM's internals: the arguments of the request each batch row holds
+(its prediction, and how many tokens it may generate: a draft past that is verified for nothing).
 
 vLLM (0.32) calls a custom proposer with token rows only, and its one per-request hook, a
 logits processor, is refused while speculative decoding is on
@@ -7,14 +8,15 @@ logits processor, is refused while speculative decoding is on
 ``input_batch.req_ids`` says which request each row holds. The proposer is built by that runner
 (``create_custom_proposer(self.vllm_config)`` in its ``__init__``), so it is found once, on the
 stack that constructs the proposer, and read only when a new sequence is met. If vLLM changes any
-of this, the drafter logs it once and drafts without predictions (tests/vllm_proposer/test_real_vllm.py
-fails by name).
+of this, the drafter logs it once and drafts without predictions or a request's end
+(tests/vllm_proposer/test_real_vllm.py fails by name).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from codespec.core.draft import REFERENCE_ARG
@@ -23,8 +25,20 @@ log = logging.getLogger("vllm.codespec")
 SEARCH_FRAMES = 8  # frames above the proposer's constructor searched for the runner that builds it
 
 
+@dataclass(frozen=True)
+class RowRequest:
+    """What the request a batch row holds asked for, as far as drafting is concerned."""
+
+    prediction: str | None = None  # the text it sent to draft from (``vllm_xargs``)
+    max_tokens: int | None = None  # the most tokens it may generate (None: up to the context window)
+
+
+UNKNOWN = RowRequest()
+
+
 class RunnerRequests:
-    """``reference(row)``: the prediction the request in that batch row sent, if any."""
+    """``request(row)``: what the request in that batch row asked for (its prediction, its
+    ``max_tokens``)."""
 
     def __init__(self, runner: Any) -> None:
         self.runner = runner
@@ -43,16 +57,21 @@ class RunnerRequests:
                 return cls(candidate)
         return None
 
-    def reference(self, row: int) -> str | None:
+    def request(self, row: int) -> RowRequest:
         if self._broken:
-            return None
+            return UNKNOWN
         try:
             request_id = self.runner.input_batch.req_ids[row]
             state = self.runner.requests.get(request_id) if request_id is not None else None
-            args = None if state is None or state.sampling_params is None else state.sampling_params.extra_args
+            params = None if state is None else state.sampling_params
+            args = None if params is None else params.extra_args
+            max_tokens = None if params is None else params.max_tokens
         except (AttributeError, IndexError, TypeError) as error:
             self._broken = True
             log.warning("codespec: this vLLM does not show a row's request (%s); drafting without predictions", error)
-            return None
+            return UNKNOWN
         value = (args or {}).get(REFERENCE_ARG)
-        return value if isinstance(value, str) and value else None
+        return RowRequest(
+            value if isinstance(value, str) and value else None,
+            max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else None,
+        )

@@ -15,6 +15,7 @@ from codespec.core.prompts import FORMATS
 from codespec.vllm_proposer.drafter import BatchDrafter
 from codespec.vllm_proposer.options import DrafterOptions
 from codespec.vllm_proposer.rows import Row
+from codespec.vllm_proposer.runner import RowRequest
 
 SOURCES = [
     "def area(width, height):\n    return width * height\n\n\ndef perimeter(width, height):\n"
@@ -113,7 +114,7 @@ def predicted_run(drafter: BatchDrafter, engines: list, predictions: list[str], 
         running = [n for n, engine in enumerate(engines) if not engine.done]
         order.shuffle(running)
         rows = [Row(np.array(engines[n].tokens), engines[n].sampled, index) for index, n in enumerate(running)]
-        drafter.references = lambda index: predictions[running[index]]
+        drafter.requests = lambda index: RowRequest(predictions[running[index]])
         for n, draft in zip(running, drafter.step(rows)):
             engines[n].verify(draft)
         steps += 1
@@ -414,3 +415,25 @@ def test_a_plan_that_drafted_nothing_is_observed_with_what_was_sampled():
     assert len(recording.outcomes) == steps  # one per plain step
     assert [o.emitted for o in recording.outcomes] == [(t,) for t in engine.answer[1 : steps + 1]]
     assert all(o.accepted == 0 and not len(o.draft) for o in recording.outcomes)
+
+
+def test_no_draft_reaches_past_what_the_request_may_generate():
+    """vLLM verifies a draft whole, then cuts the output at the request's max_tokens: rows drafted
+    past it are paid for and dropped. A request allowed 12 tokens gets drafts that end by its
+    12th token; the same request with no limit read drafts the room K allows."""
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+
+    def drafts(max_tokens):
+        drafter = BatchDrafter(tokenizer, k=16, max_model_len=4096)
+        drafter.requests = lambda index: RowRequest(max_tokens=max_tokens)
+        engine = ScriptedEngine(tokenizer, SOURCES[1])
+        ends = []
+        while not engine.done and len(engine.tokens) - engine.prompt_len < 12:
+            row = engine.row()
+            (draft,) = drafter.step([Row(row.tokens, row.sampled, 0)])
+            ends.append(len(engine.tokens) - engine.prompt_len + len(draft) + 1)  # output length if all accepted
+            engine.verify(draft)
+        return ends
+
+    assert max(drafts(12)) == 12  # the copy drafts right up to the limit, not past it
+    assert max(drafts(None)) > 12

@@ -112,6 +112,19 @@ def test_a_prediction_the_prompt_does_not_carry_is_drafted_inside_vllm(engine):
     assert accepted_right >= 0.75 * tokens, (accepted_right, tokens)
     assert accepted_right >= accepted_wrong + 0.25 * tokens, (accepted_right, accepted_wrong, tokens)
     assert "predictions read from each request's vllm_xargs" in engine.log.read_text()
+    # The request's max_tokens is read too: with the whole output predicted, drafts stop where the
+    # request must end (vLLM would verify drafts past it, then drop them).
+    drafted_before = engine.metric("vllm:spec_decode_num_draft_tokens_total")
+    reply = client.completions.create(
+        model="codespec-default",
+        prompt=prompt,
+        max_tokens=10,
+        temperature=0,
+        extra_body={"vllm_xargs": {"codespec_prediction": plain}},
+    )
+    drafted = engine.metric("vllm:spec_decode_num_draft_tokens_total") - drafted_before
+    assert plain.startswith(reply.choices[0].text)
+    assert 0 < drafted <= 9, drafted  # K = 16 would have drafted 16
 
 
 def test_a_stream_closed_early_is_aborted_in_the_engine_and_the_door_keeps_serving(door, engine):
