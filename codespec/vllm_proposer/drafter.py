@@ -79,7 +79,7 @@ class Followed:
     proposer: Proposer
     prompt_len: int
     has_code: bool  # its prompt carries code to rewrite (the copy pointer drafts it)
-    pending: Draft | None = None  # last step's draft, waiting for its outcome
+    pending: Draft | None = None  # last step's plan (an empty draft too) awaiting its outcome; None: no plan
     proposal_s: float = 0.0
     last_rows: int = 1  # rows its last step put in the forward
     shared: bool = False  # its last step's forward also ran other sequences' rows
@@ -196,21 +196,25 @@ class BatchDrafter:
         step_s = 0.0 if self._returned_at is None else start - self._returned_at
         followed = self.stats.sequences
         states = self.rows.step(rows)
-        # A step that also prefilled (a row still prefilling, or a sequence seen for the first time:
-        # its prompt's last chunk ran in it) cost more than its decoding rows say: no measurement.
+        # A step that also prefilled (a row still prefilling, a sequence seen for the first time or a
+        # chat's next turn: its prompt's last chunk ran in it) cost more than its decoding rows say.
         prefilled = self.stats.sequences > followed or any(row is None for row in rows)
-        if self._rows_out and step_s > 0.0 and not prefilled:
-            self._measure_step(self._rows_out, step_s)
         live = [(row, state) for row, state in zip(rows, states) if row is not None and state is not None]
         for row, state in live:
             new_from = len(row.tokens) - row.sampled
             if state.seen and new_from != state.seen:  # a sequence that grew by more (a follow-up turn)
                 self._record(state)  # what it had generated so far is one entry
                 state.end = self._end(self._request(row), new_from)
+                # last turn's last plan (or runway) is not this step's: the turn's prompt came between
+                self._land(state)
+                state.pending, state.served_len = None, 0
+                prefilled = True
             state.sampled = row.tokens[new_from:].tolist()
             state.output.extend(state.sampled)
             state.seen = len(row.tokens)
             self._observe(row, state, step_s)
+        if self._rows_out and step_s > 0.0 and not prefilled:
+            self._measure_step(self._rows_out, step_s)
         now = {id(state): state for _, state in live}
         for key, state in self._live.items():
             if key not in now:  # its row left the batch: finished (or preempted, then recorded as far as it got)
@@ -376,10 +380,10 @@ class BatchDrafter:
             return  # no plan last step (no room)
         run = state.runway
         if draft is None:  # served from the runway, not made by the proposer: booked, not observed
-            if run is not None and accepted == drafted:
-                run.whole += 1
-            elif run is not None and state.continues is not None:
-                state.continues.credit(run.source, run.match_len, accepted, True)
+            if run is not None and accepted == drafted == run.length:
+                run.whole += 1  # booked when the row leaves the runway, as run.length tokens passed
+            elif run is not None and state.continues is not None:  # rejected, or cut short by the room
+                state.continues.credit(run.source, run.match_len, accepted, accepted < drafted)
             return
         try:
             state.proposer.observe(

@@ -68,7 +68,11 @@ class RunnerRequests:
             max_tokens = None if params is None else params.max_tokens
         except (AttributeError, IndexError, TypeError) as error:
             self._broken = True
-            log.warning("codespec: this vLLM does not show a row's request (%s); drafting without predictions", error)
+            log.warning(
+                "codespec: this vLLM does not show a row's request (%s); drafting without predictions "
+                "or a request's max_tokens",
+                error,
+            )
             return UNKNOWN
         value = (args or {}).get(REFERENCE_ARG)
         return RowRequest(

@@ -437,3 +437,23 @@ def test_no_draft_reaches_past_what_the_request_may_generate():
 
     assert max(drafts(12)) == 12  # the copy drafts right up to the limit, not past it
     assert max(drafts(None)) > 12
+
+
+def test_a_chats_next_turn_is_not_scored_against_the_last_turns_plan():
+    """A follow-up turn extends the sequence by its prompt: the plan made at the last turn's last
+    step never met this step's tokens, so it is dropped, not reported as an outcome."""
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    drafter = BatchDrafter(tokenizer, k=4, max_model_len=4096)
+    recording = Recording()
+    drafter.assembly.create_with_fallback = lambda names, request: recording
+    sequence = tokenizer.encode("# turn one\n")
+    for token in tokenizer.encode("x = 1\n"):
+        sequence = [*sequence, token]
+        drafter.step([Row(np.array(sequence), 1, 0)])
+    reported = len(recording.outcomes)
+    sequence = [*sequence, *tokenizer.encode("# turn two\n"), 13]  # the next turn's prompt and first token
+    drafter.step([Row(np.array(sequence), 1, 0)])
+    assert len(recording.outcomes) == reported
+    sequence = [*sequence, 14]
+    drafter.step([Row(np.array(sequence), 1, 0)])
+    assert len(recording.outcomes) == reported + 1 and recording.outcomes[-1].emitted == (14,)

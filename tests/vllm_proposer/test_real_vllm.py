@@ -124,7 +124,7 @@ def test_a_prediction_the_prompt_does_not_carry_is_drafted_inside_vllm(engine):
     )
     drafted = engine.metric("vllm:spec_decode_num_draft_tokens_total") - drafted_before
     assert plain.startswith(reply.choices[0].text)
-    assert 0 < drafted <= 9, drafted  # K = 16 would have drafted 16
+    assert 0 < drafted <= 8, drafted  # the first room is 10 - 1 - 1 (K = 16 drafted 16)
 
 
 def test_a_stream_closed_early_is_aborted_in_the_engine_and_the_door_keeps_serving(door, engine):
