@@ -332,15 +332,20 @@ class AutoProposer:
         if self._break_even_at <= self._steps_seen and context.batch.row_cost is None:
             curve = self.verify_cost.curve()
             # the policy's margin too: a match that could only break even is not worth a full look
-            self._break_even = (1.0 + self.config.margin) * curve(1) / max(curve(0), 1e-9) - 1.0
+            self._break_even = self._first_token_break_even(curve(1), curve(0))
             self._break_even_at = self._steps_seen + BREAK_EVEN_EVERY
         match_len = sub.draft.match.match_len if sub.draft.match is not None else None
         first = self.acceptance.estimates(sub.name, match_len, 1)[0]
         shared = request_share(context.batch)
         if shared is not None:  # its part of a shared forward, as the step would be priced
             plain_s, per_row = shared
-            return first > (1.0 + self.config.margin) * (plain_s + per_row) / plain_s - 1.0
+            return first > self._first_token_break_even(plain_s + per_row, plain_s)
         return first > self._break_even
+
+    def _first_token_break_even(self, one_s: float, plain_s: float) -> float:
+        """The first-token acceptance at which a one-token draft (``one_s`` seconds against a plain
+        step's ``plain_s``) beats plain decoding by the policy's margin."""
+        return (1.0 + self.config.margin) * one_s / max(plain_s, 1e-9) - 1.0
 
     def _pricing(self, context: ProposeContext) -> tuple[VerifyCost, float]:
         """(cost of a step by draft length, a plain step's seconds) for this request now: fixed costs

@@ -8,7 +8,8 @@ add anything the request's own text did not already offer (docs/benchmarks.md, "
 
 ``LookGate`` keeps, per lookup, what a look costs and what it saves: the tokens its draft got right
 beyond the baseline's draft that step (the request's own text, asked on every step: under greedy,
-what verifying the lookup's draft would have kept on top), at a plain step's seconds each. A look
+what verifying the lookup's draft would have kept on top), each worth a plain step's seconds (in
+a shared forward, the request's part of one: ``auto.request_share``). A look
 that costs under ``share`` of a plain step is always asked (a real model's forward; a GPU); a
 dearer one only while it saves at least what it costs, and otherwise once every ``interval``
 steps, the interval doubling while it keeps not paying (up to ``max_interval``), so its value
