@@ -68,6 +68,7 @@ def main() -> None:
                 own.token_ids[: own.match.match_len if own.match else 0]
             )
             for name, draft in drafts.items():
+                draft = draft[: len(truth) - 1]  # the output's end: as the replay, nothing drafted past it
                 counts[name][0] += len(draft)
                 counts[name][1] += accept(draft, truth) if draft else 0
             positions += 1
