@@ -17,8 +17,9 @@ from collections.abc import Sequence
 
 from codespec.core.draft import Proposer
 from codespec.core.errors import CodespecError
-from codespec.proposers.auto import PolicyState, build_auto
+from codespec.proposers.auto import build_auto
 from codespec.proposers.models import model_proposers
+from codespec.proposers.policy import PolicyState
 from codespec.proposers.registry import MODEL, create_proposer, proposer_names
 from codespec.proposers.setup import ProposerConfig, ProposerSetup, RequestContext
 

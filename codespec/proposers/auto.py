@@ -29,12 +29,12 @@ import logging
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from codespec.core.draft import EMPTY_DRAFT, BatchShare, Draft, Outcome, ProposeContext, Proposer
+from codespec.core.draft import EMPTY_DRAFT, Draft, Outcome, ProposeContext, Proposer
 from codespec.core.target import common_prefix_len
 from codespec.proposers.context import ContextLookup
-from codespec.proposers.costs import ForwardCosts, LinearCost, VerifyCost, cost_points, verify_seconds
+from codespec.proposers.costs import LinearCost, VerifyCost, cost_points, verify_seconds
 from codespec.proposers.draft_model import ModelDrafter
 from codespec.proposers.index_lookup import IndexLookup
 from codespec.proposers.looks import LookGate
@@ -43,14 +43,14 @@ from codespec.proposers.models import model_proposers
 from codespec.proposers.next_edit import NextEditLookup
 from codespec.proposers.policy import (
     STOP_BELOW,
-    AcceptanceTable,
     Candidate,
     Choice,
-    IdleBudget,
     PolicyConfig,
+    PolicyState,
     ProbeSchedule,
     best_length,
     choose,
+    request_share,
 )
 from codespec.proposers.reference import ReferenceLookup
 from codespec.proposers.setup import ProposerSetup
@@ -63,36 +63,6 @@ LOOKUP, MODEL = "lookup", "model"
 BASELINE_LOOKUP = "context"
 BREAK_EVEN_EVERY = 64  # steps between refreshes of the idle check's break-even acceptance
 PLAIN = Choice(None, 0, 1.0, 0.0)  # the decision of an idle step that did not look
-
-
-@dataclass
-class PolicyState:
-    """What the policy has learned: acceptance by depth and the cost fits. It outlives a proposer
-    instance: ``from_setup`` hands every auto built for the same target and candidates the same
-    state (a process-wide table), so a request starts with what earlier ones measured, whether
-    the caller keeps one proposer for a server's lifetime or builds one per request."""
-
-    acceptance: AcceptanceTable
-    verify_cost: ForwardCosts
-    proposal_costs: dict[str, LinearCost] = field(default_factory=dict)
-    # While speculation is off: the looking and probing budgets, the plain-step streak a session's
-    # next request starts from (each request counts its own; its first step always looks), what a
-    # look costs, and per model proposer the seconds per token of catching its cache up.
-    idle: IdleBudget = field(default_factory=IdleBudget)
-    probe_budget: IdleBudget = field(default_factory=IdleBudget)
-    plain_streak: int = 0
-    look_s: float = 0.0
-    catch_up_s: dict[str, float] = field(default_factory=dict)
-    look_gates: dict[str, LookGate] = field(default_factory=dict)  # per lookup: what a look costs and saves
-
-    @classmethod
-    def fresh(cls, config: PolicyConfig) -> PolicyState:
-        return cls(
-            AcceptanceTable(config.acceptance_decay, config.prior_acceptance, config.prior_strength),
-            ForwardCosts(config.cost_decay),
-            idle=IdleBudget(config.idle_share),
-            probe_budget=IdleBudget(config.probe_share),
-        )
 
 
 class _Sub:
@@ -453,17 +423,6 @@ class AutoProposer:
                 if sub.gate is not None
             },
         }
-
-
-def request_share(batch: BatchShare) -> tuple[float, float] | None:
-    """(a plain step's seconds, seconds per drafted token) for one request of a shared forward, or
-    None before the forward is measured. Its part of the forward: the fixed cost split among the
-    requests, and its own rows. A token not drafted now costs it another row-step later (its share
-    of a forward that runs for the others anyway, and its row); a drafted token costs a row now."""
-    if batch.row_cost is None:
-        return None
-    base, per_row = batch.row_cost
-    return base / max(1, batch.requests) + per_row, per_row
 
 
 def replace_max_len(context: ProposeContext, max_len: int) -> ProposeContext:

@@ -19,6 +19,9 @@ Estimators:
   proposer's), which extrapolates "always right so far" to deeper positions and "usually wrong"
   to everything after.
 - the cost side (``LinearCost``, ``ForwardCosts``, ``CostTable``): ``proposers.costs``.
+
+``PolicyState`` holds what a policy has learned across requests; ``request_share`` prices one
+request's part of a shared forward (a batch's), which auto plans with.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from codespec.proposers.costs import Curve, VerifyCost, verify_seconds
+from codespec.core.draft import BatchShare
+from codespec.proposers.costs import Curve, ForwardCosts, LinearCost, VerifyCost, verify_seconds
+from codespec.proposers.looks import LookGate
 
 
 @dataclass(frozen=True)
@@ -328,3 +333,45 @@ class ProbeSchedule:
     def speculated(self) -> None:
         self.idle_steps = 0
         self.interval = self.base_interval
+
+
+# -- what a policy has learned, and a shared forward's price --------------------------------------
+@dataclass
+class PolicyState:
+    """What the policy has learned: acceptance by depth and the cost fits. It outlives a proposer
+    instance: ``from_setup`` hands every auto built for the same target and candidates the same
+    state (a process-wide table), so a request starts with what earlier ones measured, whether
+    the caller keeps one proposer for a server's lifetime or builds one per request."""
+
+    acceptance: AcceptanceTable
+    verify_cost: ForwardCosts
+    proposal_costs: dict[str, LinearCost] = field(default_factory=dict)
+    # While speculation is off: the looking and probing budgets, the plain-step streak a session's
+    # next request starts from (each request counts its own; its first step always looks), what a
+    # look costs, and per model proposer the seconds per token of catching its cache up.
+    idle: IdleBudget = field(default_factory=IdleBudget)
+    probe_budget: IdleBudget = field(default_factory=IdleBudget)
+    plain_streak: int = 0
+    look_s: float = 0.0
+    catch_up_s: dict[str, float] = field(default_factory=dict)
+    look_gates: dict[str, LookGate] = field(default_factory=dict)  # per lookup: what a look costs and saves
+
+    @classmethod
+    def fresh(cls, config: PolicyConfig) -> PolicyState:
+        return cls(
+            AcceptanceTable(config.acceptance_decay, config.prior_acceptance, config.prior_strength),
+            ForwardCosts(config.cost_decay),
+            idle=IdleBudget(config.idle_share),
+            probe_budget=IdleBudget(config.probe_share),
+        )
+
+
+def request_share(batch: BatchShare) -> tuple[float, float] | None:
+    """(a plain step's seconds, seconds per drafted token) for one request of a shared forward, or
+    None before the forward is measured. Its part of the forward: the fixed cost split among the
+    requests, and its own rows. A token not drafted now costs it another row-step later (its share
+    of a forward that runs for the others anyway, and its row); a drafted token costs a row now."""
+    if batch.row_cost is None:
+        return None
+    base, per_row = batch.row_cost
+    return base / max(1, batch.requests) + per_row, per_row
