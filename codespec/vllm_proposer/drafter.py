@@ -34,6 +34,7 @@ from codespec.proposers.setup import RequestContext
 from codespec.vllm_proposer.options import DrafterOptions
 from codespec.vllm_proposer.rows import Row, RowStates
 from codespec.vllm_proposer.runner import UNKNOWN, RowRequest
+from codespec.vllm_proposer.shapes import StepShapes, cut_to_seen
 
 log = logging.getLogger("vllm.codespec")  # under vLLM's logger: its lines land in vLLM's log
 TRACE_ENV = "CODESPEC_VLLM_TRACE"  # a file: one JSON line per step (what each row drafted, the step's cost)
@@ -181,7 +182,7 @@ class BatchDrafter:
         self.clock = clock
         self.requests = requests  # a batch row -> what its request asked for (its prediction, max_tokens)
         self._step_cost = LinearCost("flat", decay=0.95)  # a step's seconds ~ a + b * rows
-        self._rows_seen: set[int] = set()  # row counts vLLM has run a step of (the first one is not measured)
+        self._shapes = StepShapes()  # token counts vLLM has run a step of (the first one is not fitted)
         self._returned_at: float | None = None
         self._rows_out = 0  # rows the drafts of the last call put in the next forward
         self._live: dict[int, Followed] = {}  # the sequences of the last step, by id
@@ -256,6 +257,9 @@ class BatchDrafter:
             state.last_rows = len(draft_ids) + 1
             rows_out += state.last_rows
             drafts.append(draft_ids)
+        # (a row still prefilling puts its prompt's next chunk in the forward: its count is unknown)
+        if rows_out and self._shapes.extra_s > 0.0 and all(row is not None for row in rows):
+            rows_out = self._land_on_seen_count(rows, states, drafts, rows_out, len(live))
         if self._trace is not None:
             self._write_trace(self._trace, step_s, prefilled, live, start)
         self.stats.steps += 1
@@ -300,13 +304,43 @@ class BatchDrafter:
         a token count it has not run before costs 2-3x a later one (15-18 ms against 5-8 ms
         measured), and a shared machine stalls now and then: a first count is not booked, and once
         the fit rests on a few steps a step is booked at most at CLIP times its prediction."""
-        if rows not in self._rows_seen and len(self._rows_seen) < 4096:
-            self._rows_seen.add(rows)
-            return
         cost = self._step_cost
+        if self._shapes.first(rows):
+            if cost.sw >= 3.0:  # what a new count costs beyond its rows: what cutting drafts may save
+                self._shapes.book_extra(seconds - cost.predict(rows))
+            return
         if cost.sw >= 3.0:
             seconds = min(seconds, CLIP * cost.predict(rows))
         cost.add(rows, seconds)
+
+    def _land_on_seen_count(
+        self, rows: Sequence[Row | None], states: list, drafts: list[list[int]], rows_out: int, requests: int
+    ) -> int:
+        """Cut the longest drafts by a few tokens where that makes the step's token count one vLLM
+        has run, when the measured extra of a new count pays for the cut (``shapes``). Returns the
+        step's rows."""
+        fit = self._step_cost.fit()
+        if fit is None:
+            return rows_out
+        drafted = [n for n, (row, state) in enumerate(zip(rows, states)) if row is not None and state is not None]
+        lengths = [len(drafts[n]) for n in drafted]
+        cut = cut_to_seen(lengths, self._shapes.seen, self._shapes.most_cut(requests, fit[0]))
+        if cut is None:
+            return rows_out
+        for n, length, before in zip(drafted, cut, lengths):
+            if length == before:
+                continue
+            state = states[n]
+            drafts[n] = drafts[n][:length]
+            if state.served_len:  # from the runway: its next draft starts after this one
+                state.served_len = length
+            elif state.pending is not None:
+                state.pending = state.pending.truncated(length)
+            if state.runway is not None:
+                state.runway.drafted = length
+            state.last_rows = length + 1
+            self._shapes.cut_tokens += before - length
+        return sum(cut) + len(cut)
 
     def _write_trace(self, trace: TextIO, step_s: float, prefilled: bool, live: list, start: float) -> None:
         """One JSON line: the step's cost and rows, the fit, and what each row drafted and why."""
@@ -333,6 +367,8 @@ class BatchDrafter:
             "fit": None if fit is None else [round(1e3 * fit[0], 3), round(1e3 * fit[1], 3)],
             "rows": rows,
         }
+        if self._shapes.extra_s:
+            record["new_count_extra_ms"] = round(1e3 * self._shapes.extra_s, 3)
         if self._collections is not None:
             record["gc_ms"], record["gc_collections"] = self._collections.take()
         trace.write(json.dumps(record) + "\n")
@@ -341,7 +377,16 @@ class BatchDrafter:
         try:
             fit = self._step_cost.fit()
             cost = f"{1000 * fit[0]:.2f} ms + {1000 * fit[1]:.3f} ms/row" if fit else "unmeasured"
-            log.info("codespec proposer: %s; step %s; policy %s", self.stats.summary(), cost, self.policy_summary())
+            shapes = self._shapes
+            counts = f"{len(shapes.seen)} token counts run, a new one {1000 * shapes.extra_s:.2f} ms more"
+            log.info(
+                "codespec proposer: %s; step %s; %s (%d draft tokens cut to land on one run); policy %s",
+                self.stats.summary(),
+                cost,
+                counts,
+                shapes.cut_tokens,
+                self.policy_summary(),
+            )
         except Exception:  # a report must never cost vLLM its step
             log.exception("codespec proposer: its summary failed")
 
