@@ -190,16 +190,26 @@ class Client:
 
 
 def replay_batched(
-    draft_step, prompts, outputs, clients: int, step_s: float, row_s: float, clock: ReplayClock | None = None
+    draft_step,
+    prompts,
+    outputs,
+    clients: int,
+    step_s: float,
+    row_s: float,
+    clock: ReplayClock | None = None,
+    new_count_s: float = 0.0,
 ) -> dict:
     """``clients`` requests in flight at once, in one batch as vLLM runs them: each step drafts for
     every live row (``draft_step(live) -> drafts``), costs ``step_s + row_s * rows`` for all of
-    them, and a finished request's client sends the next one. The prefill is not modeled (the same
-    for every drafter). Returns the counts and modeled decode seconds."""
+    them (``new_count_s`` more for the first step of a token count: vLLM-CPU builds its kernels per
+    count), and a finished request's client sends the next one, whose prompt is prefilled in that
+    step (its cost is not modeled, the same for every drafter; its tokens make the step's count).
+    Returns the counts and modeled decode seconds."""
     queue = [Client(p, o, p + o[:1]) for p, o in zip(prompts, outputs)]
     queue.reverse()
     live: list[Client] = []
     seconds, steps, drafted, accepted = 0.0, 0, 0, 0
+    counts_run: set[int] = set()
     while queue or live:
         live = [client for client in live if not client.done]
         while len(live) < clients and queue:  # a finished request's client sends the next
@@ -209,16 +219,21 @@ def replay_batched(
         if not live:
             continue
         drafts = draft_step(live)
-        cost = step_s + row_s * sum(len(draft) + 1 for draft in drafts)
-        seconds, steps = seconds + cost, steps + 1
-        if clock is not None:
-            clock.now += cost
         for client, draft in zip(live, drafts):
             expected = client.output[len(client.tokens) - len(client.prompt) :]
             hits = accept(draft, expected)
             drafted, accepted = drafted + len(draft), accepted + hits
             client.tokens += expected[: hits + 1]
             client.sampled = hits + 1
+        rows = sum(len(draft) + 1 for draft in drafts)
+        # the prompts of the requests joining next are prefilled in this step: its token count is theirs too
+        free = sum(client.done for client in live) + clients - len(live)
+        count = rows + sum(len(client.prompt) for client in queue[::-1][:free])
+        cost = step_s + row_s * rows + (new_count_s if count not in counts_run else 0.0)
+        counts_run.add(count)
+        seconds, steps = seconds + cost, steps + 1
+        if clock is not None:
+            clock.now += cost
     tokens = sum(len(output) for output in outputs)
     return {"tokens": tokens, "steps": steps, "drafted": drafted, "accepted": accepted, "decode_s_modeled": seconds}
 
@@ -238,10 +253,11 @@ def batched_rows(
             "tokens_per_row_step": round(counts["tokens"] / forwards, 3),
         }
 
-    none = replay_batched(lambda live: [[] for _ in live], prompts, outputs, args.clients, step_s, row_s)
+    new_s = args.new_count_ms / 1000
+    none = replay_batched(lambda live: [[] for _ in live], prompts, outputs, args.clients, step_s, row_s, None, new_s)
     rows = [row("none", none)]
     for k in args.k:
-        rule = replay_batched(rule_step(k), prompts, outputs, args.clients, step_s, row_s)
+        rule = replay_batched(rule_step(k), prompts, outputs, args.clients, step_s, row_s, None, new_s)
         rows.append(row("ngram rule", rule, k))
         for proposer in args.proposers.split(","):
             clock = ReplayClock()
@@ -256,7 +272,7 @@ def batched_rows(
                 clock.steps += 1
                 return drafts
 
-            counts = replay_batched(step, prompts, outputs, args.clients, step_s, row_s, clock)
+            counts = replay_batched(step, prompts, outputs, args.clients, step_s, row_s, clock, new_s)
             drafter.step([])
             drafter.close()
             rows.append(row(f"codespec {proposer}", counts, k))
@@ -279,6 +295,9 @@ def main() -> None:
     parser.add_argument("--row-ms", type=float, default=0.28, help="each row's cost in a step")
     parser.add_argument("--no-bound", action="store_true", help="skip the hindsight bound (slow on long outputs)")
     parser.add_argument("--clients", type=int, default=1, help="requests in flight at once, in one batch")
+    parser.add_argument(
+        "--new-count-ms", type=float, default=0.0, help="with --clients: what a step of a row count not run before adds"
+    )
     parser.add_argument("--out", type=Path, default=None, help="default: docs/bench/vllm-replay-<workload>.json")
     args = parser.parse_args()
     step_s, row_s = args.step_ms / 1000, args.row_ms / 1000
@@ -346,7 +365,8 @@ def write_report(args, rows: list[dict], prompts, max_tokens: int) -> None:
         "requests": args.requests,
         "clients": args.clients,
         "max_tokens": max_tokens,
-        "step_cost": f"{args.step_ms} ms + {args.row_ms} ms per row",
+        "step_cost": f"{args.step_ms} ms + {args.row_ms} ms per row"
+        + (f", {args.new_count_ms} ms more for a row count not run before" if args.new_count_ms else ""),
         "prompt_tokens": sum(len(prompt) for prompt in prompts),
         "rows": rows,
     }

