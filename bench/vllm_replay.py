@@ -198,10 +198,11 @@ def replay_batched(
     row_s: float,
     clock: ReplayClock | None = None,
     new_count_s: float = 0.0,
+    request_s: float = 0.0,
 ) -> dict:
     """``clients`` requests in flight at once, in one batch as vLLM runs them: each step drafts for
-    every live row (``draft_step(live) -> drafts``), costs ``step_s + row_s * rows`` for all of
-    them (``new_count_s`` more for the first step of a token count: vLLM-CPU builds its kernels per
+    every live row (``draft_step(live) -> drafts``), costs ``step_s + request_s * requests + row_s
+    * rows`` for all of them (``new_count_s`` more for the first step of a token count: vLLM-CPU builds its kernels per
     count), and a finished request's client sends the next one, whose prompt is prefilled in that
     step (its cost is not modeled, the same for every drafter; its tokens make the step's count).
     Returns the counts and modeled decode seconds."""
@@ -229,7 +230,7 @@ def replay_batched(
         # the prompts of the requests joining next are prefilled in this step: its token count is theirs too
         free = sum(client.done for client in live) + clients - len(live)
         count = rows + sum(len(client.prompt) for client in queue[::-1][:free])
-        cost = step_s + row_s * rows + (new_count_s if count not in counts_run else 0.0)
+        cost = step_s + request_s * len(live) + row_s * rows + (new_count_s if count not in counts_run else 0.0)
         counts_run.add(count)
         seconds, steps = seconds + cost, steps + 1
         if clock is not None:
@@ -253,11 +254,13 @@ def batched_rows(
             "tokens_per_row_step": round(counts["tokens"] / forwards, 3),
         }
 
-    new_s = args.new_count_ms / 1000
-    none = replay_batched(lambda live: [[] for _ in live], prompts, outputs, args.clients, step_s, row_s, None, new_s)
+    new_s, request_s = args.new_count_ms / 1000, args.request_ms / 1000
+    none = replay_batched(
+        lambda live: [[] for _ in live], prompts, outputs, args.clients, step_s, row_s, None, new_s, request_s
+    )
     rows = [row("none", none)]
     for k in args.k:
-        rule = replay_batched(rule_step(k), prompts, outputs, args.clients, step_s, row_s, None, new_s)
+        rule = replay_batched(rule_step(k), prompts, outputs, args.clients, step_s, row_s, None, new_s, request_s)
         rows.append(row("ngram rule", rule, k))
         for proposer in args.proposers.split(","):
             clock = ReplayClock()
@@ -272,7 +275,7 @@ def batched_rows(
                 clock.steps += 1
                 return drafts
 
-            counts = replay_batched(step, prompts, outputs, args.clients, step_s, row_s, clock, new_s)
+            counts = replay_batched(step, prompts, outputs, args.clients, step_s, row_s, clock, new_s, request_s)
             drafter.step([])
             drafter.close()
             rows.append(row(f"codespec {proposer}", counts, k))
@@ -298,9 +301,17 @@ def main() -> None:
     parser.add_argument(
         "--new-count-ms", type=float, default=0.0, help="with --clients: what a step of a row count not run before adds"
     )
+    parser.add_argument(
+        "--request-ms", type=float, default=0.0, help="with --clients: each live request's cost in a step"
+    )
+    parser.add_argument("--no-count-cut", action="store_true", help="the drafter never cuts drafts to a count run")
     parser.add_argument("--out", type=Path, default=None, help="default: docs/bench/vllm-replay-<workload>.json")
     args = parser.parse_args()
     step_s, row_s = args.step_ms / 1000, args.row_ms / 1000
+    if args.no_count_cut:
+        from codespec.vllm_proposer import shapes
+
+        shapes.EXTRA_MIN = 1 << 30  # the extra of a new count is never trusted: nothing is cut
     max_tokens = args.max_tokens or (48 if args.workload == "completions" else 128)
 
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
@@ -366,7 +377,9 @@ def write_report(args, rows: list[dict], prompts, max_tokens: int) -> None:
         "clients": args.clients,
         "max_tokens": max_tokens,
         "step_cost": f"{args.step_ms} ms + {args.row_ms} ms per row"
-        + (f", {args.new_count_ms} ms more for a row count not run before" if args.new_count_ms else ""),
+        + (f" + {args.request_ms} ms per live request" if args.request_ms else "")
+        + (f", {args.new_count_ms} ms more for a row count not run before" if args.new_count_ms else "")
+        + (" (drafts never cut to a count run)" if args.no_count_cut else ""),
         "prompt_tokens": sum(len(prompt) for prompt in prompts),
         "rows": rows,
     }
