@@ -301,9 +301,10 @@ class BatchDrafter:
 
     def _measure_step(self, rows: int, seconds: float) -> None:
         """One step's seconds for ``rows`` rows into the a + b * rows fit. vLLM-CPU's first step of
-        a token count it has not run before costs 2-3x a later one (15-18 ms against 5-8 ms
-        measured), and a shared machine stalls now and then: a first count is not booked, and once
-        the fit rests on a few steps a step is booked at most at CLIP times its prediction."""
+        a token count it has not run before costs more (its kernels are built for the count), and a
+        shared machine stalls now and then: a first count is not booked in the fit (its excess over
+        the fit is the new-count extra, ``shapes``), and once the fit rests on a few steps a step is
+        booked at most at CLIP times its prediction."""
         cost = self._step_cost
         if self._shapes.first(rows):
             if cost.sw >= 3.0:  # what a new count costs beyond its rows: what cutting drafts may save

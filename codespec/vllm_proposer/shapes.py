@@ -27,6 +27,7 @@ class StepShapes:
     def __init__(self) -> None:
         self.seen: set[int] = set()
         self._extra: deque[float] = deque(maxlen=EXTRA_WINDOW)
+        self._extra_s = 0.0  # the estimate, kept current by ``book_extra`` (read on every step)
         self.cut_tokens = 0  # draft tokens cut to land on a count vLLM has run (for reports)
 
     def first(self, rows: int) -> bool:
@@ -40,13 +41,13 @@ class StepShapes:
         """A first step's seconds beyond what the step-cost fit predicts for its rows."""
         if math.isfinite(seconds):
             self._extra.append(seconds)
+            trusted = len(self._extra) >= EXTRA_MIN
+            self._extra_s = max(0.0, statistics.median(self._extra)) if trusted else 0.0
 
     @property
     def extra_s(self) -> float:
         """What a step of a new count costs beyond its rows (0 until measured, never below 0)."""
-        if len(self._extra) < EXTRA_MIN:
-            return 0.0
-        return max(0.0, statistics.median(self._extra))
+        return self._extra_s
 
     def most_cut(self, requests: int, base_s: float) -> int:
         """The most draft tokens worth cutting to avoid one new count. A token cut that would have
