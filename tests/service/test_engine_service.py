@@ -217,6 +217,22 @@ def test_index_is_reused_after_a_restart_and_history_reaches_it(server_target, t
     assert history_hits == [False, True]  # the accepted text was persisted and drafts after a restart
 
 
+def test_what_a_request_generated_drafts_for_later_ones_without_an_index(server_target):
+    """The session's earlier outputs (proposers/outputs.py): auto drafts a later request from what
+    the model wrote before, as vLLM's ``suffix`` drafts from its earlier responses; no index needed."""
+    service = EngineService(server_target, proposer="auto", max_draft=8)
+    try:
+        prompt = "import numpy as np\n\n\ndef normalize("
+        first = service.submit(GenerationRequest(prompt=prompt, max_tokens=32)).wait(WAIT_S)
+        again = service.submit(GenerationRequest(prompt=prompt, max_tokens=32)).wait(WAIT_S)
+        assert again.text == first.text and first.usage.completion_tokens >= 16, first.text
+        assert len(service.outputs) == 2 and service.index is None
+        forwards = first.stats["target_forwards"], again.stats["target_forwards"]
+        assert forwards[1] <= forwards[0] - 3, forwards
+    finally:
+        service.close()
+
+
 def test_idle_calls_wait_for_running_requests_but_keep_their_order(service):
     """Indexing an opened or edited document must not delay the completion after a keystroke: an
     idle call runs when no request is waiting or running (or after IDLE_CALL_MAX_WAIT_S), in order."""

@@ -216,6 +216,29 @@ def test_what_a_sequence_generated_drafts_for_later_ones_through_the_session_his
     index.close()
 
 
+def test_auto_drafts_later_sequences_from_what_earlier_ones_generated_without_an_index():
+    """vLLM's ``suffix`` drafts from its earlier responses; auto does too, from the drafter's own
+    store of outputs (``proposers.outputs``), with no workspace index configured."""
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    now = [0.0]
+    drafter = BatchDrafter(tokenizer, 16, 4096, clock=lambda: now[0])  # auto, the default; no index
+    assert drafter.index is None
+    answer = "totals = summarize_invoices(records, include_tax=True, currency='EUR', rounding=2)\n"
+    accepted = []
+    for prompt in ("# the first request\n", "# a later request\n", "# one more\n"):
+        engine = CompletionEngine(tokenizer, prompt, answer)
+        before = drafter.stats.accepted
+        while not engine.done:
+            (draft,) = drafter.step([engine.row()])
+            now[0] += 0.002 + 0.0001 * (len(draft) + 1)  # a CPU step: drafts cost little
+            engine.verify(draft)
+        drafter.step([])  # the next step: its row has left the batch
+        accepted.append(drafter.stats.accepted - before)
+    assert len(drafter.outputs) == 3 and drafter.stats.recorded == 0  # the store, not an index's history
+    # (a draft needs two tokens matched, and auto starts a new source's drafts short)
+    assert accepted[0] == 0 and min(accepted[1:]) >= len(tokenizer.encode(answer)) // 2, accepted
+
+
 def test_a_follow_up_turn_records_each_answer_apart_and_nothing_past_the_end():
     """A chat's next turn extends the previous one's sequence (prompt, answer, new message): the
     drafter follows it as the same sequence, and each answer is its own history entry, cut at the

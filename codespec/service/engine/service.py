@@ -42,6 +42,7 @@ from codespec.core.prompts import PromptRenderer
 from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target, common_prefix_len
 from codespec.proposers.assembly import ProposerAssembly
+from codespec.proposers.outputs import RecentOutputs
 from codespec.proposers.registry import RequestContext
 from codespec.service.engine.bookkeeping import CachePool, ServiceStats, prediction_tokens
 from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Generation, Job, JobResult, PreparedPrompt, Usage
@@ -87,6 +88,9 @@ class EngineService:
         # The session history the proposers draft from is the index's (``index.add_history``); this is
         # only the stats' view of the last entries, (kind, uri, text), newest last.
         self.recent_history: collections.deque = collections.deque(maxlen=RECENT_HISTORY)
+        # What the model wrote for earlier requests, as token ids: auto drafts later ones from it
+        # (proposers/outputs.py), with or without an index.
+        self.outputs = RecentOutputs()
         self._caches = CachePool(target, cached_documents)
         self._cond = threading.Condition()
         self._pending: list[Job] = []
@@ -446,6 +450,10 @@ class EngineService:
         self.stats.record(request.kind, reason, usage, stats, summary, name, elapsed_s)
         if text and reason != "cancelled" and request.kind.is_history:
             self._add_history("generated", text, request.uri)
+            if job.decoding is not None:  # decoded here (a served engine's tokens stay there)
+                output = job.decoding.sequence[job.prompt_len :]
+                end = next((n for n, token in enumerate(output) if token in self.stop_token_ids), len(output))
+                self.outputs.add(output[:end])
         result = JobResult(text, reason, usage, summary, name, elapsed_s)
         if job.future.set_running_or_notify_cancel():  # False: the caller cancelled the future itself
             job.future.set_result(result)
@@ -488,6 +496,7 @@ class EngineService:
             cursor=request.cursor,  # in characters
             edits=request.edits,
             material=request.material,
+            outputs=self.outputs,
         )
         wanted = request.proposer or self.default_proposer
         return self._proposers.create_with_fallback(
