@@ -190,6 +190,10 @@ def measure_alone(args, slices: list[list[Case]], workspace: Path | None, client
     return {"method": "alone", **result, "tokens_per_forward": None}
 
 
+def connect(server: VllmServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=1200)
+
+
 def measure_interleaved(
     args, methods: list[str], slices: list[list[Case]], workspace: Path | None, clients: int
 ) -> list[dict]:
@@ -205,19 +209,19 @@ def measure_interleaved(
             log = Path(tempfile.gettempdir()) / f"vllm-{method}.log"
             server = VllmServer(args.vllm_python, args.model, log, config, env=env, memory_share=args.memory_share)
             servers[method] = stack.enter_context(server.start())
-        clients_of = {
-            m: openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=1200)
-            for m, s in servers.items()
-        }
-        for client in clients_of.values():
-            for prompt, count in ((WARM_UP, 8), (WARM_UP_EDIT, 160)):
-                client.completions.create(model=SERVED_NAME, prompt=prompt, max_tokens=count, temperature=0)
+        for server in servers.values():
+            with connect(server) as client:
+                for prompt, count in ((WARM_UP, 8), (WARM_UP_EDIT, 160)):
+                    client.completions.create(model=SERVED_NAME, prompt=prompt, max_tokens=count, temperature=0)
         before = {m: {name: s.metric(f"vllm:{name}") for name in COUNTERS} for m, s in servers.items()}
         runs: dict[str, list[dict]] = {method: [] for method in methods}
         for number, cases in enumerate(slices * args.rounds):  # each round runs every slice again
             for method in methods[number % len(methods) :] + methods[: number % len(methods)]:
                 time.sleep(args.settle)  # the last server's worker stops spinning on the core this one needs
-                runs[method].append(run_clients(clients_of[method], SERVED_NAME, [cases], clients))
+                # fresh connections: vLLM's server closes one idle 5 s, and a request sent on it as it
+                # closes fails ("Server disconnected"); a slice waits longer than that between its turns
+                with connect(servers[method]) as client:
+                    runs[method].append(run_clients(client, SERVED_NAME, [cases], clients))
         counted = {
             m: {name: s.metric(f"vllm:{name}") - before[m][name] for name in COUNTERS} for m, s in servers.items()
         }

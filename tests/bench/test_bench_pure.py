@@ -219,3 +219,16 @@ def test_a_completion_case_gives_auto_no_reference_as_the_server_does(tmp_path):
     assert CodespecConfig("reference", None, None).request_context(completion).reference == "def f():\n    \n"
     subs = [sub.name for sub in auto.proposer(auto.request_context(completion)).subs]
     assert "reference" not in subs and "index" in subs
+
+
+def test_the_earlier_outputs_bench_drafts_the_longer_match_and_the_request_s_own_text_on_a_tie():
+    from bench.vllm_earlier_outputs import context_drafter
+    from codespec.proposers.outputs import RecentOutputs
+
+    store = RecentOutputs()
+    store.add([1, 2, 3, 4, 5, 6])
+    drafter = context_drafter(8, store)
+    assert drafter([9, 9, 2, 3], 2) == [4, 5, 6]  # only an earlier output holds "2 3"
+    assert drafter([2, 3, 7, 2, 3], 2)[:3] == [7, 2, 3]  # a tie: the request's own text (its loop)
+    assert drafter([2, 3, 7, 1, 2, 3], 2) == [4, 5, 6]  # the earlier output's match is longer
+    assert context_drafter(8, None)([9, 9, 2, 3], 2) == []

@@ -1,0 +1,135 @@
+"""What drafting from earlier outputs is worth: vLLM's ``suffix`` method with and without its tree of
+earlier responses, against codespec's context lookup with and without the session's earlier
+outputs (``proposers.outputs``), decoded as one client would with no model in the loop.
+
+    PYTHONPATH=ARCTIC_DIR <vLLM's python> -m bench.vllm_earlier_outputs [--workload completions] [--out REPORT]
+
+The shipped model writes each greedy output once; the requests then run in order, one at a time,
+and each drafter drafts up to K tokens at every step: a step emits the accepted drafts and one
+token more, so the steps are the forwards a drafter needs (a request's prefill not counted). Each
+drafter keeps earlier outputs as it would in a server: ``suffix`` adds each response to its global
+tree as it is generated, codespec's store takes an output when its request ends. "Fixed" drafters
+draft every match at full length: this compares what the lookups find, not how long a policy
+drafts (``bench.vllm_replay`` runs auto, priced).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from transformers import AutoTokenizer
+
+from bench.vllm_replay import accept, greedy_outputs
+from bench.vllm_spec import ROOT, SHIPPED, WORKLOADS_BY_NAME
+from codespec.core.draft import ProposeContext
+from codespec.proposers.context import ContextLookup
+from codespec.proposers.outputs import OutputsLookup, RecentOutputs
+
+TREE_DEPTH, MIN_PROB, SPEC_FACTOR = 24, 0.1, 1.0  # vLLM's suffix settings in bench.vllm_propose
+Drafter = Callable[[list[int], int], list[int]]  # (sequence, prompt length) -> draft
+
+
+def suffix_drafter(cache, request: int, prompt: list[int], first: int, k: int) -> Drafter:
+    """vLLM's ``suffix``: the request's tree over its prompt and response, and the global tree of
+    earlier responses when ``cache`` keeps them (each response added as it is generated)."""
+    cache.start_request(request, np.array(prompt, dtype=np.int32))
+    cache.add_active_response(request, [first])
+    added = [len(prompt) + 1]
+
+    def draft(sequence: list[int], prompt_len: int) -> list[int]:
+        if len(sequence) > added[0]:
+            cache.add_active_response(request, sequence[added[0] :])
+            added[0] = len(sequence)
+        context = np.array(sequence[-TREE_DEPTH:], dtype=np.int32)
+        return list(cache.speculate(request, context, k, SPEC_FACTOR, 0.0, MIN_PROB).token_ids)
+
+    return draft
+
+
+def context_drafter(k: int, outputs: RecentOutputs | None) -> Drafter:
+    """The context lookup; with ``outputs``, also the outputs lookup: the longer match drafts, the
+    request's own text on a tie (as auto would compare them, unpriced)."""
+    own, earlier = ContextLookup(), OutputsLookup(outputs) if outputs is not None else None
+
+    def draft(sequence: list[int], prompt_len: int) -> list[int]:
+        context = ProposeContext(sequence, prompt_len, k)
+        mine = own.propose(context)
+        theirs = earlier.propose(context) if earlier is not None else None
+        if theirs is not None and theirs.match is not None and len(theirs):
+            if mine.match is None or not len(mine) or theirs.match.match_len > mine.match.match_len:
+                return list(theirs.token_ids)
+        return list(mine.token_ids)
+
+    return draft
+
+
+def main() -> None:
+    from arctic_inference.suffix_decoding.cache import SuffixDecodingCache
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=WORKLOADS_BY_NAME, default="completions")
+    parser.add_argument("--requests", type=int, default=192)
+    parser.add_argument("--k", type=int, default=16)
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: docs/bench/vllm-earlier-outputs-<workload>.json"
+    )
+    args = parser.parse_args()
+    max_tokens = 48 if args.workload == "completions" else 128
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
+    cases = WORKLOADS_BY_NAME[args.workload](args.requests, max_tokens)
+    prompts = [tokenizer.encode(case.prompt) for case in cases]
+    outputs = greedy_outputs(SHIPPED, prompts, max_tokens)
+    caches = {
+        "suffix": SuffixDecodingCache(TREE_DEPTH, 10000),
+        "suffix, this request only": SuffixDecodingCache(TREE_DEPTH, 0),
+    }
+    store = RecentOutputs()
+    special = set(tokenizer.all_special_ids)  # an output ends at one (the drafter keeps what comes before)
+    names = [*caches, "context lookup", "context lookup + earlier outputs"]
+    counts = {name: [0, 0, 0] for name in names}  # steps, drafted, accepted
+    for request, (prompt, output) in enumerate(zip(prompts, outputs)):
+        if len(output) < 2:
+            continue
+        drafters = {name: suffix_drafter(cache, request, prompt, output[0], args.k) for name, cache in caches.items()}
+        drafters["context lookup"] = context_drafter(args.k, None)
+        drafters["context lookup + earlier outputs"] = context_drafter(args.k, store)
+        seen = {}  # what each drafter was shown of the output: the tokens of a request's last step never are
+        for name, drafter in drafters.items():
+            done = 1  # the prefill's step sampled the first token
+            while done < len(output):
+                seen[name] = done
+                draft = drafter(prompt + output[:done], len(prompt))[: len(output) - done - 1]  # none past the end
+                hits = accept(draft, output[done:]) if draft else 0
+                counts[name][0] += 1
+                counts[name][1] += len(draft)
+                counts[name][2] += hits
+                done += hits + 1
+        for cache in caches.values():
+            cache.stop_request(request)
+        kept = output[: seen.get("context lookup + earlier outputs", 0)]
+        store.add(kept[: next((n for n, token in enumerate(kept) if token in special), len(kept))])
+    rows = [
+        {"drafter": name, "steps": steps, "drafted": drafted, "accepted": accepted,
+         "accepted_per_drafted": round(accepted / max(1, drafted), 3)}
+        for name, (steps, drafted, accepted) in counts.items()
+    ]  # fmt: skip
+    for row in rows:
+        print(json.dumps(row))
+    out = args.out or ROOT / "docs" / "bench" / f"vllm-earlier-outputs-{args.workload}.json"
+    report = {
+        "workload": args.workload,
+        "requests": len(prompts),
+        "tokens": sum(len(output) for output in outputs),
+        "k": args.k,
+        "suffix": {"tree_depth": TREE_DEPTH, "min_token_prob": MIN_PROB, "spec_factor": SPEC_FACTOR},
+        "rows": rows,
+    }
+    out.write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
