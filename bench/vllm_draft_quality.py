@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from transformers import AutoTokenizer
@@ -27,24 +28,33 @@ from codespec.proposers.context import ContextLookup
 TREE_DEPTH, MIN_PROB, SPEC_FACTOR = 24, 0.1, 1.0  # vLLM's suffix settings in bench.vllm_propose
 
 
-def main() -> None:
+def workload_outputs(workload: str, requests: int) -> tuple[Any, list[list[int]], list[list[int]]]:
+    """The shipped tokenizer, and each case's prompt ids and greedy output ids."""
+    max_tokens = 48 if workload == "completions" else 128
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
+    prompts = [tokenizer.encode(case.prompt) for case in WORKLOADS_BY_NAME[workload](requests, max_tokens)]
+    return tokenizer, prompts, greedy_outputs(SHIPPED, prompts, max_tokens)
+
+
+def suffix_caches() -> dict[str, Any]:
+    """vLLM's ``suffix``, with its tree of earlier responses and with the request's tree only."""
     from arctic_inference.suffix_decoding.cache import SuffixDecodingCache
 
+    return {
+        "suffix": SuffixDecodingCache(TREE_DEPTH, 10000),
+        "suffix, this request only": SuffixDecodingCache(TREE_DEPTH, 0),
+    }
+
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", choices=WORKLOADS_BY_NAME, default="completions")
     parser.add_argument("--requests", type=int, default=48)
     parser.add_argument("--k", type=int, default=16)
     parser.add_argument("--out", type=Path, default=None, help="default: docs/bench/vllm-draft-quality-<workload>.json")
     args = parser.parse_args()
-    max_tokens = 48 if args.workload == "completions" else 128
-    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
-    cases = WORKLOADS_BY_NAME[args.workload](args.requests, max_tokens)
-    prompts = [tokenizer.encode(case.prompt) for case in cases]
-    outputs = greedy_outputs(SHIPPED, prompts, max_tokens)
-    caches = {
-        "suffix": SuffixDecodingCache(TREE_DEPTH, 10000),
-        "suffix, this request only": SuffixDecodingCache(TREE_DEPTH, 0),
-    }
+    _, prompts, outputs = workload_outputs(args.workload, args.requests)
+    caches = suffix_caches()
     counts = {name: [0, 0] for name in [*caches, "context lookup", "context lookup, capped at its match length"]}
     positions = 0
     for request, (prompt, output) in enumerate(zip(prompts, outputs)):
@@ -87,16 +97,17 @@ def main() -> None:
         }
         for name, (drafted, accepted) in counts.items()
     ]
+    write_report(args, "vllm-draft-quality", rows, requests=args.requests)
+
+
+def write_report(args, name: str, rows: list[dict], **fields: Any) -> None:
+    """Print the rows, and write them with the run's settings to ``--out`` (default:
+    docs/bench/<name>-<workload>.json)."""
     for row in rows:
         print(json.dumps(row))
-    out = args.out or ROOT / "docs" / "bench" / f"vllm-draft-quality-{args.workload}.json"
-    report = {
-        "workload": args.workload,
-        "requests": args.requests,
-        "k": args.k,
-        "suffix": {"tree_depth": TREE_DEPTH, "min_token_prob": MIN_PROB, "spec_factor": SPEC_FACTOR},
-        "rows": rows,
-    }
+    out = args.out or ROOT / "docs" / "bench" / f"{name}-{args.workload}.json"
+    suffix = {"tree_depth": TREE_DEPTH, "min_token_prob": MIN_PROB, "spec_factor": SPEC_FACTOR}
+    report = {"workload": args.workload, **fields, "k": args.k, "suffix": suffix, "rows": rows}
     out.write_text(json.dumps(report, indent=1) + "\n")
 
 

@@ -16,20 +16,18 @@ drafts (``bench.vllm_replay`` runs auto, priced).
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from transformers import AutoTokenizer
 
-from bench.vllm_replay import accept, greedy_outputs
-from bench.vllm_spec import ROOT, SHIPPED, WORKLOADS_BY_NAME
+from bench.vllm_draft_quality import MIN_PROB, SPEC_FACTOR, TREE_DEPTH, suffix_caches, workload_outputs, write_report
+from bench.vllm_replay import accept
+from bench.vllm_spec import WORKLOADS_BY_NAME
 from codespec.core.draft import ProposeContext
 from codespec.proposers.context import ContextLookup
 from codespec.proposers.outputs import OutputsLookup, RecentOutputs
 
-TREE_DEPTH, MIN_PROB, SPEC_FACTOR = 24, 0.1, 1.0  # vLLM's suffix settings in bench.vllm_propose
 Drafter = Callable[[list[int], int], list[int]]  # (sequence, prompt length) -> draft
 
 
@@ -68,8 +66,6 @@ def context_drafter(k: int, outputs: RecentOutputs | None) -> Drafter:
 
 
 def main() -> None:
-    from arctic_inference.suffix_decoding.cache import SuffixDecodingCache
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", choices=WORKLOADS_BY_NAME, default="completions")
     parser.add_argument("--requests", type=int, default=192)
@@ -78,15 +74,8 @@ def main() -> None:
         "--out", type=Path, default=None, help="default: docs/bench/vllm-earlier-outputs-<workload>.json"
     )
     args = parser.parse_args()
-    max_tokens = 48 if args.workload == "completions" else 128
-    tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
-    cases = WORKLOADS_BY_NAME[args.workload](args.requests, max_tokens)
-    prompts = [tokenizer.encode(case.prompt) for case in cases]
-    outputs = greedy_outputs(SHIPPED, prompts, max_tokens)
-    caches = {
-        "suffix": SuffixDecodingCache(TREE_DEPTH, 10000),
-        "suffix, this request only": SuffixDecodingCache(TREE_DEPTH, 0),
-    }
+    tokenizer, prompts, outputs = workload_outputs(args.workload, args.requests)
+    caches = suffix_caches()
     store = RecentOutputs()
     special = set(tokenizer.all_special_ids)  # an output ends at one (the drafter keeps what comes before)
     names = [*caches, "context lookup", "context lookup + earlier outputs"]
@@ -117,18 +106,8 @@ def main() -> None:
          "accepted_per_drafted": round(accepted / max(1, drafted), 3)}
         for name, (steps, drafted, accepted) in counts.items()
     ]  # fmt: skip
-    for row in rows:
-        print(json.dumps(row))
-    out = args.out or ROOT / "docs" / "bench" / f"vllm-earlier-outputs-{args.workload}.json"
-    report = {
-        "workload": args.workload,
-        "requests": len(prompts),
-        "tokens": sum(len(output) for output in outputs),
-        "k": args.k,
-        "suffix": {"tree_depth": TREE_DEPTH, "min_token_prob": MIN_PROB, "spec_factor": SPEC_FACTOR},
-        "rows": rows,
-    }
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    tokens = sum(len(output) for output in outputs)
+    write_report(args, "vllm-earlier-outputs", rows, requests=len(prompts), tokens=tokens)
 
 
 if __name__ == "__main__":
