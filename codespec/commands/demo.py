@@ -86,9 +86,12 @@ class Pair:
 
 
 def measure(service, request, where: str, repeats: int, finish=lambda text: text) -> Pair:
-    """``request`` speculatively (the service's default proposer) and plainly, alternating."""
+    """``request`` speculatively (the service's default proposer) and plainly, alternating. Each
+    speculative run starts with the session's history cleared: it would otherwise draft the
+    answer its earlier runs wrote (proposers/outputs.py), which a first request cannot."""
     speculative, plain = [], []
     for repeat in range(repeats):
+        service.clear_history().result()
         speculative.append(service.submit(replace(request, cache_key=f"demo-s-{where}-{repeat}")).wait())
         plain.append(service.submit(replace(request, cache_key=f"demo-p-{where}-{repeat}", proposer="none")).wait())
     fast = sorted(speculative, key=lambda r: r.elapsed_s)[len(speculative) // 2]
@@ -261,8 +264,9 @@ def describe(report: dict) -> str:
     example = rewrites["typical"]
     lines = [
         f"codespec demo: model {report['model']} ({report['prompt_format']} prompts), {report['seconds']} s in all",
-        f"Each case ran {report['repeats']}x speculatively and {report['repeats']}x plainly, alternating; figures vary "
-        "from run to run because the auto policy plans every step with costs it measures on this machine "
+        f"Each case ran {report['repeats']}x speculatively and {report['repeats']}x plainly, alternating, each "
+        "speculative run as a first request (the session's history cleared, so it cannot draft an earlier run's "
+        "answer); figures vary from run to run because the auto policy plans every step with costs it measures on this machine "
         "(other work on the cores changes its drafts and timings, never its output).",
         "",
         f"1. Completions from the indexed workspace, at {summary['positions']} positions (each line's text after "

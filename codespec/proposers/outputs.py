@@ -72,6 +72,12 @@ class RecentOutputs:
             table.index(kept)
             self._kept = (kept, table)  # one assignment: a look in flight reads the old pair whole
 
+    def clear(self) -> None:
+        """Forget every output (the session's history is cleared)."""
+        with self._lock:
+            self._lengths.clear()
+            self._kept = ([], ContextLookup(self.max_ngram, self.min_ngram))
+
     def find(self, tail: Sequence[int], max_len: int) -> tuple[tuple[int, ...], int, int] | None:
         """(draft, match length, position): what followed the longest suffix of ``tail`` in the
         newest output holding it, up to ``max_len`` tokens and that output's end; None: no match."""

@@ -52,3 +52,12 @@ def test_auto_adds_it_when_the_session_keeps_outputs():
 
     setup = ProposerSetup(None).for_request(RequestContext(outputs=RecentOutputs()))
     assert [sub.name for sub in build_auto(setup, models=[]).subs] == ["context", "outputs"]
+
+
+def test_clearing_forgets_every_output():
+    outputs = RecentOutputs()
+    outputs.add([1, 2, 3, 4])
+    outputs.clear()
+    assert len(outputs) == 0 and outputs.tokens == 0 and not len(propose(outputs, [1, 2]))
+    outputs.add([5, 6, 7])
+    assert propose(outputs, [5, 6]).token_ids == (7,)

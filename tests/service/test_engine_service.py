@@ -229,6 +229,8 @@ def test_what_a_request_generated_drafts_for_later_ones_without_an_index(server_
         assert len(service.outputs) == 2 and service.index is None
         forwards = first.stats["target_forwards"], again.stats["target_forwards"]
         assert forwards[1] <= forwards[0] - 3, forwards
+        service.clear_history().result(WAIT_S)  # the LSP's codespec.clearHistory: the outputs too
+        assert len(service.outputs) == 0
     finally:
         service.close()
 

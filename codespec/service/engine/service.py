@@ -256,6 +256,7 @@ class EngineService:
     def clear_history(self) -> concurrent.futures.Future:
         def clear() -> None:
             self.recent_history.clear()
+            self.outputs.clear()
             clear_index = getattr(self.index, "clear_history", None)
             if clear_index is not None:
                 clear_index()
