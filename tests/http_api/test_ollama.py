@@ -90,7 +90,9 @@ def test_generate_streams_ndjson_token_by_token(shipped):
     assert "".join(piece.response for piece in pieces) == whole.response
     assert whole.response == plain_output(shipped.service, STREAMED, 48, repeats=COMPLETION_STOP_REPEATS).text
 
-    # on the wire: one JSON object a line, each line sent as it is ready
+    # on the wire: one JSON object a line, each line sent as it is ready (a first request again: with
+    # the session's history kept, it drafts the answer the two above wrote, in fewer, larger pieces)
+    shipped.service.clear_history().result(WAIT_S)
     with httpx2.stream(
         "POST",
         shipped.url + "/api/generate",
