@@ -26,7 +26,7 @@ from bench.vllm_replay import accept
 from bench.vllm_spec import WORKLOADS_BY_NAME
 from codespec.core.draft import ProposeContext
 from codespec.proposers.context import ContextLookup
-from codespec.proposers.outputs import OutputsLookup, RecentOutputs
+from codespec.proposers.outputs import OutputsLookup, RecentOutputs, until_stop
 
 Drafter = Callable[[list[int], int], list[int]]  # (sequence, prompt length) -> draft
 
@@ -100,7 +100,7 @@ def main() -> None:
         for cache in caches.values():
             cache.stop_request(request)
         kept = output[: seen.get("context lookup + earlier outputs", 0)]
-        store.add(kept[: next((n for n, token in enumerate(kept) if token in special), len(kept))])
+        store.add(until_stop(kept, special))
     rows = [
         {"drafter": name, "steps": steps, "drafted": drafted, "accepted": accepted,
          "accepted_per_drafted": round(accepted / max(1, drafted), 3)}

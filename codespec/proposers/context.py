@@ -110,11 +110,16 @@ class ContextLookup:
                 return n, end
         return None
 
-    def index(self, token_ids: Sequence[int]) -> None:
-        """Index ``token_ids`` (which continue what this lookup has seen; else it starts over) to
-        their last position, drafting nothing: a table over other text than a request's."""
-        tokens = self._sync(token_ids)
-        self._index_until(len(tokens) - 1)
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens this lookup has seen, as ints (its own copy: read it, do not change it)."""
+        return self._tokens
+
+    def extend(self, token_ids: Sequence[int]) -> None:
+        """Append ``token_ids`` to the tokens and index them, drafting nothing: a table over other
+        text than a request's (``RecentOutputs``' earlier outputs)."""
+        self._tokens.extend(map(int, token_ids))
+        self._index_until(len(self._tokens) - 1)
 
     def observe(self, outcome: Outcome) -> None:
         pass

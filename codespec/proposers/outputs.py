@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 from codespec.core.draft import EMPTY_DRAFT, Draft, MatchInfo, Outcome, ProposeContext
 from codespec.proposers.context import ContextLookup
@@ -30,6 +30,12 @@ SEPARATOR = 1 << 62  # between two outputs: larger than any token id, so no real
 DEFAULT_MAX_TOKENS = 16_384  # ~ 7 table entries a token: ~11 MB of Python dicts
 
 
+def until_stop(tokens: Sequence[int], stops: Container[int]) -> Sequence[int]:
+    """An output as it ends: its tokens before the first stop token (a model may write, and an
+    engine accept, tokens past it that are not output)."""
+    return next((tokens[:n] for n, token in enumerate(tokens) if token in stops), tokens)
+
+
 class RecentOutputs:
     """The session's latest outputs, as one n-gram table (``add`` one, ``find`` a continuation)."""
 
@@ -38,7 +44,7 @@ class RecentOutputs:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self._lengths: deque[int] = deque()  # each kept output's length, separator included, oldest first
-        self._kept: tuple[list[int], ContextLookup] = ([], ContextLookup(max_ngram, min_ngram))  # tokens, table
+        self._table = ContextLookup(max_ngram, min_ngram)  # over the kept outputs, each followed by SEPARATOR
         self._lock = threading.Lock()  # adds may come from any thread; a look reads one table whole
         self.added = 0  # outputs added over the store's life (for reports)
 
@@ -47,46 +53,43 @@ class RecentOutputs:
 
     @property
     def tokens(self) -> int:
-        return len(self._kept[0])
+        return len(self._table.tokens)
 
     def add(self, output: Sequence[int]) -> None:
-        """One finished output (its tokens up to its end, no stop token)."""
+        """One finished output (its tokens up to its end, no stop token: ``until_stop``)."""
         tokens = [int(token) for token in output]
         if len(tokens) <= self.min_ngram:  # nothing would follow any of its n-grams
             return
+        tokens.append(SEPARATOR)
         with self._lock:
             self.added += 1
-            self._lengths.append(len(tokens) + 1)
-            kept, table = self._kept
-            if len(kept) + len(tokens) + 1 <= self.max_tokens * 3 // 2:
-                kept.extend(tokens)
-                kept.append(SEPARATOR)
-                table.index(kept)
+            self._lengths.append(len(tokens))
+            kept = self._table.tokens
+            if len(kept) + len(tokens) <= self.max_tokens * 3 // 2:
+                self._table.extend(tokens)
                 return
-            kept = [*kept, *tokens, SEPARATOR]
-            dropped = 0
-            while len(kept) - dropped > self.max_tokens and len(self._lengths) > 1:
+            dropped, total = 0, len(kept) + len(tokens)
+            while total - dropped > self.max_tokens and len(self._lengths) > 1:
                 dropped += self._lengths.popleft()
-            kept = kept[dropped:]
             table = ContextLookup(self.max_ngram, self.min_ngram)
-            table.index(kept)
-            self._kept = (kept, table)  # one assignment: a look in flight reads the old pair whole
+            table.extend([*kept[dropped:], *tokens])
+            self._table = table  # one assignment: a look in flight reads the old table whole
 
     def clear(self) -> None:
         """Forget every output (the session's history is cleared)."""
         with self._lock:
             self._lengths.clear()
-            self._kept = ([], ContextLookup(self.max_ngram, self.min_ngram))
+            self._table = ContextLookup(self.max_ngram, self.min_ngram)
 
     def find(self, tail: Sequence[int], max_len: int) -> tuple[tuple[int, ...], int, int] | None:
         """(draft, match length, position): what followed the longest suffix of ``tail`` in the
         newest output holding it, up to ``max_len`` tokens and that output's end; None: no match."""
-        tokens, table = self._kept
+        table = self._table
         found = table.latest_match(tail, self.max_ngram)
         if found is None:
             return None
         n, end = found
-        draft = tokens[end : end + max_len]
+        draft = table.tokens[end : end + max_len]
         if SEPARATOR in draft:
             draft = draft[: draft.index(SEPARATOR)]
         return (tuple(draft), n, end) if draft else None

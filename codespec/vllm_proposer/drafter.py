@@ -15,7 +15,6 @@ what each sequence generated goes into the index's session history when its row 
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
@@ -30,9 +29,10 @@ from codespec.core.prompts import detect_format, prompt_code
 from codespec.core.target import TokenizerTarget
 from codespec.proposers.assembly import ProposerAssembly
 from codespec.proposers.costs import CLIP, LinearCost
-from codespec.proposers.outputs import RecentOutputs
+from codespec.proposers.outputs import RecentOutputs, until_stop
 from codespec.proposers.setup import RequestContext
 from codespec.vllm_proposer.options import DrafterOptions
+from codespec.vllm_proposer.report import CollectorTime, DrafterStats
 from codespec.vllm_proposer.rows import Row, RowStates
 from codespec.vllm_proposer.runner import UNKNOWN, RowRequest
 from codespec.vllm_proposer.shapes import StepShapes, cut_to_seen
@@ -105,56 +105,6 @@ class Followed:
         if length > known:
             tokens.extend(row.tokens[known:].tolist())
         return tokens
-
-
-@dataclass
-class DrafterStats:
-    steps: int = 0
-    rows: int = 0  # decoding rows over all steps
-    sequences: int = 0  # sequences followed
-    with_code: int = 0  # of them, prompts carrying code to rewrite
-    with_prediction: int = 0  # of them, requests that sent a prediction (the copy pointer drafts it)
-    drafted: int = 0
-    accepted: int = 0
-    served: int = 0  # drafts served from a runway (the proposer not asked)
-    emitted: int = 0  # tokens the drafted-for steps emitted (accepted + one each)
-    recorded: int = 0  # outputs put in the index's session history
-    proposal_s: float = 0.0
-    by_accepted: list[int] = field(default_factory=list)  # by_accepted[n]: drafted steps that accepted n
-
-    def count(self, drafted: int, accepted: int, sampled: int) -> None:
-        """One drafted step's outcome."""
-        self.drafted += drafted
-        self.accepted += accepted
-        self.emitted += sampled
-        if accepted >= len(self.by_accepted):
-            self.by_accepted.extend([0] * (accepted + 1 - len(self.by_accepted)))
-        self.by_accepted[accepted] += 1
-
-    @property
-    def by_depth(self) -> list[int]:
-        """by_depth[i]: drafted steps that accepted more than i drafts."""
-        depth, reached = [], 0
-        for count in reversed(self.by_accepted[1:]):
-            reached += count
-            depth.append(reached)
-        return depth[::-1]
-
-    def summary(self) -> dict:
-        return {
-            "steps": self.steps,
-            "rows": self.rows,
-            "sequences": self.sequences,
-            "with_code": self.with_code,
-            "with_prediction": self.with_prediction,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "served": self.served,
-            "recorded": self.recorded,
-            "tokens_per_row_step": round(self.emitted / self.rows, 3) if self.rows else None,
-            "proposal_ms_per_step": round(1000 * self.proposal_s / self.steps, 3) if self.steps else None,
-            "acceptance_by_depth": self.by_depth[:16],
-        }
 
 
 class BatchDrafter:
@@ -491,48 +441,20 @@ class BatchDrafter:
         """Keep what the sequence generated since it was last recorded, up to its first special
         token (tokens vLLM accepted past the end are not output), for later sequences to draft
         from: in the session's outputs, and in the index's session history where there is one."""
-        output, state.output = state.output, []
-        end = next((n for n, token in enumerate(output) if token in self._special), len(output))
-        if not end:
+        written = until_stop(state.output, self._special)
+        state.output = []
+        if not written:
             return
-        self.outputs.add(output[:end])
+        self.outputs.add(written)
         if self.index is None:
             return
         try:
-            text = self.tokenizer.decode(output[:end], skip_special_tokens=True)
+            text = self.tokenizer.decode(list(written), skip_special_tokens=True)
             if text.strip():
                 self.index.add_history("generated", text)
                 self.stats.recorded += 1
         except Exception:  # history is a hint for drafting: never cost vLLM its step
             log.exception("codespec: recording a generated output failed")
-
-
-class CollectorTime:
-    """Time Python's cyclic garbage collector took in this process (vLLM's forward and scheduler
-    included) since the last ``take``: a step slower than its rows say may be a collection, and the
-    drafter's allocations are what triggers them."""
-
-    def __init__(self) -> None:
-        self._started = 0.0
-        self.seconds = 0.0
-        self.count = 0
-        gc.callbacks.append(self._phase)
-
-    def _phase(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        elif self._started:
-            self.seconds += time.perf_counter() - self._started
-            self.count += 1
-
-    def take(self) -> tuple[float, int]:
-        taken = (round(1e3 * self.seconds, 3), self.count)
-        self.seconds, self.count = 0.0, 0
-        return taken
-
-    def close(self) -> None:
-        if self._phase in gc.callbacks:
-            gc.callbacks.remove(self._phase)
 
 
 def open_index(tokenizer: Any, options: DrafterOptions):

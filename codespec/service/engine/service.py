@@ -42,7 +42,7 @@ from codespec.core.prompts import PromptRenderer
 from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target, common_prefix_len
 from codespec.proposers.assembly import ProposerAssembly
-from codespec.proposers.outputs import RecentOutputs
+from codespec.proposers.outputs import RecentOutputs, until_stop
 from codespec.proposers.registry import RequestContext
 from codespec.service.engine.bookkeeping import CachePool, ServiceStats, prediction_tokens
 from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Generation, Job, JobResult, PreparedPrompt, Usage
@@ -452,9 +452,7 @@ class EngineService:
         if text and reason != "cancelled" and request.kind.is_history:
             self._add_history("generated", text, request.uri)
             if job.decoding is not None:  # decoded here (a served engine's tokens stay there)
-                output = job.decoding.sequence[job.prompt_len :]
-                end = next((n for n, token in enumerate(output) if token in self.stop_token_ids), len(output))
-                self.outputs.add(output[:end])
+                self.outputs.add(until_stop(job.decoding.sequence[job.prompt_len :], self.stop_token_ids))
         result = JobResult(text, reason, usage, summary, name, elapsed_s)
         if job.future.set_running_or_notify_cancel():  # False: the caller cancelled the future itself
             job.future.set_result(result)
