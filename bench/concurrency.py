@@ -156,6 +156,9 @@ def run(args) -> dict:
         alone: dict = {}  # the one-client level of this round (measured first)
         for round_number in range(args.rounds):
             for clients in [1, *[level for level in levels if level != 1]]:
+                # each level a first sight of its requests: the session's earlier outputs (the level
+                # before's answers to the same bodies) would otherwise draft them whole
+                service.clear_history().result()
                 before = service.snapshot()["batching"]
                 level = run_level(client, bodies, clients, f"{round_number}-{clients}")
                 snapshot = service.snapshot()
@@ -186,7 +189,9 @@ def run(args) -> dict:
                 level["peak_rss_mb"] = resident_mb("VmHWM")
                 report["levels"].append({key: value for key, value in level.items() if key != "texts"})
         if args.beside_rewrite:
-            report["beside_rewrite"] = beside_rewrite(client, bodies, workload, target.max_context)
+            report["beside_rewrite"] = beside_rewrite(
+                client, bodies, workload, target.max_context, lambda: service.clear_history().result()
+            )
     finally:
         loop.run(server.stop())
         loop.stop()
@@ -203,11 +208,13 @@ def resident_mb(field: str = "VmRSS") -> float:
     return round(memory_mb(os.getpid()).get(field, 0.0), 1)
 
 
-def beside_rewrite(client, bodies: list[dict], workload: Path, max_context: int) -> dict:
+def beside_rewrite(client, bodies: list[dict], workload: Path, max_context: int, clear_history) -> dict:
     """The requests one at a time, idle and then while another client streams long rewrites
     (edits-httpx's regions with their prediction, up to 6,000 characters and within the model's
     context, back to back): a user's completion beside a teammate's rewrite. A rewrite that fails
-    fails the measurement (a completion beside nothing is not one beside a rewrite)."""
+    fails the measurement (a completion beside nothing is not one beside a rewrite). Each phase
+    starts with the session's history cleared (``clear_history``): the idle phase's answers would
+    draft the busy phase's same requests."""
     import threading
 
     from codespec.core.stats import percentile
@@ -237,6 +244,7 @@ def beside_rewrite(client, bodies: list[dict], workload: Path, max_context: int)
             number += 1
 
     def latencies(level: str) -> list[float]:
+        clear_history()
         return [run_level(client, [body], 1, f"{level}-{i}")["latency_p50_s"] for i, body in enumerate(bodies)]
 
     idle = latencies("beside-idle")

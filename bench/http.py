@@ -175,6 +175,9 @@ def run(args) -> dict:
                         budget,
                         f"bench/{number}/{config}",
                     )
+                    # each config a first request: the session's outputs would hold the case's
+                    # answer from the config before
+                    service.clear_history().result()
                     before = set(timed.emitted)
                     result = stream_once(client, url, body)
                     (job_key,) = set(timed.emitted) - before

@@ -157,26 +157,30 @@ async def run(args) -> dict:
             types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
         )
 
-        async def lsp_here(text: str, offset: int, record: bool, uri: str = uri) -> None:
-            await lsp(uri, text, offset, record)
-
-        doors = [lsp_here, infill]
-        if number % 2:
-            doors.reverse()
-        for door in doors:  # the keystroke before: each door's cache holds the document
-            await door(text, offset, False)
         typed = case["target"][:1]
         position = position_at(text, offset)
         here = types.Position(position.line, position.character)
-        client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
-                content_changes=[types.TextDocumentContentChangePartial(range=types.Range(here, here), text=typed)],
-            )
-        )
-        text, offset = text[:offset] + typed + text[offset:], offset + len(typed)
+        typed_text, typed_offset = text[:offset] + typed + text[offset:], offset + len(typed)
+
+        doors = ["lsp", "infill"]
+        if number % 2:
+            doors.reverse()
         for door in doors:
-            await door(text, offset, True)
+            # each door on its own: the other door's answer to the same keystroke, in the session's
+            # earlier outputs, would draft this one's (its own keystroke before stays: an editor's)
+            await client.workspace_execute_command_async(types.ExecuteCommandParams(command="codespec.clearHistory"))
+            if door == "infill":
+                await infill(text, offset, False)  # the keystroke before: the door's cache holds the document
+                await infill(typed_text, typed_offset, True)
+                continue
+            await lsp(uri, text, offset, False)
+            client.text_document_did_change(
+                types.DidChangeTextDocumentParams(
+                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+                    content_changes=[types.TextDocumentContentChangePartial(range=types.Range(here, here), text=typed)],
+                )
+            )
+            await lsp(uri, typed_text, typed_offset, True)
         client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri=uri)))
 
     await http.aclose()

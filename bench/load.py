@@ -85,8 +85,14 @@ async def _run_load(target, raw, models, cases, plan, settings, say) -> dict:
     try:
         await asyncio.to_thread(service.warm_up)
         for concurrency in plan.concurrency:
-            count = max(plan.load_requests, concurrency)
+            # each level a first sight of its requests: the session's outputs would hold the level
+            # before's answers to the same messages
+            await asyncio.to_thread(lambda: service.clear_history().result())
+            # a message sent twice in one level drafts from its own answer: no more than there are,
+            # unless the clients outnumber them (then the level says so)
+            count = max(min(plan.load_requests, len(messages)), concurrency)
             level = await _level(url, token, messages, concurrency, count)
+            level["distinct_requests"] = min(count, len(messages))
             say(
                 f"bench: load {concurrency} clients: {level['requests_per_s']:.2f} req/s, "
                 f"TTFT p95 {level['ttft_ms_p95']} ms, latency p95 {level['latency_ms_p95']} ms"
