@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import json
 import os
 import random
@@ -63,9 +64,14 @@ def peak_mb(pid: int) -> float:
     return round(status_kb(pid, "VmHWM") / 1024, 1)
 
 
+@functools.cache
+def source_text() -> str:
+    return SOURCE.read_text()
+
+
 def code_text(rng: random.Random, chars: int) -> str:
     """``chars`` characters of real code (this repository's engine module, from a seeded offset)."""
-    source = SOURCE.read_text()
+    source = source_text()
     start = rng.randrange(len(source))
     whole = source[start:] + source * (chars // len(source) + 2)
     return whole[:chars]
@@ -257,7 +263,6 @@ class Sender:
 async def beside_big(server: Server, rng: random.Random, window_s: float, rounds: int, big_chars: int) -> dict:
     """Small completions every 100 ms through alternating windows: alone, then beside big prompts
     (one at a time, 0.5 s apart), ``rounds`` times; each window ``window_s`` long."""
-    small_bodies = [completion(code_text(rng, rng.randint(200, 600)), 8) for _ in range(64)]
     phases: dict[str, list[float]] = {"alone": [], "beside": []}
     per_round: list[dict[str, list[float]]] = [{"alone": [], "beside": []} for _ in range(rounds)]
     sender = Sender(server.url, [big_chars], rng.randrange(1 << 30), 0.5)
@@ -270,9 +275,11 @@ async def beside_big(server: Server, rng: random.Random, window_s: float, rounds
                     sender.active.set()
                 deadline = time.monotonic() + window_s
                 while time.monotonic() < deadline:
+                    # a prompt never sent before: a repeat would draft from its own earlier answer
+                    body = completion(code_text(rng, rng.randint(200, 600)), 8)
 
-                    async def one(label: str = label, round_number: int = round_number) -> None:
-                        status, elapsed, _ = await post(client, rng.choice(small_bodies))
+                    async def one(label: str = label, round_number: int = round_number, body: dict = body) -> None:
+                        status, elapsed, _ = await post(client, body)
                         if status == 200:
                             phases[label].append(elapsed)
                             per_round[round_number][label].append(elapsed)
@@ -306,7 +313,6 @@ async def crowd(server: Server, rng: random.Random, clients: int, seconds: float
     sender = Sender(server.url, long_chars, rng.randrange(1 << 30), 0.2)
     await asyncio.sleep(3.0)  # the sender's start and its bodies
     retry_after_missing = 0
-    prompts = [code_text(rng, rng.randint(100, 1000)) for _ in range(128)]
 
     def count(key: str) -> None:
         counts[key] = counts.get(key, 0) + 1
@@ -319,7 +325,7 @@ async def crowd(server: Server, rng: random.Random, clients: int, seconds: float
             nonlocal retry_after_missing
             local = random.Random(seed)
             while time.monotonic() < deadline:
-                body = completion(local.choice(prompts), local.randint(4, 32))
+                body = completion(code_text(local, local.randint(100, 1000)), local.randint(4, 32))
                 cancel_after = local.uniform(0.0, 0.5) if local.random() < 0.2 else None
                 try:
                     if cancel_after is None:

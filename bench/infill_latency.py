@@ -196,7 +196,7 @@ async def run(args) -> dict:
         "cases": len(cases),
         "model": "shipped default target (CPU, 1 torch thread)",
         "server": "codespec serve --stdio --http (one process, one engine)",
-        "phase": "keystroke (the first character of the target typed; each door asked once before)",
+        "phase": "keystroke (the first character of the target typed; each door asked once before, the session history cleared before each door)",
         "ms": summary,
         "ratio_first_token_infill_over_lsp_reply_p50": (
             summary["infill_first_token_ms"]["p50"] / summary["lsp_reply_ms"]["p50"]

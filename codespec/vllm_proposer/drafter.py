@@ -140,7 +140,7 @@ class BatchDrafter:
         self._live: dict[int, Followed] = {}  # the sequences of the last step, by id
         self._special = frozenset(getattr(tokenizer, "all_special_ids", None) or ())  # an output ends at one
         self._logged_at = clock()
-        trace = os.environ.get(TRACE_ENV)
+        trace = os.environ.get(TRACE_ENV, "").replace("{pid}", f"{self.options.proposer}-{os.getpid()}")
         self._trace: TextIO | None = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115 (lives with the drafter)
         self._collections = CollectorTime() if trace else None  # the trace says what Python's GC took per step
 

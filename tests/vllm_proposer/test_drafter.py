@@ -3,6 +3,7 @@ known continuation, so acceptance measures whether the right state followed the 
 
 import gc
 import json
+import os
 import random
 from pathlib import Path
 
@@ -54,6 +55,17 @@ class ScriptedEngine:
         new = expected[: accepted + 1]
         self.tokens.extend(new)
         self.sampled = len(new)
+
+
+class CompletionEngine(ScriptedEngine):
+    """A completion: a plain prompt (no code to rewrite) whose known continuation is ``answer``."""
+
+    def __init__(self, tokenizer, prompt: str, answer: str) -> None:
+        self.tokens = tokenizer.encode(prompt)
+        self.prompt_len = len(self.tokens)
+        self.answer = tokenizer.encode(answer)
+        self.tokens.append(self.answer[0])
+        self.sampled = 1
 
 
 def run(drafter: BatchDrafter, engines: list[ScriptedEngine], join_at: int, seed: int = 0) -> None:
@@ -178,89 +190,6 @@ def test_auto_drafts_for_a_full_batch_when_the_measured_step_cost_says_drafts_pa
     assert learned["acceptance"]["reference"][0] > 0.5 and learned["drafted_ms"][1] > 0
 
 
-class CompletionEngine(ScriptedEngine):
-    """A completion: a plain prompt (no code to rewrite) whose known continuation is ``answer``."""
-
-    def __init__(self, tokenizer, prompt: str, answer: str) -> None:
-        self.tokens = tokenizer.encode(prompt)
-        self.prompt_len = len(self.tokens)
-        self.answer = tokenizer.encode(answer)
-        self.tokens.append(self.answer[0])
-        self.sampled = 1
-
-
-def test_what_a_sequence_generated_drafts_for_later_ones_through_the_session_history():
-    """With an index, a sequence's output goes into its session history when its row leaves the
-    batch (as codespec's engine records each request's output); a later request drafts from it."""
-    from codespec.index import WorkspaceIndex
-
-    tokenizer = AutoTokenizer.from_pretrained(target_path())
-    index = WorkspaceIndex(tokenizer)
-    drafter = BatchDrafter(tokenizer, 16, 4096, DrafterOptions(proposer="index"), index=index)
-    answer = "totals = summarize_invoices(records, include_tax=True, currency='EUR', rounding=2)\n"
-    accepted = []
-    for prompt in ("# the first request\n", "# a later request\n"):
-        engine = CompletionEngine(tokenizer, prompt, answer)
-        before = drafter.stats.accepted
-        while not engine.done:
-            (draft,) = drafter.step([engine.row()])
-            engine.verify(draft)
-        drafter.step([])  # the next step: its row has left the batch
-        accepted.append(drafter.stats.accepted - before)
-    recorded = [(entry.kind, tokenizer.decode(entry.token_ids)) for entry in index.history_entries()]
-    # the tokens sampled at a request's last step never reach a proposer (its row is gone by then)
-    assert len(recorded) == 2 and all(kind == "generated" and answer.startswith(text) for kind, text in recorded)
-    assert all(len(text) > len(answer) // 2 for _, text in recorded), recorded
-    assert drafter.stats.recorded == 2
-    assert accepted[0] == 0 and accepted[1] >= len(tokenizer.encode(answer)) - 8, accepted  # all but its start, end
-    index.close()
-
-
-def test_auto_drafts_later_sequences_from_what_earlier_ones_generated_without_an_index():
-    """vLLM's ``suffix`` drafts from its earlier responses; auto does too, from the drafter's own
-    store of outputs (``proposers.outputs``), with no workspace index configured."""
-    tokenizer = AutoTokenizer.from_pretrained(target_path())
-    now = [0.0]
-    drafter = BatchDrafter(tokenizer, 16, 4096, clock=lambda: now[0])  # auto, the default; no index
-    assert drafter.index is None
-    answer = "totals = summarize_invoices(records, include_tax=True, currency='EUR', rounding=2)\n"
-    accepted = []
-    for prompt in ("# the first request\n", "# a later request\n", "# one more\n"):
-        engine = CompletionEngine(tokenizer, prompt, answer)
-        before = drafter.stats.accepted
-        while not engine.done:
-            (draft,) = drafter.step([engine.row()])
-            now[0] += 0.002 + 0.0001 * (len(draft) + 1)  # a CPU step: drafts cost little
-            engine.verify(draft)
-        drafter.step([])  # the next step: its row has left the batch
-        accepted.append(drafter.stats.accepted - before)
-    assert len(drafter.outputs) == 3 and drafter.stats.recorded == 0  # the store, not an index's history
-    # (a draft needs two tokens matched, and auto starts a new source's drafts short)
-    assert accepted[0] == 0 and min(accepted[1:]) >= len(tokenizer.encode(answer)) // 2, accepted
-
-
-def test_a_follow_up_turn_records_each_answer_apart_and_nothing_past_the_end():
-    """A chat's next turn extends the previous one's sequence (prompt, answer, new message): the
-    drafter follows it as the same sequence, and each answer is its own history entry, cut at the
-    first special token (tokens vLLM accepted past the end of an answer are not output)."""
-    from codespec.index import WorkspaceIndex
-
-    tokenizer = AutoTokenizer.from_pretrained(target_path())
-    index = WorkspaceIndex(tokenizer)
-    drafter = BatchDrafter(tokenizer, 4, 4096, DrafterOptions(proposer="index"), index=index)
-    first, second = "totals = summarize(records)\n", "average = mean(totals)\n"
-    sequence = tokenizer.encode("# turn one: the totals\n")
-    for answer, then in ((first, "# turn two: the average\n"), (second, "")):
-        tokens = tokenizer.encode(answer) + [tokenizer.eos_token_id] + tokenizer.encode("junk = 1\n")
-        for token in tokens:
-            sequence = [*sequence, token]
-            drafter.step([Row(np.array(sequence), 1)])
-        sequence = [*sequence, *tokenizer.encode(then)]  # the next turn's prompt, with no step between
-    drafter.step([])
-    assert [tokenizer.decode(entry.token_ids) for entry in index.history_entries()] == [first, second]
-    index.close()
-
-
 class ReindentEngine(ScriptedEngine):
     """A rewrite that re-indents ``source`` from 4 spaces to 2: the copy pointer is right between
     indents and re-anchors after each."""
@@ -329,6 +258,18 @@ def test_the_step_trace_says_what_each_row_drafted_and_at_what_cost(tmp_path, mo
     assert sum(r["gc_collections"] for r in records) >= 1 and all("gc_ms" in r for r in records)
     assert drafter._collections is None  # closed with the drafter: no callback left behind
     assert decoding[-1]["step_ms"] == pytest.approx(2.17 + 0.28 * steps[-2][0], abs=1e-3)
+
+
+def test_servers_traced_at_once_write_apart(tmp_path, monkeypatch):
+    """``{pid}`` in the trace's name becomes the proposer and the process: a benchmark's servers,
+    one per proposer, each write their own file."""
+    monkeypatch.setenv("CODESPEC_VLLM_TRACE", str(tmp_path / "trace-{pid}.jsonl"))
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    drafter = BatchDrafter(tokenizer, 16, 4096, DrafterOptions(proposer="context"))
+    drafter.step([Row(np.array(tokenizer.encode("x = 1\nx = 1\nx =")), 1)])
+    drafter.close()
+    (written,) = tmp_path.iterdir()
+    assert written.name == f"trace-context-{os.getpid()}.jsonl" and written.read_text().count("\n") == 1
 
 
 @pytest.mark.parametrize("engine_class", [ScriptedEngine, ReindentEngine])

@@ -26,7 +26,6 @@ when no request waits or runs (or after ``IDLE_CALL_MAX_WAIT_S``), never in fron
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import logging
 import threading
@@ -42,9 +41,9 @@ from codespec.core.prompts import PromptRenderer
 from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target, common_prefix_len
 from codespec.proposers.assembly import ProposerAssembly
-from codespec.proposers.outputs import RecentOutputs, until_stop
 from codespec.proposers.registry import RequestContext
 from codespec.service.engine.bookkeeping import CachePool, ServiceStats, prediction_tokens
+from codespec.service.engine.history import SessionHistory
 from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Generation, Job, JobResult, PreparedPrompt, Usage
 from codespec.service.engine.preparing import PromptPreparer, Refusal, request_chars
 from codespec.service.engine.scheduler import Scheduler, prompt_chunk
@@ -58,7 +57,6 @@ request_log = logging.getLogger(REQUEST_LOG)
 COMPLETION_STOP_REPEATS = 4  # a completion ending in a unit repeated 4 times is a loop: stop it there
 LARGE_DOCUMENT_CHARS = 64_000  # an opened document this large is tokenized off the engine thread
 IDLE_CALL_MAX_WAIT_S = 0.25  # idle work (indexing an opened / edited document) runs at the latest after this
-RECENT_HISTORY = 20  # history entries the stats show
 
 
 class EngineService:
@@ -85,12 +83,9 @@ class EngineService:
         self.index = index  # index.WorkspaceIndex, or None: no workspace lookup
         self.indexer: Any = None  # service.indexing.WorkspaceIndexer: the index's scanning thread
         self.stats = ServiceStats()
-        # The session history the proposers draft from is the index's (``index.add_history``); this is
-        # only the stats' view of the last entries, (kind, uri, text), newest last.
-        self.recent_history: collections.deque = collections.deque(maxlen=RECENT_HISTORY)
-        # What the model wrote for earlier requests, as token ids: auto drafts later ones from it
-        # (proposers/outputs.py), with or without an index.
-        self.outputs = RecentOutputs()
+        self.history = SessionHistory(self.stats, self.stop_token_ids)  # the index's, and earlier outputs
+        self.recent_history = self.history.recent  # (kind, uri, text), newest last: what the stats show
+        self.outputs = self.history.outputs  # auto drafts later requests from them, with or without an index
         self._caches = CachePool(target, cached_documents)
         self._cond = threading.Condition()
         self._pending: list[Job] = []
@@ -251,17 +246,10 @@ class EngineService:
         return self.call(self.stats_snapshot).result()
 
     def record_history(self, kind: str, text: str, uri: str | None = None) -> concurrent.futures.Future:
-        return self.call(lambda: self._add_history(kind, text, uri))
+        return self.call(lambda: self.history.add(kind, text, uri, self.index))
 
     def clear_history(self) -> concurrent.futures.Future:
-        def clear() -> None:
-            self.recent_history.clear()
-            self.outputs.clear()
-            clear_index = getattr(self.index, "clear_history", None)
-            if clear_index is not None:
-                clear_index()
-
-        return self.call(clear)
+        return self.call(lambda: self.history.clear(self.index))
 
     def _prepare(self, job: Job) -> None:
         """On a preparing lane: the job's prompt ids, then the queue; a prompt that cannot run (too
@@ -450,9 +438,9 @@ class EngineService:
             )
         self.stats.record(request.kind, reason, usage, stats, summary, name, elapsed_s)
         if text and reason != "cancelled" and request.kind.is_history:
-            self._add_history("generated", text, request.uri)
+            self.history.add("generated", text, request.uri, self.index)
             if job.decoding is not None:  # decoded here (a served engine's tokens stay there)
-                self.outputs.add(until_stop(job.decoding.sequence[job.prompt_len :], self.stop_token_ids))
+                self.history.add_output(job.decoding.sequence[job.prompt_len :])
         result = JobResult(text, reason, usage, summary, name, elapsed_s)
         if job.future.set_running_or_notify_cancel():  # False: the caller cancelled the future itself
             job.future.set_result(result)
@@ -464,15 +452,6 @@ class EngineService:
             log.exception("request failed", exc_info=error)
         if job.future.set_running_or_notify_cancel():
             job.future.set_exception(error)
-
-    def _add_history(self, kind: str, text: str, uri: str | None) -> None:
-        self.recent_history.append((kind, uri, text))
-        self.stats.history_entries += 1
-        if self.index is not None:
-            try:
-                self.index.add_history(kind, text, uri)
-            except Exception:  # history is a hint for drafting; never fail a request over it
-                log.exception("index.add_history failed")
 
     def stats_snapshot(self) -> dict:
         """The stats as a JSON-safe dict; on the engine thread (``call``/``acall`` it), where they are
