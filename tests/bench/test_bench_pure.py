@@ -232,3 +232,23 @@ def test_the_earlier_outputs_bench_drafts_the_longer_match_and_the_request_s_own
     assert drafter([2, 3, 7, 2, 3], 2)[:3] == [7, 2, 3]  # a tie: the request's own text (its loop)
     assert drafter([2, 3, 7, 1, 2, 3], 2) == [4, 5, 6]  # the earlier output's match is longer
     assert context_drafter(8, None)([9, 9, 2, 3], 2) == []
+
+
+def test_a_vllm_trace_splits_busy_time_into_decoding_prefilling_and_drafting():
+    from bench.vllm_trace import busy_time
+
+    def row(drafted: int, served: bool = False) -> dict:
+        return {"len": 10, "sampled": 1, "drafted": drafted, "served": served, "choice": None}
+
+    records = [
+        {"step_ms": 0.0, "prefilled": True, "propose_ms": 1.0, "rows": [row(0)]},  # the first call
+        {"step_ms": 40.0, "prefilled": True, "propose_ms": 2.0, "rows": [row(4), row(0)]},  # a prompt ran
+        {"step_ms": 5.0, "prefilled": False, "propose_ms": 0.5, "rows": [row(4, served=True), row(2)]},
+        {"step_ms": 4000.0, "prefilled": True, "propose_ms": 0.5, "rows": [row(0)]},  # waited for requests
+    ]
+    split = busy_time(records)
+    assert split["busy_ms"] == 40.0 + 5.0 + 4.0 and split["waits"] == 1
+    assert (split["decode_ms"], split["prefill_ms"], split["drafter_ms"]) == (5.0, 40.0, 4.0)
+    assert split["prefill_steps"] == 2 and split["decode_share"] == round(5 / 49, 3)
+    assert split["rows"] == {"plain": 3, "drafted": 2, "served": 1} and split["drafted_tokens"] == 10
+    assert split["drafter_us_per_row_step"] == round(1e3 * 4.0 / 6, 1)
