@@ -278,7 +278,7 @@ async def beside_big(server: Server, rng: random.Random, window_s: float, rounds
                     # a prompt never sent before: a repeat would draft from its own earlier answer
                     body = completion(code_text(rng, rng.randint(200, 600)), 8)
 
-                    async def one(label: str = label, round_number: int = round_number, body: dict = body) -> None:
+                    async def one(label: str = label, round_number: int = round_number, body: bytes = body) -> None:
                         status, elapsed, _ = await post(client, body)
                         if status == 200:
                             phases[label].append(elapsed)

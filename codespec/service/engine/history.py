@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 from codespec.proposers.outputs import RecentOutputs, until_stop
 from codespec.service.engine.bookkeeping import ServiceStats
@@ -22,7 +22,7 @@ RECENT_HISTORY = 20  # history entries the stats show
 class SessionHistory:
     """On the engine thread: the service adds and clears through ``EngineService.call``."""
 
-    def __init__(self, stats: ServiceStats, stop_token_ids: Sequence[int]) -> None:
+    def __init__(self, stats: ServiceStats, stop_token_ids: Container[int]) -> None:
         self.stats = stats
         self.stop_token_ids = stop_token_ids
         # only the stats' view of the last entries, (kind, uri, text), newest last: the history the
