@@ -42,8 +42,7 @@ from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target, common_prefix_len
 from codespec.proposers.assembly import ProposerAssembly
 from codespec.proposers.registry import RequestContext
-from codespec.service.engine.bookkeeping import CachePool, ServiceStats, prediction_tokens
-from codespec.service.engine.history import SessionHistory
+from codespec.service.engine.bookkeeping import CachePool, ServiceStats, SessionHistory, prediction_tokens
 from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Generation, Job, JobResult, PreparedPrompt, Usage
 from codespec.service.engine.preparing import PromptPreparer, Refusal, request_chars
 from codespec.service.engine.scheduler import Scheduler, prompt_chunk
