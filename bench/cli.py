@@ -133,7 +133,11 @@ def add_parser(subparsers) -> None:
         nargs="+",
         help="offered load: N concurrent websocket clients against an in-process server",
     )
-    parser.add_argument("--load-requests", type=int, help="requests per concurrency level (at least N)")
+    parser.add_argument(
+        "--load-requests",
+        type=int,
+        help="requests per concurrency level (at least the level's clients; at most the distinct messages unless the clients outnumber them)",
+    )
     parser.add_argument(
         "--slo-ttft-ms",
         type=float,

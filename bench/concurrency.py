@@ -219,7 +219,8 @@ def beside_rewrite(client, bodies: list[dict], workload: Path, max_context: int,
 
     from codespec.core.stats import percentile
 
-    edits = edit_bodies(workload.with_name("edits-httpx.jsonl"), 3, min(6000, max_context), 1024, None)
+    # more edits than a phase gets through: a rewrite sent again would draft from its own answer
+    edits = edit_bodies(workload.with_name("edits-httpx.jsonl"), 12, min(6000, max_context), 1024, None)
     stop = threading.Event()
     rewrites = [0]
     failed: list[Exception] = []

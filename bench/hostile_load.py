@@ -274,9 +274,12 @@ async def beside_big(server: Server, rng: random.Random, window_s: float, rounds
                 if label == "beside":
                     sender.active.set()
                 deadline = time.monotonic() + window_s
+                # drawn from its own generator: how many a window sends depends on the clock, and
+                # what the shared one draws next (the later phases' seeds) must not
+                window_rng = random.Random(rng.randrange(1 << 30))
                 while time.monotonic() < deadline:
                     # a prompt never sent before: a repeat would draft from its own earlier answer
-                    body = completion(code_text(rng, rng.randint(200, 600)), 8)
+                    body = completion(code_text(window_rng, window_rng.randint(200, 600)), 8)
 
                     async def one(label: str = label, round_number: int = round_number, body: bytes = body) -> None:
                         status, elapsed, _ = await post(client, body)

@@ -6,7 +6,8 @@ drafter's own time, from the step trace codespec's drafter writes (``CODESPEC_VL
 Each trace line is one call of the drafter: ``step_ms`` is the time since its last call returned
 (vLLM's forward, sampling and scheduling: the step), ``propose_ms`` its own time, ``prefilled``
 whether a prompt's chunk ran in that step. A step longer than ``--gap-ms`` is the server waiting
-for requests (between a benchmark's slices), not work, and is left out of the busy time. What
+for requests (between a benchmark's slices), not work: it is left out of the busy time whole, with
+the forward it ends in (a slice's first prefill; ``waits`` counts them). What
 speculation can shorten is the decoding steps; the steps with a prefill cost what they cost
 with or without drafts, and the drafter's time is added to every step.
 """
@@ -23,9 +24,12 @@ GAP_MS = 1000.0  # a step this long waited for requests
 
 def busy_time(records: list[dict], gap_ms: float = GAP_MS) -> dict:
     """The busy time of one server's trace, split by what ran, and what its rows did."""
-    decode_ms = sum(r["step_ms"] for r in records if not r["prefilled"])
-    prefill = [r["step_ms"] for r in records if r["prefilled"] and r["step_ms"] < gap_ms]
+    worked = [r for r in records if r["step_ms"] < gap_ms]
+    decode_ms = sum(r["step_ms"] for r in worked if not r["prefilled"])
+    prefill = [r["step_ms"] for r in worked if r["prefilled"]]
     drafter_ms = sum(r["propose_ms"] for r in records)
+    # the drafter's time in the calls after a prefill: new sequences' first plans happen there
+    drafter_after_prefill_ms = sum(r["propose_ms"] for r in records if r["prefilled"])
     prefill_ms = sum(prefill)
     busy_ms = decode_ms + prefill_ms + drafter_ms
     row_steps = sum(len(r["rows"]) for r in records)
@@ -48,8 +52,9 @@ def busy_time(records: list[dict], gap_ms: float = GAP_MS) -> dict:
         "prefill_share": share(prefill_ms),
         "drafter_ms": round(drafter_ms, 1),
         "drafter_share": share(drafter_ms),
+        "drafter_after_prefill_ms": round(drafter_after_prefill_ms, 1),
         "drafter_us_per_row_step": round(1e3 * drafter_ms / row_steps, 1) if row_steps else 0.0,
-        "waits": sum(1 for r in records if r["prefilled"] and r["step_ms"] >= gap_ms),
+        "waits": len(records) - len(worked),
         "row_steps": row_steps,
         "rows": dict(rows),
         "drafted_tokens": sum(row["drafted"] for record in records for row in record["rows"]),

@@ -428,6 +428,8 @@ async def stats(ls: CodespecServer, params: Any) -> dict:
         ]
         snapshot["index_documents"] = len(index.documents()) if index is not None else 0
         snapshot["index_health"] = index.health() if index is not None else None
+        # read where the engine appends to it
+        snapshot["history"] = [{"kind": kind, "uri": uri, "text": text} for kind, uri, text in service.recent_history]
         return snapshot
 
     snapshot = await service.acall(collect)
@@ -436,7 +438,6 @@ async def stats(ls: CodespecServer, params: Any) -> dict:
     snapshot["held_frames"] = protocol.held_frames if isinstance(protocol, CodespecProtocol) else 0
     snapshot["pending_index_updates"] = sorted(ls.debouncer.pending) if ls.debouncer else []
     snapshot["workspace_files_indexed"] = ls.indexed_files
-    snapshot["history"] = [{"kind": kind, "uri": uri, "text": text} for kind, uri, text in service.recent_history]
     return snapshot
 
 

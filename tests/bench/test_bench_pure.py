@@ -245,10 +245,12 @@ def test_a_vllm_trace_splits_busy_time_into_decoding_prefilling_and_drafting():
         {"step_ms": 40.0, "prefilled": True, "propose_ms": 2.0, "rows": [row(4), row(0)]},  # a prompt ran
         {"step_ms": 5.0, "prefilled": False, "propose_ms": 0.5, "rows": [row(4, served=True), row(2)]},
         {"step_ms": 4000.0, "prefilled": True, "propose_ms": 0.5, "rows": [row(0)]},  # waited for requests
+        {"step_ms": 3000.0, "prefilled": False, "propose_ms": 0.5, "rows": [row(0)]},  # a wait too
     ]
     split = busy_time(records)
-    assert split["busy_ms"] == 40.0 + 5.0 + 4.0 and split["waits"] == 1
-    assert (split["decode_ms"], split["prefill_ms"], split["drafter_ms"]) == (5.0, 40.0, 4.0)
-    assert split["prefill_steps"] == 2 and split["decode_share"] == round(5 / 49, 3)
-    assert split["rows"] == {"plain": 3, "drafted": 2, "served": 1} and split["drafted_tokens"] == 10
-    assert split["drafter_us_per_row_step"] == round(1e3 * 4.0 / 6, 1)
+    assert split["busy_ms"] == 40.0 + 5.0 + 4.5 and split["waits"] == 2
+    assert (split["decode_ms"], split["prefill_ms"], split["drafter_ms"]) == (5.0, 40.0, 4.5)
+    assert split["drafter_after_prefill_ms"] == 1.0 + 2.0 + 0.5
+    assert split["prefill_steps"] == 2 and split["decode_share"] == round(5 / 49.5, 3)
+    assert split["rows"] == {"plain": 4, "drafted": 2, "served": 1} and split["drafted_tokens"] == 10
+    assert split["drafter_us_per_row_step"] == round(1e3 * 4.5 / 7, 1)

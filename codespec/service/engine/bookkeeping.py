@@ -151,7 +151,7 @@ def prediction_tokens(proposer, stats: RequestStats) -> tuple[int, int]:
     return accepted, sum(step.draft_len for step in steps) - accepted
 
 
-class SessionHistory:
+class ServiceHistory:
     """On the engine thread: the service adds and clears through ``EngineService.call``."""
 
     def __init__(self, stats: ServiceStats, stop_token_ids: Container[int]) -> None:

@@ -42,7 +42,7 @@ from codespec.core.stats import RequestStats, json_safe
 from codespec.core.target import Target, common_prefix_len
 from codespec.proposers.assembly import ProposerAssembly
 from codespec.proposers.registry import RequestContext
-from codespec.service.engine.bookkeeping import CachePool, ServiceStats, SessionHistory, prediction_tokens
+from codespec.service.engine.bookkeeping import CachePool, ServiceHistory, ServiceStats, prediction_tokens
 from codespec.service.engine.jobs import AsyncJob, DeltaCallback, Generation, Job, JobResult, PreparedPrompt, Usage
 from codespec.service.engine.preparing import PromptPreparer, Refusal, request_chars
 from codespec.service.engine.scheduler import Scheduler, prompt_chunk
@@ -82,7 +82,7 @@ class EngineService:
         self.index = index  # index.WorkspaceIndex, or None: no workspace lookup
         self.indexer: Any = None  # service.indexing.WorkspaceIndexer: the index's scanning thread
         self.stats = ServiceStats()
-        self.history = SessionHistory(self.stats, self.stop_token_ids)  # the index's, and earlier outputs
+        self.history = ServiceHistory(self.stats, self.stop_token_ids)  # the index's, and earlier outputs
         self.recent_history = self.history.recent  # (kind, uri, text), newest last: what the stats show
         self.outputs = self.history.outputs  # auto drafts later requests from them, with or without an index
         self._caches = CachePool(target, cached_documents)
