@@ -137,6 +137,10 @@ def run_clients(client: openai.OpenAI, model: str, slices: list[list[Case]], cli
     }
 
 
+def connect(server: VllmServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=1200)
+
+
 def measure_vllm(args, method: str, slices: list[list[Case]], workspace: Path | None, clients: int) -> dict:
     """One method at one concurrency, on a fresh server: ``suffix`` caches earlier responses, and a
     run that repeated the prompts would measure that cache, not drafting."""
@@ -145,7 +149,7 @@ def measure_vllm(args, method: str, slices: list[list[Case]], workspace: Path | 
     log = Path(tempfile.gettempdir()) / f"vllm-{method}.log"
     server = VllmServer(args.vllm_python, args.model, log, config, env=env, memory_share=args.memory_share)
     with server.start():
-        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=1200)
+        client = connect(server)
         client.completions.create(model=SERVED_NAME, prompt=WARM_UP, max_tokens=8, temperature=0)  # first-call compiles
         before = {name: server.metric(f"vllm:{name}") for name in COUNTERS}
         result = run_clients(client, SERVED_NAME, slices, clients)
@@ -188,10 +192,6 @@ def measure_alone(args, slices: list[list[Case]], workspace: Path | None, client
         result = run_clients(client, "codespec", slices, clients)
         result.pop("latencies")
     return {"method": "alone", **result, "tokens_per_forward": None}
-
-
-def connect(server: VllmServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=1200)
 
 
 def measure_interleaved(

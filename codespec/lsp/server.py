@@ -429,7 +429,7 @@ async def stats(ls: CodespecServer, params: Any) -> dict:
         snapshot["index_documents"] = len(index.documents()) if index is not None else 0
         snapshot["index_health"] = index.health() if index is not None else None
         # read where the engine appends to it
-        snapshot["history"] = [{"kind": kind, "uri": uri, "text": text} for kind, uri, text in service.recent_history]
+        snapshot["history"] = [{"kind": kind, "uri": uri, "text": text} for kind, uri, text in service.history.recent]
         return snapshot
 
     snapshot = await service.acall(collect)

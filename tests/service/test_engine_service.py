@@ -179,7 +179,7 @@ def test_warm_up_is_neither_history_nor_a_completion(server_target):
         service.warm_up()
         snapshot = service.snapshot()
         assert snapshot["last_requests"] and snapshot["last_requests"][-1]["tokens"] > 0  # it did decode
-        assert not service.recent_history and snapshot["history_entries"] == 0
+        assert not service.history.recent and snapshot["history_entries"] == 0
         assert snapshot["requests"].get("complete", 0) == 0
     finally:
         service.close()
@@ -226,11 +226,11 @@ def test_what_a_request_generated_drafts_for_later_ones_without_an_index(server_
         first = service.submit(GenerationRequest(prompt=prompt, max_tokens=32)).wait(WAIT_S)
         again = service.submit(GenerationRequest(prompt=prompt, max_tokens=32)).wait(WAIT_S)
         assert again.text == first.text and first.usage.completion_tokens >= 16, first.text
-        assert len(service.outputs) == 2 and service.index is None
+        assert len(service.history.outputs) == 2 and service.index is None
         forwards = first.stats["target_forwards"], again.stats["target_forwards"]
         assert forwards[1] <= forwards[0] - 3, forwards
         service.clear_history().result(WAIT_S)  # the LSP's codespec.clearHistory: the outputs too
-        assert len(service.outputs) == 0
+        assert len(service.history.outputs) == 0
     finally:
         service.close()
 

@@ -82,9 +82,8 @@ class EngineService:
         self.index = index  # index.WorkspaceIndex, or None: no workspace lookup
         self.indexer: Any = None  # service.indexing.WorkspaceIndexer: the index's scanning thread
         self.stats = ServiceStats()
-        self.history = ServiceHistory(self.stats, self.stop_token_ids)  # the index's, and earlier outputs
-        self.recent_history = self.history.recent  # (kind, uri, text), newest last: what the stats show
-        self.outputs = self.history.outputs  # auto drafts later requests from them, with or without an index
+        # the session's history (the index's, and the earlier outputs auto drafts later requests from)
+        self.history = ServiceHistory(self.stats, self.stop_token_ids)
         self._caches = CachePool(target, cached_documents)
         self._cond = threading.Condition()
         self._pending: list[Job] = []
@@ -473,7 +472,7 @@ class EngineService:
             cursor=request.cursor,  # in characters
             edits=request.edits,
             material=request.material,
-            outputs=self.outputs,
+            outputs=self.history.outputs,
         )
         wanted = request.proposer or self.default_proposer
         return self._proposers.create_with_fallback(
