@@ -75,6 +75,9 @@ class RowStates(Generic[S]):
         self._step = 0
         self._tracked = 0  # sequences tracked
         self._at_row: dict[int, Tracked[S]] = {}  # last step's sequences by their batch row
+        # every tracked sequence by id, least recently seen first (a dict keeps insertion order):
+        # expiry pops stale ones off its front, so a step costs its rows, not everything tracked
+        self._by_recency: dict[int, Tracked[S]] = {}
         self.created = 0  # states made (a reused row is not counted again)
 
     def __len__(self) -> int:
@@ -103,6 +106,8 @@ class RowStates(Generic[S]):
             tracked.tail = tokens[-TAIL_TOKENS:].tolist()
             tracked.last_token = tracked.tail[-1]
             tracked.last_step = self._step
+            recency = self._by_recency
+            recency[id(tracked)] = recency.pop(id(tracked), tracked)  # now the most recent
             if row.index >= 0:
                 at_row[row.index] = tracked
             states.append(tracked.state)
@@ -172,25 +177,21 @@ class RowStates(Generic[S]):
         return tracked
 
     def _expire(self) -> None:
-        everyone = [tracked for group in self._by_key.values() for tracked in group]
-        stale = {id(t) for t in everyone if self._step - t.last_step > self.keep_steps}
-        if len(everyone) - len(stale) > self.max_tracked:  # oldest first, past the bound
-            alive = sorted((t for t in everyone if id(t) not in stale), key=lambda t: t.last_step)
-            stale |= {id(t) for t in alive[: len(alive) - self.max_tracked]}
-        if not stale:
-            return
-        for key in list(self._by_key):
-            keep = []
-            for tracked in self._by_key[key]:
-                if id(tracked) in stale:
-                    self._tracked -= 1
-                    self.close(tracked.state)
-                    self._key_lengths[key[0]] -= 1
-                    if not self._key_lengths[key[0]]:
-                        del self._key_lengths[key[0]]
-                else:
-                    keep.append(tracked)
-            if keep:
-                self._by_key[key] = keep
+        """Drop the sequences no row has continued for ``keep_steps`` steps, and the least recently
+        seen past ``max_tracked``: both from the front of the recency order."""
+        recency = self._by_recency
+        while recency:
+            oldest = next(iter(recency.values()))
+            if self._step - oldest.last_step <= self.keep_steps and len(recency) <= self.max_tracked:
+                return
+            del recency[id(oldest)]
+            group = [tracked for tracked in self._by_key[oldest.key] if tracked is not oldest]
+            if group:
+                self._by_key[oldest.key] = group
             else:
-                del self._by_key[key]
+                del self._by_key[oldest.key]
+            self._key_lengths[oldest.key[0]] -= 1
+            if not self._key_lengths[oldest.key[0]]:
+                del self._key_lengths[oldest.key[0]]
+            self._tracked -= 1
+            self.close(oldest.state)

@@ -12,18 +12,36 @@ from codespec.proposers.context import ContextLookup
 
 @pytest.mark.parametrize("seed", range(40))
 def test_indexing_at_once_and_token_by_token_build_the_same_table(seed, monkeypatch):
+    """A prompt left unindexed (searched as bytes) and then indexed at once drafts as the per-token
+    loop does at every step, and ends with the loop's tables."""
     rng = random.Random(seed)
-    tokens = [rng.randrange(6) for _ in range(rng.randrange(2, 400))]
-    grown = tokens + [rng.randrange(6) for _ in range(rng.randrange(1, 120))]
+    prompt = rng.randrange(2, 400)
+    grown = prompt + rng.randrange(1, 120)
+    steps = context.UNINDEXED_STEPS + 2
+    tokens = [rng.randrange(6) for _ in range(grown + steps)]
+    views = [tokens[:prompt], *(tokens[:end] for end in range(grown, grown + steps + 1))]
     looped, at_once = ContextLookup(), ContextLookup()
     for lookup, vector_from in ((looped, 10**9), (at_once, 1)):
         monkeypatch.setattr(context, "VECTOR_FROM", vector_from)
-        first = lookup.propose(ProposeContext(tokens, 0, 8))
-        then = lookup.propose(ProposeContext(grown, 0, 8))
-        lookup.drafts = (first, then)
+        lookup.drafts = [lookup.propose(ProposeContext(view, 0, 8)) for view in views]
+    left_unindexed = at_once._unindexed_upto
+    if left_unindexed:  # every draft came from the tables: the search never had to run
+        at_once._index_unindexed()
     assert at_once._latest_end == looped._latest_end
     assert at_once.drafts == looped.drafts
-    assert any(len(d) for d in looped.drafts) or len(tokens) < 20  # six symbols repeat: there are matches
+    assert any(len(d) for d in looped.drafts) or prompt < 20  # six symbols repeat: there are matches
+
+
+def test_a_prompt_is_searched_until_its_request_has_drafted_a_while():
+    rng = random.Random(7)
+    tokens = [rng.randrange(40) for _ in range(300)]
+    lookup = ContextLookup()
+    lookup.propose(ProposeContext(tokens, 0, 8))
+    assert lookup._unindexed_upto == 299 and not any(lookup._latest_end)  # the first step indexes nothing
+    for _ in range(context.UNINDEXED_STEPS + 1):
+        tokens = tokens + [rng.randrange(40)]
+        lookup.propose(ProposeContext(tokens, 0, 8))
+    assert lookup._unindexed_upto == 0 and len(lookup._latest_end[2]) > 250  # indexed after all
 
 
 def test_numpy_token_ids_draft_like_python_ints():
@@ -68,3 +86,14 @@ def test_drafts_follow_the_rule_however_the_tokens_arrive(seed):
             assert draft.token_ids == expected
             assert (draft.match.match_len if draft.match is not None else None) == match_len
         tokens = tokens + [rng.randrange(symbols) for _ in range(rng.choice([1, 1, 3, 60]))]
+
+
+def test_a_byte_match_across_token_boundaries_is_no_occurrence():
+    """In the unindexed prompt's bytes, [256, 0] holds the bytes of [1, 0] one byte in: not a match."""
+    filler = list(range(1000, 1060))
+    tokens = [256, 0, 0, 7, *filler, 1, 0]  # [1, 0] occurs only as the tail itself
+    draft = ContextLookup().propose(ProposeContext(tokens, 0, 8))
+    assert draft.token_ids == () and draft.match is None
+    tokens = [1, 0, 9, 256, 0, 0, 7, *filler, 1, 0]  # a true occurrence before the false one
+    draft = ContextLookup().propose(ProposeContext(tokens, 0, 4))
+    assert draft.token_ids == (9, 256, 0, 0) and draft.match.match_len == 2

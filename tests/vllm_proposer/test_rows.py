@@ -75,3 +75,13 @@ def test_a_row_continuing_its_sequence_keeps_its_state_and_a_new_request_in_it_g
     # rows swapped: each request still finds its own state
     fourth = rows.step([Row(np.array([6, 6, 7, 8, 1, 2, 4]), 1, 0), Row(np.array([1, 2, 3, 4, 9, 9, 3, 5]), 1, 1)])
     assert fourth[0] is third[1] and fourth[1] is first[0]
+
+
+def test_the_bound_drops_the_least_recently_seen_not_the_first_tracked():
+    closed = []
+    rows = RowStates(lambda row, n: row.tokens[0], closed.append, keep_steps=1000, max_tracked=3)
+    long_lived = [100, 101]
+    for request in range(6):  # a long request decodes beside a new short one each step
+        long_lived = long_lived + [request]
+        rows.step([Row(np.array(long_lived), 1), Row(np.array([request, request + 1]), 1)])
+    assert len(rows) == 3 and closed == [0, 1, 2, 3]  # the long request (tracked first) is kept
