@@ -10,7 +10,9 @@ whose output is the shipped model's greedy continuation (computed once with tran
 cached), and a step advances every row by what *its own* drafts would have had accepted, as vLLM
 would, so each proposer sees the batches its drafts would make. Each call is timed whole and
 divided by the rows it served; p50 / p99 are over all calls after each proposer's first (numba's
-compile, codespec's imports).
+compile, codespec's imports). Every pass decodes requests of its own: a request sent again would
+be drafted from its own earlier output (codespec's outputs lookup, ``suffix``'s cached responses),
+which no real request is.
 """
 
 from __future__ import annotations
@@ -145,8 +147,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="1,8", type=lambda text: [int(n) for n in text.split(",")])
     parser.add_argument("--k", type=int, default=16)
-    parser.add_argument("--cases", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=5, help="passes over the cases per proposer")
+    parser.add_argument("--cases", type=int, default=8, help="requests per pass")
+    parser.add_argument("--repeats", type=int, default=5, help="passes per proposer, each over requests of its own")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "vllm-propose.json")
     parser.add_argument("--no-runway", action="store_true", help="codespec plans every step (no drafts served)")
     parser.add_argument(
@@ -155,7 +157,7 @@ def main() -> None:
         help="codespec's proposers to time, each as its own class (auto,context)",
     )
     args = parser.parse_args()
-    prompts, outputs = cases(args.cases)
+    prompts, outputs = cases(args.cases * args.repeats)
     if args.no_runway:
         import codespec.vllm_proposer.drafter as drafter
 
@@ -183,8 +185,9 @@ def main() -> None:
         proposers = {name: make(config) for name, make in makers.items()}
         times: dict[str, list[float]] = {name: [] for name in proposers}
         for repeat in range(args.repeats):
-            for start in range(0, len(prompts), rows):  # each group of `rows` requests decodes as one batch
-                group = slice(start, start + rows)
+            first_case = repeat * args.cases
+            for start in range(first_case, first_case + args.cases, rows):  # `rows` requests decode as one batch
+                group = slice(start, min(start + rows, first_case + args.cases))
                 for name in list(proposers)[repeat % len(proposers) :] + list(proposers)[: repeat % len(proposers)]:
                     if name.startswith("codespec"):  # a fresh batch: the drafter's rows leave between groups
                         proposers[name].propose(
@@ -192,7 +195,7 @@ def main() -> None:
                         )
                     gc.collect()
                     measured = run(name, proposers[name], args.k, prompts[group], outputs[group])
-                    times[name] += measured[1:] if repeat == 0 and start == 0 else measured
+                    times[name] += measured[1:] if start == 0 else measured
         for name, values in times.items():
             row = {
                 "proposer": name,

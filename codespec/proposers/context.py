@@ -37,7 +37,7 @@ VECTOR_FROM = 48  # positions indexed at once from which numpy is faster than th
 # A request's first stretch (its prompt) of this many positions or more is searched, not indexed,
 # for its first UNINDEXED_STEPS drafts; a longer one than UNINDEXED_MAX is indexed at once (a
 # search that finds nothing scans the stretch once per n-gram length).
-UNINDEXED_STEPS, UNINDEXED_MAX = 16, 8192
+UNINDEXED_STEPS, UNINDEXED_MAX = 16, 32768
 WORD = 8  # bytes a token takes in the unindexed stretch (array "q": any int a key can hash)
 
 
