@@ -139,19 +139,34 @@ class ContextLookup:
 
     def _search_unindexed(self, tail: Sequence[int], longest: int, shortest: int, first: int) -> tuple[int, int] | None:
         """(n, end) for the longest n in ``shortest``..``longest`` whose last n tokens of ``tail``
-        occur in the unindexed stretch, wholly at or after ``first``: the latest occurrence. A hit
-        not on a token's boundary is no occurrence; the search goes on before it."""
+        occur in the unindexed stretch, wholly at or after ``first``: the latest occurrence. Where
+        the last n occur, so do the last n - 1 (ending at the same place), so n is found by
+        bisection: one search when even the shortest is not there (the common case), ~3 when it is."""
         if shortest > longest or first + shortest > self._unindexed_upto:
             return None
-        data, start, stop = self._unindexed, first * WORD, self._unindexed_upto * WORD
         suffix = array("q", [int(token) for token in tail[len(tail) - longest :]]).tobytes()
-        for n in range(longest, shortest - 1, -1):
-            pattern = suffix[(longest - n) * WORD :]
-            high = stop
-            while (at := data.rfind(pattern, start, high)) >= 0:
-                if at % WORD == 0:
-                    return n, at // WORD + n
-                high = at + len(pattern) - 1
+        end = self._latest_in_unindexed(suffix[(longest - shortest) * WORD :], first)
+        if end is None:
+            return None
+        low, high = shortest, longest  # the last `low` tokens occur (ending at `end`); more than `high` do not
+        while low < high:
+            middle = (low + high + 1) // 2
+            found = self._latest_in_unindexed(suffix[(longest - middle) * WORD :], first)
+            if found is None:
+                high = middle - 1
+            else:
+                low, end = middle, found
+        return low, end
+
+    def _latest_in_unindexed(self, pattern: bytes, first: int) -> int | None:
+        """Where the latest occurrence of ``pattern`` (whole tokens) in the unindexed stretch ends,
+        starting at or after token ``first``. A hit not on a token's boundary is no occurrence: the
+        search goes on before it."""
+        data, start, high = self._unindexed, first * WORD, self._unindexed_upto * WORD
+        while (at := data.rfind(pattern, start, high)) >= 0:
+            if at % WORD == 0:
+                return (at + len(pattern)) // WORD
+            high = at + len(pattern) - 1
         return None
 
     @property
