@@ -178,11 +178,13 @@ class RowStates(Generic[S]):
 
     def _expire(self) -> None:
         """Drop the sequences no row has continued for ``keep_steps`` steps, and the least recently
-        seen past ``max_tracked``: both from the front of the recency order."""
+        seen past ``max_tracked``: both from the front of the recency order. A sequence a row holds
+        this step is never dropped (more rows than ``max_tracked`` keep them all until they leave)."""
         recency = self._by_recency
         while recency:
             oldest = next(iter(recency.values()))
-            if self._step - oldest.last_step <= self.keep_steps and len(recency) <= self.max_tracked:
+            stale = self._step - oldest.last_step > self.keep_steps
+            if oldest.last_step == self._step or (not stale and len(recency) <= self.max_tracked):
                 return
             del recency[id(oldest)]
             group = [tracked for tracked in self._by_key[oldest.key] if tracked is not oldest]

@@ -85,3 +85,16 @@ def test_the_bound_drops_the_least_recently_seen_not_the_first_tracked():
         long_lived = long_lived + [request]
         rows.step([Row(np.array(long_lived), 1), Row(np.array([request, request + 1]), 1)])
     assert len(rows) == 3 and closed == [0, 1, 2, 3]  # the long request (tracked first) is kept
+
+
+def test_more_rows_than_the_bound_keep_every_state_while_their_rows_hold_them():
+    closed = []
+    made = iter(range(100))
+    rows = RowStates(lambda row, n: next(made), closed.append, keep_steps=1000, max_tracked=1)
+    rows.step([Row(np.array([9, 9, 1]), 1, 0)])
+    first = rows.step([Row(np.array([1, 2, 3]), 1, 0), Row(np.array([4, 5, 6]), 1, 1)])
+    assert closed == [0]  # only the sequence no row holds
+    second = rows.step([Row(np.array([1, 2, 3, 7]), 1, 0), Row(np.array([4, 5, 6, 8]), 1, 1)])
+    assert second == first and closed == [0]
+    rows.step([Row(np.array([50, 51]), 1, 2)])  # both left: dropped, least recently seen first
+    assert closed == [0, 1, 2] and len(rows) == 1
