@@ -154,7 +154,7 @@ def run(args) -> dict:
     service = load_service(options)
     timed = TimedService(service)
     loop = LoopThread("bench-http")
-    server = loop.run(start_http_server(cast(EngineService, timed), Listen(TOKEN), options))  # it forwards all else
+    server = loop.run(start_http_server(cast("EngineService", timed), Listen(TOKEN), options))  # it forwards all else
     url = f"http://127.0.0.1:{server.port}"
     door = server.door
     rows = []
