@@ -14,7 +14,9 @@ def test_the_http_bench_runs_and_every_configuration_writes_the_plain_output(tmp
 
     report_path = tmp_path / "report.json"
     argv = ["--workload", str(SAMPLE), "--max-records", "2", "--stride", "1", "--max-chars", "300"]
-    assert main([*argv, "--max-tokens", "24", "--overhead-pairs", "1", "--threads", "1", "--json", str(report_path)]) == 0
+    assert (
+        main([*argv, "--max-tokens", "24", "--overhead-pairs", "1", "--threads", "1", "--json", str(report_path)]) == 0
+    )
     report = json.loads(report_path.read_text())
     assert report["cases"] == 2 and report["identical_outputs"] == 2  # every configuration wrote the plain output
     assert set(report["configs"]) == {"prediction", "no prediction", "plain"}
