@@ -17,8 +17,9 @@ with ``bytes.rfind`` (C) for the longest match, until it has been searched ``UNI
 times (about one a step); only then is it indexed. Indexing a prompt costs a dictionary entry per
 token and length, which a short completion (a few steps) never earns back, and inside vLLM every
 new request's first step lands in the same call, right after its prefill (docs/benchmarks.md,
-"A request's prompt searched"). The tables then hold only ends after the prompt, all later than any in it, so a table's match
-wins at equal length and the search looks only for longer ones: the same draft either way.
+"A request's prompt searched"). The tables then hold only ends after the prompt, all later than
+any in it, so a table's match wins at equal length and the search looks only for longer ones: the
+same draft either way.
 """
 
 from __future__ import annotations
