@@ -73,7 +73,6 @@ class RowStates(Generic[S]):
         self._by_key: dict[tuple[int, bytes], list[Tracked[S]]] = {}
         self._key_lengths: collections.Counter[int] = collections.Counter()  # of the tracked keys
         self._step = 0
-        self._tracked = 0  # sequences tracked
         self._at_row: dict[int, Tracked[S]] = {}  # last step's sequences by their batch row
         # every tracked sequence by id, least recently seen first (a dict keeps insertion order):
         # expiry pops stale ones off its front, so a step costs its rows, not everything tracked
@@ -81,7 +80,7 @@ class RowStates(Generic[S]):
         self.created = 0  # states made (a reused row is not counted again)
 
     def __len__(self) -> int:
-        return self._tracked
+        return len(self._by_recency)
 
     def step(self, rows: Sequence[Row | None]) -> list[S | None]:
         """The state of each row (None for a row that is not decoding this step)."""
@@ -112,7 +111,7 @@ class RowStates(Generic[S]):
                 at_row[row.index] = tracked
             states.append(tracked.state)
         self._at_row = at_row
-        if self._tracked > len(states) - states.count(None):  # some sequence no row continued
+        if len(self._by_recency) > len(states) - states.count(None):  # some sequence no row continued
             self._expire()
         return states
 
@@ -172,7 +171,6 @@ class RowStates(Generic[S]):
         )
         self._by_key.setdefault(tracked.key, []).append(tracked)
         self._key_lengths[count] += 1
-        self._tracked += 1
         self.created += 1
         return tracked
 
@@ -195,5 +193,4 @@ class RowStates(Generic[S]):
             self._key_lengths[oldest.key[0]] -= 1
             if not self._key_lengths[oldest.key[0]]:
                 del self._key_lengths[oldest.key[0]]
-            self._tracked -= 1
             self.close(oldest.state)
