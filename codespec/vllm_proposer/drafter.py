@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from codespec.core.draft import BatchShare, Continues, Draft, Outcome, ProposeContext, Proposer
 from codespec.core.prompts import detect_format, prompt_code
@@ -31,6 +31,7 @@ from codespec.proposers.assembly import ProposerAssembly
 from codespec.proposers.costs import CLIP, LinearCost
 from codespec.proposers.outputs import RecentOutputs, until_stop
 from codespec.proposers.setup import RequestContext
+from codespec.proposers.token_bytes import TokenBytes
 from codespec.vllm_proposer.options import DrafterOptions
 from codespec.vllm_proposer.report import CollectorTime, DrafterStats
 from codespec.vllm_proposer.rows import Row, RowStates
@@ -139,6 +140,10 @@ class BatchDrafter:
         self._rows_out = 0  # rows the drafts of the last call put in the next forward
         self._live: dict[int, Followed] = {}  # the sequences of the last step, by id
         self._special = frozenset(getattr(tokenizer, "all_special_ids", None) or ())  # an output ends at one
+        self._continuing: dict[type, bool] = {}  # proposer class -> drafts chains further (``Continues``)
+        # every token's bytes now, at vLLM's start: a request's copy pointer reads its prompt's, and
+        # a token met for the first time costs a conversion in that request's first step
+        TokenBytes(tokenizer).fill()
         self._logged_at = clock()
         trace = os.environ.get(TRACE_ENV, "").replace("{pid}", f"{self.options.proposer}-{os.getpid()}")
         self._trace: TextIO | None = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115 (lives with the drafter)
@@ -412,9 +417,18 @@ class BatchDrafter:
             proposer,
             prompt_len,
             bool(code),
-            continues=proposer if isinstance(proposer, Continues) else None,
+            continues=self._continues(proposer),
             end=self._end(asked, prompt_len),
         )
+
+    def _continues(self, proposer: Proposer) -> Continues | None:
+        """The proposer where it can draft a chain further (``Continues``), else None. A Protocol's
+        isinstance walks its members on every call: asked once per class."""
+        kind = type(proposer)
+        known = self._continuing.get(kind)
+        if known is None:
+            known = self._continuing[kind] = isinstance(proposer, Continues)
+        return cast(Continues, proposer) if known else None
 
     def _request(self, row: Row) -> RowRequest:
         return self.requests(row.index) if self.requests is not None and row.index >= 0 else UNKNOWN
