@@ -453,8 +453,7 @@ def build_auto(
     def allowed(name: str) -> bool:
         return wanted is None or name in wanted
 
-    # the request's own text from one-token matches: auto prices them as their own class
-    context = ContextLookup.from_setup(setup, under_auto=True) if allowed("context") else None
+    context = ContextLookup.from_setup(setup) if allowed("context") else None
     lookups: list[Proposer] = [context] if context is not None else []
     if allowed("reference") and setup.request.reference is not None:
         # the copy pointer drafts inserted text from the context lookup's table (one table, not two)

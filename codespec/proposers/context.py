@@ -75,9 +75,9 @@ class ContextLookup:
         self.begin(())
 
     @classmethod
-    def from_setup(cls, setup: ProposerSetup, under_auto: bool = False) -> ContextLookup:
+    def from_setup(cls, setup: ProposerSetup) -> ContextLookup:
         config = setup.config.context
-        return cls(max_ngram=config.max_ngram, min_ngram=config.shortest(under_auto), draft_len=config.draft_len)
+        return cls(max_ngram=config.max_ngram, min_ngram=config.min_ngram, draft_len=config.draft_len)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         self._latest_end: list[dict[int, int]] = [{} for _ in range(self.max_ngram + 1)]

@@ -78,7 +78,7 @@ class MaterialLookup:
     @classmethod
     def from_setup(cls, setup: ProposerSetup) -> MaterialLookup:
         config = setup.config.context
-        return cls(setup.request.material, max_ngram=config.max_ngram, min_ngram=config.shortest(under_auto=False))
+        return cls(setup.request.material, max_ngram=config.max_ngram, min_ngram=config.min_ngram)
 
     def begin(self, prompt_ids: Sequence[int]) -> None:
         pass

@@ -42,17 +42,8 @@ class RequestContext:
 @dataclass(frozen=True)
 class ContextConfig:
     max_ngram: int = 8
-    # The shortest match in the request's own text that drafts. None: 2 for a lookup drafting
-    # alone; 1 under auto, which prices a one-token match as its own class and drafts it only
-    # where that class has paid (docs/benchmarks.md "One-token matches").
-    min_ngram: int | None = None
+    min_ngram: int = 2
     draft_len: int | None = None  # None: as long as the engine allows
-
-    def shortest(self, under_auto: bool) -> int:
-        """The shortest match that drafts, for a lookup alone or under auto."""
-        if self.min_ngram is not None:
-            return self.min_ngram
-        return 1 if under_auto else 2
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from test_draft_model import SAMPLING, SMALL_VOCAB, exact_joint, run_samples, sm
 
 from codespec.core.config import GenerationLimits, SamplingParams
 from codespec.core.decode import generate_all
-from codespec.core.draft import Draft, MatchInfo, ProposeContext
+from codespec.core.draft import Draft, MatchInfo
 from codespec.core.errors import CodespecError
 from codespec.proposers.auto import AutoProposer, PolicyConfig
 from codespec.proposers.draft_model import DraftModelProposer
@@ -402,20 +402,3 @@ def test_in_a_batch_each_request_counts_its_own_plain_steps(stream):
             auto.observe(Outcome(draft, accepted, emitted, length + len(emitted), verify_s=0.004, shared=True))
     assert sum(d.name is not None for d in right.decisions) > 0.8 * len(right.decisions)
     assert wrong.skipped_looks > len(wrong.decisions) // 2  # (one streak for both rows: 0)
-
-
-def test_under_auto_the_request_s_own_text_drafts_from_one_token_matches(tiny_target):
-    """auto prices a one-token match as its own class (on completions vLLM's ``suffix`` drafted from
-    them), so its context lookup reports one; the context lookup alone keeps two, and a configured
-    ``min_ngram`` holds for both."""
-    tokens = [5, 9, 6, 7, 5]  # 5 seen once before, followed by 9, 6, 7: a one-token match
-    context = ProposeContext(tokens, 0, 4)
-    alone = create_proposer("context", ProposerSetup.from_options(tiny_target, {}))
-    auto = create_proposer("auto", ProposerSetup.from_options(tiny_target, {"auto_candidates": "context"}))
-    (under_auto,) = [sub.proposer for sub in auto.subs if sub.name == "context"]
-    assert alone.propose(context).token_ids == ()
-    drafted = under_auto.propose(context)
-    assert drafted.token_ids == (9, 6, 7, 5) and drafted.match is not None and drafted.match.match_len == 1
-    configured = create_proposer("auto", ProposerSetup.from_options(tiny_target, {"min_ngram": 2}))
-    (held,) = [sub.proposer for sub in configured.subs if sub.name == "context"]
-    assert held.propose(context).token_ids == ()

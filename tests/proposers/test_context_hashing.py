@@ -10,9 +10,8 @@ from codespec.proposers import context
 from codespec.proposers.context import ContextLookup
 
 
-@pytest.mark.parametrize("min_ngram", [2, 1])  # 1: the context lookup under auto
 @pytest.mark.parametrize("seed", range(40))
-def test_indexing_at_once_and_token_by_token_build_the_same_table(seed, min_ngram, monkeypatch):
+def test_indexing_at_once_and_token_by_token_build_the_same_table(seed, monkeypatch):
     """A prompt left unindexed (searched as bytes) and then indexed at once drafts as the per-token
     loop does at every step, and ends with the loop's tables."""
     rng = random.Random(seed)
@@ -21,7 +20,7 @@ def test_indexing_at_once_and_token_by_token_build_the_same_table(seed, min_ngra
     steps = context.UNINDEXED_STEPS + 2
     tokens = [rng.randrange(6) for _ in range(grown + steps)]
     views = [tokens[:prompt], *(tokens[:end] for end in range(grown, grown + steps + 1))]
-    looped, at_once = ContextLookup(min_ngram=min_ngram), ContextLookup(min_ngram=min_ngram)
+    looped, at_once = ContextLookup(), ContextLookup()
     for lookup, vector_from in ((looped, 10**9), (at_once, 1)):
         monkeypatch.setattr(context, "VECTOR_FROM", vector_from)
         lookup.drafts = [lookup.propose(ProposeContext(view, 0, 8)) for view in views]
