@@ -10,8 +10,9 @@ from codespec.proposers import context
 from codespec.proposers.context import ContextLookup
 
 
+@pytest.mark.parametrize("min_ngram", [2, 1])
 @pytest.mark.parametrize("seed", range(40))
-def test_indexing_at_once_and_token_by_token_build_the_same_table(seed, monkeypatch):
+def test_indexing_at_once_and_token_by_token_build_the_same_table(seed, min_ngram, monkeypatch):
     """A prompt left unindexed (searched as bytes) and then indexed at once drafts as the per-token
     loop does at every step, and ends with the loop's tables."""
     rng = random.Random(seed)
@@ -20,7 +21,7 @@ def test_indexing_at_once_and_token_by_token_build_the_same_table(seed, monkeypa
     steps = context.UNINDEXED_STEPS + 2
     tokens = [rng.randrange(6) for _ in range(grown + steps)]
     views = [tokens[:prompt], *(tokens[:end] for end in range(grown, grown + steps + 1))]
-    looped, at_once = ContextLookup(), ContextLookup()
+    looped, at_once = ContextLookup(min_ngram=min_ngram), ContextLookup(min_ngram=min_ngram)
     for lookup, vector_from in ((looped, 10**9), (at_once, 1)):
         monkeypatch.setattr(context, "VECTOR_FROM", vector_from)
         lookup.drafts = [lookup.propose(ProposeContext(view, 0, 8)) for view in views]
