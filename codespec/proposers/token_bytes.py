@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from codespec.index.tokens import unicode_to_byte
+
+log = logging.getLogger(__name__)
 
 
 def hf_tokenizer_of(tokenizer: Any) -> Any:
@@ -133,9 +136,12 @@ class TokenBytes:
     def fill(self) -> None:
         """Every token's bytes into the shared table now (~3 µs a token, 12 ms for the shipped 4,096),
         where a server would rather pay them at its start than in its requests' first steps."""
-        size = len(self.tokenizer)
-        if len(self._table) < size:
-            self.pieces(range(size))
+        try:
+            size = len(self.tokenizer)
+            if len(self._table) < size:
+                self.pieces(range(size))
+        except Exception:  # an id the tokenizer cannot convert: the rest are found as they are met
+            log.warning("codespec: the token table could not be filled ahead; tokens are read as met", exc_info=True)
 
     def join(self, token_ids: Sequence[int]) -> bytes:
         return b"".join(self.pieces(token_ids))

@@ -66,3 +66,22 @@ def test_a_special_token_inside_the_text_is_not_skipped(shipped):
     assert codec.join(ids) == b"alphabeta"
     assert codec.spelled_in(ids, "alphabet") is None
     assert codec.spelled_in(ids, "alpha") == tokenizer.encode("alpha")
+
+
+def test_one_tokenizer_s_vocabulary_is_worked_out_once_and_filled_ahead():
+    """Every copy pointer of a tokenizer shares its table of token bytes and its special ids (a
+    request's first step reads neither from the tokenizer again); ``fill`` puts every token's bytes
+    in that table, each what the token spells on its own."""
+    from codespec.proposers.token_bytes import vocabulary
+
+    tokenizer = AutoTokenizer.from_pretrained(target_path())  # its own instance: a table not yet filled
+    first, second = TokenBytes(tokenizer), TokenBytes(tokenizer)
+    assert vocabulary(tokenizer) is vocabulary(tokenizer)
+    assert first._table is second._table and first._special == frozenset(tokenizer.all_special_ids)
+    assert len(first._table) < len(tokenizer)
+    first.fill()
+    table = vocabulary(tokenizer).table
+    assert len(table) == len(tokenizer)
+    ids = tokenizer.encode(CODE)
+    assert b"".join(table[token] for token in ids) == CODE.encode()
+    assert all(table[token] == b"" for token in tokenizer.all_special_ids)
