@@ -48,9 +48,9 @@ def hf_tokenizer_of(tokenizer: Any) -> Any:
 @dataclass
 class Vocabulary:
     """What a tokenizer's ids spell, worked out once per tokenizer and shared: a copy pointer is
-    built for every request (inside vLLM, for every sequence), and recomputing the bytes of the
-    reference's tokens each time was ~2,700 conversions for 8 short edits; reading the tokenizer's
-    special ids (a property transformers computes on each read) was a tenth of a request's first step."""
+    built for every request (inside vLLM, for every sequence), and it would otherwise convert the
+    same tokens to bytes again and read the tokenizer's special ids, a property transformers
+    computes on each read, in that request's first step."""
 
     backend: Any  # the fast tokenizer's Rust backend, or None
     byte_level: bool  # byte-level BPE: tokens concatenate to the UTF-8 text
@@ -134,8 +134,8 @@ class TokenBytes:
             return [table[t] if t in table else self.token(t) for t in token_ids]
 
     def fill(self) -> None:
-        """Every token's bytes into the shared table now (~3 µs a token, 12 ms for the shipped 4,096),
-        where a server would rather pay them at its start than in its requests' first steps."""
+        """Every token's bytes into the shared table now: a server pays for them once at its start
+        rather than in its requests' first steps."""
         try:
             size = len(self.tokenizer)
             if len(self._table) < size:

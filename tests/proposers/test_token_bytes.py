@@ -7,7 +7,7 @@ from transformers import AutoTokenizer
 
 from codespec.core.default_model import target_path
 from codespec.core.prompts import detect_format, prompt_code
-from codespec.proposers.token_bytes import TokenBytes
+from codespec.proposers.token_bytes import TokenBytes, vocabulary
 
 CODE = 'def greet(name: str) -> str:\n    """Say hello: «é» 漢字."""\n    return f"hello {name}"\n'
 
@@ -72,8 +72,6 @@ def test_one_tokenizer_s_vocabulary_is_worked_out_once_and_filled_ahead():
     """Every copy pointer of a tokenizer shares its table of token bytes and its special ids (a
     request's first step reads neither from the tokenizer again); ``fill`` puts every token's bytes
     in that table, each what the token spells on its own."""
-    from codespec.proposers.token_bytes import vocabulary
-
     tokenizer = AutoTokenizer.from_pretrained(target_path())  # its own instance: a table not yet filled
     first, second = TokenBytes(tokenizer), TokenBytes(tokenizer)
     assert vocabulary(tokenizer) is vocabulary(tokenizer)
