@@ -117,6 +117,22 @@ def test_the_code_a_prompt_carries_is_read_from_the_prompt_s_tokens_not_encoded_
     assert drafter.stats.summary()["accepted"] >= 0.9 * drafter.stats.summary()["drafted"] > 0
 
 
+def test_no_request_converts_a_token_to_bytes_the_drafter_filled_them_at_its_start(monkeypatch):
+    """vLLM builds the drafter once; every token's bytes go into the tokenizer's shared table then,
+    so no request's first step converts one (the copy pointer reads its prompt's)."""
+    from codespec.proposers.token_bytes import TokenBytes
+
+    tokenizer = AutoTokenizer.from_pretrained(target_path())  # a fresh instance: an empty table
+    drafter = BatchDrafter(tokenizer, k=16, max_model_len=4096, options=DrafterOptions(proposer="reference"))
+    converted: list[int] = []
+    plain_compute = TokenBytes._compute
+    monkeypatch.setattr(
+        TokenBytes, "_compute", lambda self, token: converted.append(token) or plain_compute(self, token)
+    )
+    run(drafter, [ScriptedEngine(tokenizer, source) for source in SOURCES], join_at=3)
+    assert drafter.stats.summary()["with_code"] == 3 and converted == []
+
+
 def predicted_run(drafter: BatchDrafter, engines: list, predictions: list[str], seed: int = 0) -> None:
     """Requests whose prompts carry no code, each with a prediction vLLM holds by request: the
     drafter reads a row's prediction by the row it has this step (rows shuffled every step)."""
