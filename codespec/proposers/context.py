@@ -13,13 +13,14 @@ match is recent enough that its continuation reaches the end of the sequence (a 
 continues the loop rather than stopping short.
 
 A request's prompt is not indexed on its first step: it is kept as bytes (8 a token) and searched
-with ``bytes.rfind`` (C) for the longest match, until it has been searched ``UNINDEXED_STEPS``
-times (about one a step); only then is it indexed. Indexing a prompt costs a dictionary entry per
-token and length, which a short completion (a few steps) never earns back, and inside vLLM every
-new request's first step lands in the same call, right after its prefill (docs/benchmarks.md,
-"A request's prompt searched"). The tables then hold only ends after the prompt, all later than
-any in it, so a table's match wins at equal length and the search looks only for longer ones: the
-same draft either way.
+with ``bytes.rfind`` (C) for the longest match, until its searches have cost what indexing it would
+(the rent-or-buy rule: never more than twice the cheaper of the two, whatever the request's length);
+only then is it indexed. Indexing a prompt costs a dictionary entry per token and length, about as
+much as a hundred searches of a 500-token prompt, which a completion of a few dozen steps never
+earns back, and inside vLLM every new request's first step lands in the same call, right after its
+prefill (docs/benchmarks.md, "A request's prompt searched"). The tables then hold only ends after
+the prompt, all later than any in it, so a table's match wins at equal length and the search looks
+only for longer ones: the same draft either way.
 """
 
 from __future__ import annotations
@@ -35,10 +36,13 @@ from codespec.proposers.setup import ProposerSetup
 HASH_BASE = 0x9E3779B97F4A7C15  # odd, 64-bit: an n-gram's key is sum(t_i * BASE^(n-1-i)) mod 2^64
 MASK = (1 << 64) - 1
 VECTOR_FROM = 48  # positions indexed at once from which numpy is faster than the Python loop
-# A request's first stretch (its prompt) of this many positions or more is searched, not indexed,
-# for its first UNINDEXED_STEPS drafts; a longer one than UNINDEXED_MAX is indexed at once (a
-# search that finds nothing scans the stretch once per n-gram length).
-UNINDEXED_STEPS, UNINDEXED_MAX = 16, 32768
+# A request's first stretch (its prompt) of VECTOR_FROM positions or more is searched, not indexed,
+# until its searches have cost what indexing it costs; one longer than UNINDEXED_MAX is indexed at
+# once (a search that finds nothing scans all of it). Costs in tokens scanned by ``bytes.rfind``:
+# a search's own Python work is worth SEARCH_SCANS of them, indexing a token INDEX_SCANS (CPython
+# 3.11 on prompts of 100-32,000 tokens: indexing costs what 50-860 searches that find nothing do).
+UNINDEXED_MAX = 32768
+SEARCH_SCANS, INDEX_SCANS = 2000, 600
 WORD = 8  # bytes a token takes in the unindexed stretch (array "q": any int a key can hash)
 
 
@@ -85,7 +89,7 @@ class ContextLookup:
         self._tokens: list[int] = []
         self._unindexed = b""  # the tokens of the ends 1.._unindexed_upto (not in the tables), as bytes
         self._unindexed_upto = 0
-        self._searches = 0  # drafts asked of the unindexed stretch so far
+        self._search_scans = 0  # what searching the unindexed stretch has cost so far (tokens scanned)
 
     def propose(self, context: ProposeContext) -> Draft:
         max_len = context.max_len if self.draft_len is None else min(self.draft_len, context.max_len)
@@ -103,8 +107,8 @@ class ContextLookup:
         length = len(tokens)
         if self._indexed_upto == 0 and VECTOR_FROM <= length - 1 <= UNINDEXED_MAX:
             self._leave_unindexed(length - 1)
-        elif self._unindexed_upto and self._searches >= UNINDEXED_STEPS:
-            self._index_unindexed()
+        elif self._unindexed_upto and self._search_scans >= INDEX_SCANS * self._unindexed_upto:
+            self._index_unindexed()  # searching it has cost what indexing it does: index it
         self._index_until(length - 1)  # n-grams ending before the last position have a continuation
         found = self.latest_match(tokens, min(self.max_ngram, length - first - 1), first)
         if found is None:
@@ -132,7 +136,6 @@ class ContextLookup:
         else:
             n, end = self.min_ngram - 1, None
         if self._unindexed_upto and n < longest:  # only a longer match there is worth having
-            self._searches += 1
             longer = self._search_unindexed(tail, longest, max(n + 1, self.min_ngram), first)
             if longer is not None:
                 return longer
@@ -145,6 +148,7 @@ class ContextLookup:
         bisection: one search when even the shortest is not there (the common case), ~3 when it is."""
         if shortest > longest or first + shortest > self._unindexed_upto:
             return None
+        self._search_scans += SEARCH_SCANS
         suffix = array("q", [int(token) for token in tail[len(tail) - longest :]]).tobytes()
         end = self._latest_in_unindexed(suffix[(longest - shortest) * WORD :], first)
         if end is None:
@@ -164,10 +168,13 @@ class ContextLookup:
         starting at or after token ``first``. A hit not on a token's boundary is no occurrence: the
         search goes on before it."""
         data, start, high = self._unindexed, first * WORD, self._unindexed_upto * WORD
+        top = high
         while (at := data.rfind(pattern, start, high)) >= 0:
             if at % WORD == 0:
+                self._search_scans += (top - at) // WORD
                 return (at + len(pattern)) // WORD
             high = at + len(pattern) - 1
+        self._search_scans += (top - start) // WORD
         return None
 
     @property
@@ -212,7 +219,7 @@ class ContextLookup:
         """Ends 1..``last_end`` are searched as bytes (``_search_unindexed``), not put in the tables."""
         self._unindexed = array("q", self._tokens[:last_end]).tobytes()
         self._unindexed_upto = self._indexed_upto = last_end
-        self._searches = 0
+        self._search_scans = 0
 
     def _index_unindexed(self) -> None:
         """Put the unindexed stretch in the tables after all, below the later ends they hold."""

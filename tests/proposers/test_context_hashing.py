@@ -18,7 +18,9 @@ def test_indexing_at_once_and_token_by_token_build_the_same_table(seed, min_ngra
     rng = random.Random(seed)
     prompt = rng.randrange(2, 400)
     grown = prompt + rng.randrange(1, 120)
-    steps = context.UNINDEXED_STEPS + 2
+    steps = 18
+    # a cheap index, so that the searched prompt is indexed at varying steps of the run (or at once)
+    monkeypatch.setattr(context, "INDEX_SCANS", rng.choice([0, 10, 40]))
     tokens = [rng.randrange(6) for _ in range(grown + steps)]
     views = [tokens[:prompt], *(tokens[:end] for end in range(grown, grown + steps + 1))]
     looped, at_once = ContextLookup(min_ngram=min_ngram), ContextLookup(min_ngram=min_ngram)
@@ -33,16 +35,24 @@ def test_indexing_at_once_and_token_by_token_build_the_same_table(seed, min_ngra
     assert any(len(d) for d in looped.drafts) or prompt < 20  # six symbols repeat: there are matches
 
 
-def test_a_prompt_is_searched_until_its_request_has_drafted_a_while():
+def test_a_prompt_is_searched_until_its_searches_have_cost_what_indexing_it_does():
+    """Rent or buy: a short request never pays for indexing its prompt; a long one indexes it once
+    its searches have scanned as much as indexing costs."""
     rng = random.Random(7)
     tokens = [rng.randrange(40) for _ in range(300)]
     lookup = ContextLookup()
     lookup.propose(ProposeContext(tokens, 0, 8))
     assert lookup._unindexed_upto == 299 and not any(lookup._latest_end)  # the first step indexes nothing
-    for _ in range(context.UNINDEXED_STEPS + 1):
+    budget = context.INDEX_SCANS * 299
+    steps = 0
+    while lookup._unindexed_upto and steps < 1000:
+        spent = lookup._search_scans
         tokens = tokens + [rng.randrange(40)]
         lookup.propose(ProposeContext(tokens, 0, 8))
-    assert lookup._unindexed_upto == 0 and len(lookup._latest_end[2]) > 250  # indexed after all
+        steps += 1
+        assert lookup._unindexed_upto == 0 or spent < budget  # not indexed before it has paid for it
+    assert spent >= budget and len(lookup._latest_end[2]) > 250  # indexed once it had
+    assert 30 < steps < 200  # a search costs SEARCH_SCANS and a scan of at most the prompt
 
 
 def test_numpy_token_ids_draft_like_python_ints():
