@@ -373,10 +373,15 @@ class LevelSet:
             if len(docs) > cap:  # newest documents first
                 chosen = np.argsort(-level.changed[docs], kind="stable")[:cap]
                 docs, offsets = docs[chosen], offsets[chosen]
-            out = []
-            for slot in np.unique(docs).tolist():
-                out.append((length, level.docs[slot], offsets[docs == slot]))
-            return out
+            # grouped by document in Python: a few dozen entries at most, where np.unique's calls
+            # cost more (and its first call imports numpy.ma, some 20 ms inside a step)
+            by_slot: dict[int, list[int]] = {}
+            for slot, offset in zip(docs.tolist(), offsets.tolist()):
+                by_slot.setdefault(slot, []).append(offset)
+            return [
+                (length, level.docs[slot], np.array(found, dtype=offsets.dtype))
+                for slot, found in sorted(by_slot.items())
+            ]
         return []
 
     # -- checks ---------------------------------------------------------------------------------

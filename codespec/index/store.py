@@ -205,13 +205,20 @@ class WorkspaceIndex:
             return uri in self._docs
 
     # -- history and stats ----------------------------------------------------------------------
-    def add_history(self, kind: str, text: str, uri: str | None = None) -> None:
+    def add_history(self, kind: str, text: str, uri: str | None = None, *, tokens: Sequence[int] | None = None) -> None:
+        """Keep ``text`` in the session history. ``tokens``: its ids under this index's tokenizer
+        where the caller has them (a model's output: the ids it generated, which its later outputs
+        repeat), instead of the text encoded again."""
         with self._lock:
-            tokens = self.adapter.encode_array(text)
+            if tokens is None:
+                ids = self.adapter.encode_array(text)
+            else:
+                given = np.asarray(tokens, dtype=np.int64)
+                ids = given[(given >= 0) & (given < self.adapter.vocab_size)].astype(self.adapter.dtype)
             when = time.time()
-            self._history.append(kind, tokens, HistoryEntry(uri, when, self._tick()))
-            if self.db is not None and len(tokens):
-                self.db.add_history(kind, text, uri, when, tokens)
+            self._history.append(kind, ids, HistoryEntry(uri, when, self._tick()))
+            if self.db is not None and len(ids):
+                self.db.add_history(kind, text, uri, when, ids)
 
     def history_entries(self, kind: str | None = None) -> list[HistoryRecord]:
         """The session history kept for lookups (of one ``kind``, or all), oldest first, each

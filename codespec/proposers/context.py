@@ -232,9 +232,11 @@ class ContextLookup:
 
     def _index_at_once(self, first: int, last_end: int) -> None:
         """The n-grams ending at ``first``..``last_end`` (exclusive ends), keyed as the loop keys them;
-        later ends overwrite earlier ones, so each key keeps its latest end."""
-        values = np.asarray(self._tokens[:last_end], dtype=np.uint64)
-        ends = np.arange(first, last_end + 1, dtype=np.int64)
+        later ends overwrite earlier ones, so each key keeps its latest end. Only the tokens those
+        n-grams read are converted (a store of earlier outputs grows by one output at a time)."""
+        base = max(0, first - self.max_ngram)  # values[i] is token base + i
+        values = np.asarray(self._tokens[base:last_end], dtype=np.uint64)
+        ends = np.arange(first - base, last_end - base + 1, dtype=np.int64)
         end_list = list(range(first, last_end + 1))  # the ends as Python ints once, for every length
         keys = np.zeros(len(ends), dtype=np.uint64)
         with np.errstate(over="ignore"):

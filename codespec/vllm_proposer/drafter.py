@@ -141,6 +141,8 @@ class BatchDrafter:
         self._live: dict[int, Followed] = {}  # the sequences of the last step, by id
         self._special = frozenset(getattr(tokenizer, "all_special_ids", None) or ())  # an output ends at one
         self._continuing: dict[type, bool] = {}  # proposer class -> drafts chains further (``Continues``)
+        # an index over this tokenizer takes an output's ids as they are, not its text encoded again
+        self._index_ids = getattr(getattr(self.index, "adapter", None), "tokenizer", None) is tokenizer
         # every token's bytes now, at vLLM's start: a request's copy pointer reads its prompt's, and
         # a token met for the first time costs a conversion in that request's first step
         TokenBytes(tokenizer).fill()
@@ -437,13 +439,14 @@ class BatchDrafter:
         """The sequence's length when its request has generated all it may."""
         return prompt_len + asked.max_tokens if asked.max_tokens is not None else self.max_model_len
 
-    def _decode(self, ids: list[int]) -> str:
-        """A prompt's text, special tokens kept: through the fast tokenizer's own decoder where
-        there is one (transformers' ``decode`` checks every id in Python first: 0.1 ms a prompt)."""
+    def _decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        """The text of ``ids`` (a prompt's: special tokens kept): through the fast tokenizer's own
+        decoder where there is one (transformers' ``decode`` checks every id in Python first: 0.1 ms
+        a prompt)."""
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is not None:
-            return backend.decode(ids, skip_special_tokens=False)
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+            return backend.decode(ids, skip_special_tokens=skip_special_tokens)
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def _forget(self, state: Followed) -> None:
         self._land(state)
@@ -463,9 +466,9 @@ class BatchDrafter:
         if self.index is None:
             return
         try:
-            text = self.tokenizer.decode(list(written), skip_special_tokens=True)
+            text = self._decode(list(written), skip_special_tokens=True)
             if text.strip():
-                self.index.add_history("generated", text)
+                self.index.add_history("generated", text, tokens=written if self._index_ids else None)
                 self.stats.recorded += 1
         except Exception:  # history is a hint for drafting: never cost vLLM its step
             log.exception("codespec: recording a generated output failed")

@@ -39,6 +39,29 @@ def test_what_a_sequence_generated_drafts_for_later_ones_through_the_session_his
     index.close()
 
 
+def test_the_history_keeps_the_ids_the_model_generated_not_its_text_encoded_again():
+    """A model may spell text otherwise than its tokenizer would (here one token a character):
+    the history keeps its ids, which its later outputs repeat, and spares encoding the text."""
+    from codespec.index import WorkspaceIndex
+
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    index = WorkspaceIndex(tokenizer)
+    drafter = BatchDrafter(tokenizer, 4, 4096, DrafterOptions(proposer="index"), index=index)
+    answer = "totals = summarize(records)\n"
+    engine = CompletionEngine(tokenizer, "# the request\n", answer)
+    spelled = [token for character in answer for token in tokenizer.encode(character)]
+    assert spelled != tokenizer.encode(answer)
+    engine.answer = spelled
+    engine.tokens[-1] = spelled[0]
+    while not engine.done:
+        (draft,) = drafter.step([engine.row()])
+        engine.verify(draft)
+    drafter.step([])
+    (entry,) = index.history_entries()
+    assert entry.token_ids == tuple(spelled[: len(entry.token_ids)]) and len(entry.token_ids) > len(spelled) // 2
+    index.close()
+
+
 def test_auto_drafts_later_sequences_from_what_earlier_ones_generated_without_an_index():
     """vLLM's ``suffix`` drafts from its earlier responses; auto does too, from the drafter's own
     store of outputs (``proposers.outputs``), with no workspace index configured."""
