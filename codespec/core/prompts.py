@@ -236,6 +236,13 @@ def cut_at_end_marker(text: str, markers: tuple[str, ...] = END_MARKERS) -> str:
     return text[:cut]
 
 
+def rewrite_endings(spec: PromptFormat) -> tuple[str, ...]:
+    """How a rewrite prompt ends in each layout ``prompt_code`` reads: a prompt that ends otherwise
+    and has no code fence in it carries no code."""
+    own = (f"{spec.file_sep}edited.py\n",) if spec.file_sep is not None else ()
+    return (*own, "# Rewritten:\n")
+
+
 def prompt_code(text: str, spec: PromptFormat) -> str | None:
     """The code a prompt asks to be rewritten, read back from its text (what a proposer drafts
     from when it sees only the prompt, as inside vLLM): the original of a rewrite in ``spec``'s

@@ -143,6 +143,16 @@ class TokenBytes:
         except Exception:  # an id the tokenizer cannot convert: the rest are found as they are met
             log.warning("codespec: the token table could not be filled ahead; tokens are read as met", exc_info=True)
 
+    def ids_containing(self, fragment: bytes) -> frozenset[int] | None:
+        """Every token whose bytes contain ``fragment``; None where the table is not filled (``fill``),
+        so which tokens do is not known."""
+        try:
+            if len(self._table) < len(self.tokenizer):
+                return None
+        except Exception:
+            return None
+        return frozenset(token for token, piece in self._table.items() if fragment in piece)
+
     def join(self, token_ids: Sequence[int]) -> bytes:
         return b"".join(self.pieces(token_ids))
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from codespec.core.draft import BatchShare, Continues, Draft, Outcome, ProposeContext, Proposer
-from codespec.core.prompts import detect_format, prompt_code
+from codespec.core.prompts import CHAT_FENCE, detect_format, prompt_code, rewrite_endings
 from codespec.core.target import TokenizerTarget
 from codespec.proposers.assembly import ProposerAssembly
 from codespec.proposers.costs import CLIP, LinearCost
@@ -41,6 +41,7 @@ from codespec.vllm_proposer.shapes import StepShapes, cut_to_seen
 log = logging.getLogger("vllm.codespec")  # under vLLM's logger: its lines land in vLLM's log
 TRACE_ENV = "CODESPEC_VLLM_TRACE"  # a file: one JSON line per step (what each row drafted, the step's cost)
 LOG_EVERY_S, LOG_EVERY_STEPS = 30.0, 500  # how often vLLM's log gets the drafter's counts and step-cost fit
+PROMPT_END_TOKENS = 16  # a prompt's last tokens decoded to see whether it ends as a rewrite prompt does
 RUNWAY_DRAFTS = 8  # a planned step's chain is drafted this many drafts ahead (the plan is redone after them)
 
 
@@ -145,7 +146,13 @@ class BatchDrafter:
         self._index_ids = getattr(getattr(self.index, "adapter", None), "tokenizer", None) is tokenizer
         # every token's bytes now, at vLLM's start: a request's copy pointer reads its prompt's, and
         # a token met for the first time costs a conversion in that request's first step
-        TokenBytes(tokenizer).fill()
+        spelled = TokenBytes(tokenizer)
+        spelled.fill()
+        # a prompt is decoded to find its code only where it may carry some: a fence needs a token
+        # with a backtick in it, and a rewrite prompt ends in its layout's marker (most completions
+        # have neither, and decoding a 500-token prompt is a new request's dearest part but one)
+        self._fence_ids = spelled.ids_containing(CHAT_FENCE[:1].encode())
+        self._rewrite_endings = rewrite_endings(self.format)
         self._logged_at = clock()
         trace = os.environ.get(TRACE_ENV, "").replace("{pid}", f"{self.options.proposer}-{os.getpid()}")
         self._trace: TextIO | None = open(trace, "a", buffering=1) if trace else None  # noqa: SIM115 (lives with the drafter)
@@ -402,7 +409,7 @@ class BatchDrafter:
         prompt = row.tokens[:prompt_len].tolist()
         asked = self._request(row)
         prediction = asked.prediction
-        code = prediction or prompt_code(self._decode(prompt), self.format)
+        code = prediction or (prompt_code(self._decode(prompt), self.format) if self._may_carry_code(prompt) else None)
         # the code a prompt carries is tokenized there already: the copy pointer reads its ids there
         source = prompt if code and not prediction else None
         request = RequestContext(
@@ -422,6 +429,13 @@ class BatchDrafter:
             continues=self._continues(proposer),
             end=self._end(asked, prompt_len),
         )
+
+    def _may_carry_code(self, prompt: list[int]) -> bool:
+        """Whether ``prompt`` may carry code to rewrite (``prompt_code``), told from its ids and its
+        last few tokens' text."""
+        if self._fence_ids is None or not self._fence_ids.isdisjoint(prompt):
+            return True
+        return self._decode(prompt[-PROMPT_END_TOKENS:]).endswith(self._rewrite_endings)
 
     def _continues(self, proposer: Proposer) -> Continues | None:
         """The proposer where it can draft a chain further (``Continues``), else None. A Protocol's
