@@ -9,8 +9,8 @@ editable). No model runs: each row is a held-out edit (``bench.vllm_spec``'s ``h
 whose output is the shipped model's greedy continuation (computed once with transformers and
 cached), and a step advances every row by what *its own* drafts would have had accepted, as vLLM
 would, so each proposer sees the batches its drafts would make. Each call is timed whole and
-divided by the rows it served; p50 / p99 are over all calls after each proposer's first (numba's
-compile, codespec's imports). Every pass decodes requests of its own: a request sent again would
+divided by the rows it served; the mean, p50 and p99 are over all calls after each proposer's first
+(numba's compile, codespec's imports). Every pass decodes requests of its own: a request sent again would
 be drafted from its own earlier output (codespec's outputs lookup, ``suffix``'s cached responses),
 which no real request is.
 """
@@ -202,6 +202,8 @@ def main() -> None:
                 "rows": rows,
                 "k": args.k,
                 "calls": len(values),
+                # the mean is what the drafter adds to vLLM's steps over a run, its rare dear steps too
+                "mean_us_per_row_step": round(1e6 * sum(values) / len(values), 1),
                 "p50_us_per_row_step": round(1e6 * percentile(values, 50), 1),
                 "p90_us_per_row_step": round(1e6 * percentile(values, 90), 1),
                 "p99_us_per_row_step": round(1e6 * percentile(values, 99), 1),

@@ -157,6 +157,9 @@ class AcceptanceTable:
         self.strength = strength
         self.by_proposer: dict[str, DepthAcceptance] = {}
         self.by_bucket: dict[tuple[str, str], DepthAcceptance] = {}
+        # estimates asked since the last record, by (proposer, bucket, continuation, stop_below): a
+        # batch's rows plan one after another between records and ask the same classes
+        self._asked: dict[tuple[str, str, float, float], tuple[int, list[float]]] = {}
 
     def summary(self, depths: int = 8, digits: int = 3) -> dict[str, list[float]]:
         """Per proposer, its acceptance estimates at the first ``depths`` depths (for logs and reports)."""
@@ -166,6 +169,7 @@ class AcceptanceTable:
         }
 
     def record(self, proposer: str, match_len: int | None, passed: int, rejected_next: bool, times: int = 1) -> None:
+        self._asked.clear()
         self.by_proposer.setdefault(proposer, DepthAcceptance(self.decay)).record(passed, rejected_next, times)
         key = (proposer, bucket(match_len))
         self.by_bucket.setdefault(key, DepthAcceptance(self.decay)).record(passed, rejected_next, times)
@@ -173,9 +177,23 @@ class AcceptanceTable:
     def estimates(
         self, proposer: str, match_len: int | None, length: int, continuation: float = 0.0, stop_below: float = 0.0
     ) -> list[float]:
-        """a_1..a_length (shorter when ``stop_below`` cuts it: see ``DepthAcceptance.estimates``)."""
+        """a_1..a_length (shorter when ``stop_below`` cuts it: see ``DepthAcceptance.estimates``).
+        Each depth's estimate depends on the depths before it only, so a list worked out for a
+        longer draft (or cut short by ``stop_below``) answers a shorter one with its prefix."""
+        cell_name = bucket(match_len)
+        key = (proposer, cell_name, continuation, stop_below)
+        known = self._asked.get(key)
+        if known is not None and (length <= known[0] or len(known[1]) < known[0]):
+            return known[1][:length]
+        found = self._estimates(proposer, cell_name, length, continuation, stop_below)
+        self._asked[key] = (length, found)
+        return found[:]
+
+    def _estimates(
+        self, proposer: str, cell_name: str, length: int, continuation: float, stop_below: float
+    ) -> list[float]:
         overall = self.by_proposer.get(proposer) or _EMPTY
-        cell = self.by_bucket.get((proposer, bucket(match_len)))
+        cell = self.by_bucket.get((proposer, cell_name))
         # the bucket's prior must reach as deep as the bucket could: cut the proposer level only
         # when there is no bucket to refine it
         proposer_level = overall.estimates(

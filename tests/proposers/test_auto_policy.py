@@ -251,3 +251,29 @@ def test_drafts_booked_together_count_as_booked_one_by_one(decay):
     assert together.reached == pytest.approx(one_by_one.reached)
     assert together.passed == pytest.approx(one_by_one.passed)
     assert together.estimates(8, 0.5) == pytest.approx(one_by_one.estimates(8, 0.5))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_estimates_asked_again_between_records_are_the_ones_worked_out_afresh(seed):
+    """A batch's rows ask the same classes between records: the answers kept since the last record
+    (a longer draft's prefix, or a list ``stop_below`` cut) equal the estimates worked out anew."""
+    import random
+
+    rng = random.Random(seed)
+    kept, fresh = AcceptanceTable(), AcceptanceTable()
+    answered = 0  # asks answered from what was kept
+    for _ in range(300):
+        proposer, match_len = rng.choice(["context", "outputs", "index"]), rng.choice([None, 1, 2, 5, 9, 20])
+        if rng.random() < 0.1:
+            passed, rejected = rng.randrange(0, 17), rng.random() < 0.6
+            for table in (kept, fresh):
+                table.record(proposer, match_len, passed, rejected)
+        else:
+            length = rng.randrange(0, 17)
+            continuation, stop_below = rng.choice([(0.9, 1e-4), (0.9, 1e-4), (0.0, 0.0), (0.0, 0.05)])
+            fresh._asked.clear()
+            before = dict(kept._asked)
+            asked = kept.estimates(proposer, match_len, length, continuation, stop_below)
+            assert asked == fresh.estimates(proposer, match_len, length, continuation, stop_below)
+            answered += bool(before) and kept._asked == before
+    assert answered > 10
