@@ -1,5 +1,6 @@
 """vLLM's completions with the workspace, replayed offline: how many forwards codespec's proposer,
-vLLM's ``ngram`` rule, perfect lookup foresight (the hindsight bound) and a drafter that knows the
+vLLM's ``ngram`` rule, vLLM's ``suffix`` (where arctic-inference imports: run it with vLLM's python
+and ``PYTHONPATH=DIR``), perfect lookup foresight (the hindsight bound) and a drafter that knows the
 output (the oracle: the limit of any drafter at that K) need for the same outputs,
 and what a step would cost at vLLM-CPU's measured step cost (docs/benchmarks.md, "What lookups can
 reach on completions").
@@ -79,6 +80,37 @@ def ngram_draft(tokens: Sequence[int], k: int, low: int = NGRAM_MIN, high: int =
 def rule_step(k: int):
     """The ngram rule drafting for every live row (as vLLM: not cut at a request's end)."""
     return lambda live: [ngram_draft(client.tokens, k) for client in live]
+
+
+def suffix_step(k: int):
+    """vLLM's ``suffix`` (ArcticInference's tree, called as vLLM 0.32 calls it: each request's
+    prompt and response, and the global tree of responses) drafting for every live row, or None
+    where arctic-inference does not import. Like vLLM's, its drafts are not cut at a request's end."""
+    try:
+        from bench.vllm_draft_quality import suffix_caches
+        from bench.vllm_earlier_outputs import suffix_drafter
+    except ImportError:
+        return None
+    cache = suffix_caches()["suffix"]
+    drafters: dict[int, tuple] = {}  # id(client) -> (client, its drafter)
+
+    def step(live):
+        for key in [key for key, (client, _) in drafters.items() if client.done]:
+            cache.stop_request(key)  # its response stays in the global tree
+            del drafters[key]
+        drafts = []
+        for client in live:
+            known = drafters.get(id(client))
+            if known is None:
+                first = client.tokens[len(client.prompt)]
+                known = drafters[id(client)] = (
+                    client,
+                    suffix_drafter(cache, id(client), client.prompt, first, k),
+                )
+            drafts.append(known[1](client.tokens, len(client.prompt)))
+        return drafts
+
+    return step
 
 
 def replay_rule(prompt: list[int], output: list[int], k: int) -> tuple[int, int]:
@@ -262,6 +294,10 @@ def batched_rows(
     for k in args.k:
         rule = replay_batched(rule_step(k), prompts, outputs, args.clients, step_s, row_s, None, new_s, request_s)
         rows.append(row("ngram rule", rule, k))
+        suffix = suffix_step(k)
+        if suffix is not None:
+            counts = replay_batched(suffix, prompts, outputs, args.clients, step_s, row_s, None, new_s, request_s)
+            rows.append(row("suffix", counts, k))
         for proposer in args.proposers.split(","):
             clock = ReplayClock()
             store = folder / f"index-{proposer}-{k}-batched.db"
@@ -333,6 +369,10 @@ def main() -> None:
             rule = [replay_rule(prompt, output, k) for prompt, output in zip(prompts, outputs)]
             rows.append(summary("ngram rule", tokens, sum(d for d, _ in rule), sum(a for _, a in rule), step_s, row_s))
             rows[-1]["k"] = k
+            suffix = suffix_step(k)
+            if suffix is not None:
+                counts = replay_batched(suffix, prompts, outputs, 1, step_s, row_s)
+                rows.append({"k": k, **summary("suffix", tokens, counts["drafted"], counts["accepted"], step_s, row_s)})
             # The oracle knows each output: every step drafts exactly what follows, K at most. No
             # drafter does better at this K, so a target beyond it cannot be met (issue's proof).
             oracle = sum(max(0, len(output) - 1 - -(-(len(output) - 1) // (k + 1))) for output in outputs)
