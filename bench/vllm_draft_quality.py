@@ -22,10 +22,9 @@ from transformers import AutoTokenizer
 
 from bench.vllm_replay import accept, greedy_outputs
 from bench.vllm_spec import ROOT, SHIPPED, WORKLOADS_BY_NAME
+from bench.vllm_suffix import MIN_PROB, SPEC_FACTOR, TREE_DEPTH, suffix_caches
 from codespec.core.draft import ProposeContext
 from codespec.proposers.context import ContextLookup
-
-TREE_DEPTH, MIN_PROB, SPEC_FACTOR = 24, 0.1, 1.0  # vLLM's suffix settings in bench.vllm_propose
 
 
 def workload_outputs(workload: str, requests: int) -> tuple[Any, list[list[int]], list[list[int]]]:
@@ -34,16 +33,6 @@ def workload_outputs(workload: str, requests: int) -> tuple[Any, list[list[int]]
     tokenizer = AutoTokenizer.from_pretrained(SHIPPED)
     prompts = [tokenizer.encode(case.prompt) for case in WORKLOADS_BY_NAME[workload](requests, max_tokens)]
     return tokenizer, prompts, greedy_outputs(SHIPPED, prompts, max_tokens)
-
-
-def suffix_caches() -> dict[str, Any]:
-    """vLLM's ``suffix``, with its tree of earlier responses and with the request's tree only."""
-    from arctic_inference.suffix_decoding.cache import SuffixDecodingCache
-
-    return {
-        "suffix": SuffixDecodingCache(TREE_DEPTH, 10000),
-        "suffix, this request only": SuffixDecodingCache(TREE_DEPTH, 0),
-    }
 
 
 def main() -> None:

@@ -16,36 +16,15 @@ drafts (``bench.vllm_replay`` runs auto, priced).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
-from bench.vllm_draft_quality import MIN_PROB, SPEC_FACTOR, TREE_DEPTH, suffix_caches, workload_outputs, write_report
+from bench.vllm_draft_quality import workload_outputs, write_report
 from bench.vllm_replay import accept
 from bench.vllm_spec import WORKLOADS_BY_NAME
+from bench.vllm_suffix import Drafter, suffix_caches, suffix_drafter
 from codespec.core.draft import ProposeContext
 from codespec.proposers.context import ContextLookup
 from codespec.proposers.outputs import OutputsLookup, RecentOutputs, until_stop
-
-Drafter = Callable[[list[int], int], list[int]]  # (sequence, prompt length) -> draft
-
-
-def suffix_drafter(cache, request: int, prompt: list[int], first: int, k: int) -> Drafter:
-    """vLLM's ``suffix``: the request's tree over its prompt and response, and the global tree of
-    earlier responses when ``cache`` keeps them (each response added as it is generated)."""
-    cache.start_request(request, np.array(prompt, dtype=np.int32))
-    cache.add_active_response(request, [first])
-    added = [len(prompt) + 1]
-
-    def draft(sequence: list[int], prompt_len: int) -> list[int]:
-        if len(sequence) > added[0]:
-            cache.add_active_response(request, sequence[added[0] :])
-            added[0] = len(sequence)
-        context = np.array(sequence[-TREE_DEPTH:], dtype=np.int32)
-        return list(cache.speculate(request, context, k, SPEC_FACTOR, 0.0, MIN_PROB).token_ids)
-
-    return draft
 
 
 def context_drafter(k: int, outputs: RecentOutputs | None) -> Drafter:

@@ -32,6 +32,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from bench.vllm_spec import ROOT, SHIPPED, WORKLOADS_BY_NAME, write_workspace
+from bench.vllm_suffix import suffix_caches, suffix_drafter
 from codespec.proposers.lookup_sim import hindsight_forwards
 from codespec.vllm_proposer.drafter import BatchDrafter
 from codespec.vllm_proposer.options import DrafterOptions
@@ -87,8 +88,7 @@ def suffix_step(k: int):
     prompt and response, and the global tree of responses) drafting for every live row, or None
     where arctic-inference does not import. Like vLLM's, its drafts are not cut at a request's end."""
     try:
-        from bench.vllm_draft_quality import suffix_caches
-        from bench.vllm_earlier_outputs import suffix_drafter
+        import arctic_inference  # noqa: F401
     except ImportError:
         return None
     cache = suffix_caches()["suffix"]
