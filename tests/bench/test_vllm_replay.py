@@ -67,3 +67,25 @@ def test_requests_in_flight_at_once_share_each_step_and_its_cost():
     assert known["steps"] == 2 and known["accepted"] == (2 - 1) + (4 - 1) + (1 - 1)
     one_at_a_time = replay_batched(oracle, prompts, outputs, 1, 1.0, 0.1)
     assert one_at_a_time["steps"] == 3 and one_at_a_time["accepted"] == known["accepted"]
+
+
+def test_the_drafter_cost_bench_times_each_part_and_puts_the_drafter_back():
+    """``bench.vllm_drafter_cost``: each part's calls and time, counted inside the replay, and the
+    drafter's methods as they were once the run is over."""
+    from argparse import Namespace
+
+    from bench.vllm_drafter_cost import PARTS, one_run
+
+    tokenizer = AutoTokenizer.from_pretrained(target_path())
+    text = "def area(width, height):\n    return width * height\n\n\n"
+    prompts = [tokenizer.encode(text * 2), tokenizer.encode("# " + text * 2)]
+    outputs = [tokenizer.encode(text)] * 2
+    before = {name: getattr(cls, method) for name, (cls, method) in PARTS.items()}
+    args = Namespace(workload="heldout-edits", proposer="auto", k=8, clients=2, step_ms=2.17, row_ms=0.28)
+    run = one_run(tokenizer, args, prompts, outputs, 128)
+    assert {name: getattr(cls, method) for name, (cls, method) in PARTS.items()} == before
+    parts = run["parts"]
+    assert parts["step"]["calls"] == run["steps"] + 1  # the replay's steps and the last, empty one
+    assert parts["output recorded"]["calls"] == 2 and parts["rows followed"]["calls"] == parts["step"]["calls"]
+    assert parts["planning (auto, lookups included)"]["ms"] >= parts["context lookup"]["ms"] > 0
+    assert run["accepted"] > 0
