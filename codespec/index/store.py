@@ -208,13 +208,14 @@ class WorkspaceIndex:
     def add_history(self, kind: str, text: str, uri: str | None = None, *, tokens: Sequence[int] | None = None) -> None:
         """Keep ``text`` in the session history. ``tokens``: its ids under this index's tokenizer
         where the caller has them (a model's output: the ids it generated, which its later outputs
-        repeat), instead of the text encoded again."""
+        repeat), instead of the text encoded again; ids this vocabulary has no token for (a model's
+        padded rows) mean the text is encoded after all."""
         with self._lock:
-            if tokens is None:
-                ids = self.adapter.encode_array(text)
+            given = None if tokens is None else np.asarray(tokens, dtype=np.int64)
+            if given is not None and ((given >= 0) & (given < self.adapter.vocab_size)).all():
+                ids = given.astype(self.adapter.dtype)
             else:
-                given = np.asarray(tokens, dtype=np.int64)
-                ids = given[(given >= 0) & (given < self.adapter.vocab_size)].astype(self.adapter.dtype)
+                ids = self.adapter.encode_array(text)
             when = time.time()
             self._history.append(kind, ids, HistoryEntry(uri, when, self._tick()))
             if self.db is not None and len(ids):

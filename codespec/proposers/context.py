@@ -39,8 +39,9 @@ VECTOR_FROM = 48  # positions indexed at once from which numpy is faster than th
 # A request's first stretch (its prompt) of VECTOR_FROM positions or more is searched, not indexed,
 # until its searches have cost what indexing it costs; one longer than UNINDEXED_MAX is indexed at
 # once (a search that finds nothing scans all of it). Costs in tokens scanned by ``bytes.rfind``:
-# a search's own Python work is worth SEARCH_SCANS of them, indexing a token INDEX_SCANS (CPython
-# 3.11 on prompts of 100-32,000 tokens: indexing costs what 50-860 searches that find nothing do).
+# a search's own Python work is worth SEARCH_SCANS of them, indexing a token INDEX_SCANS. Timed
+# (CPython 3.11, prompts of 100-32,000 tokens), indexing costs what 50-860 searches that find nothing
+# do; these constants say 30-560: a prompt is indexed somewhat early rather than late.
 UNINDEXED_MAX = 32768
 SEARCH_SCANS, INDEX_SCANS = 2000, 600
 WORD = 8  # bytes a token takes in the unindexed stretch (array "q": any int a key can hash)

