@@ -22,7 +22,7 @@ from bench.vllm_draft_quality import workload_outputs, write_report
 from bench.vllm_replay import accept
 from bench.vllm_spec import WORKLOADS_BY_NAME
 from bench.vllm_suffix import Drafter, suffix_caches, suffix_drafter
-from codespec.core.draft import ProposeContext
+from codespec.core.draft import EMPTY_DRAFT, Draft, ProposeContext
 from codespec.proposers.context import ContextLookup
 from codespec.proposers.outputs import OutputsLookup, RecentOutputs, until_stop
 
@@ -34,14 +34,19 @@ def context_drafter(k: int, outputs: RecentOutputs | None) -> Drafter:
 
     def draft(sequence: list[int], prompt_len: int) -> list[int]:
         context = ProposeContext(sequence, prompt_len, k)
-        mine = own.propose(context)
-        theirs = earlier.propose(context) if earlier is not None else None
-        if theirs is not None and theirs.match is not None and len(theirs):
-            if mine.match is None or not len(mine) or theirs.match.match_len > mine.match.match_len:
-                return list(theirs.token_ids)
-        return list(mine.token_ids)
+        best = chosen(own.propose(context), earlier.propose(context) if earlier is not None else EMPTY_DRAFT)
+        return list(best.token_ids) if best is not None else []
 
     return draft
+
+
+def chosen(own: Draft, theirs: Draft) -> Draft | None:
+    """The longer match's draft, the request's own text on a tie (as auto compares them unpriced)."""
+    best = own if len(own) and own.match is not None else None
+    best_len = best.match.match_len if best is not None and best.match is not None else 0
+    if len(theirs) and theirs.match is not None and theirs.match.match_len > best_len:
+        best = theirs
+    return best
 
 
 def main() -> None:

@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.vllm_draft_quality import workload_outputs
+from bench.vllm_earlier_outputs import chosen
 from bench.vllm_replay import accept
 from bench.vllm_spec import ROOT, WORKLOADS_BY_NAME
-from codespec.core.draft import Draft, ProposeContext
+from codespec.core.draft import ProposeContext
 from codespec.proposers.context import ContextLookup
 from codespec.proposers.outputs import OutputsLookup, RecentOutputs, until_stop
 from codespec.proposers.policy import bucket
@@ -37,15 +38,6 @@ def match_class(tokens: Sequence[int], end: int, n: int, first: int) -> str:
         if list(tokens[earlier - n : earlier]) == pattern:
             return "agree" if tokens[earlier] == first else "differ"
     return "once"
-
-
-def chosen(own: Draft, theirs: Draft) -> Draft | None:
-    """The longer match's draft, the request's own text on a tie (as auto compares them unpriced)."""
-    best = own if len(own) and own.match is not None else None
-    best_len = best.match.match_len if best is not None and best.match is not None else 0
-    if len(theirs) and theirs.match is not None and theirs.match.match_len > best_len:
-        best = theirs
-    return best
 
 
 def main() -> None:
