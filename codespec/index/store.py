@@ -206,10 +206,9 @@ class WorkspaceIndex:
 
     # -- history and stats ----------------------------------------------------------------------
     def add_history(self, kind: str, text: str, uri: str | None = None, *, tokens: Sequence[int] | None = None) -> None:
-        """Keep ``text`` in the session history. ``tokens``: its ids under this index's tokenizer
-        where the caller has them (a model's output: the ids it generated, which its later outputs
-        repeat), instead of the text encoded again; ids this vocabulary has no token for (a model's
-        padded rows) mean the text is encoded after all."""
+        """Keep ``text`` in the session history. ``tokens``: its ids where the caller has them (a
+        model's output: the ids it generated, which its later outputs repeat), not the text encoded
+        again, unless one has no token in this vocabulary (a model's padded rows)."""
         with self._lock:
             given = None if tokens is None else np.asarray(tokens, dtype=np.int64)
             if given is not None and ((given >= 0) & (given < self.adapter.vocab_size)).all():

@@ -21,7 +21,6 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO, cast
 
 from codespec.core.draft import BatchShare, Continues, Draft, Outcome, ProposeContext, Proposer
@@ -37,6 +36,7 @@ from codespec.vllm_proposer.report import CollectorTime, DrafterStats
 from codespec.vllm_proposer.rows import Row, RowStates
 from codespec.vllm_proposer.runner import UNKNOWN, RowRequest
 from codespec.vllm_proposer.shapes import StepShapes, cut_to_seen
+from codespec.vllm_proposer.workspace import open_index
 
 log = logging.getLogger("vllm.codespec")  # under vLLM's logger: its lines land in vLLM's log
 TRACE_ENV = "CODESPEC_VLLM_TRACE"  # a file: one JSON line per step (what each row drafted, the step's cost)
@@ -486,21 +486,3 @@ class BatchDrafter:
                 self.stats.recorded += 1
         except Exception:  # history is a hint for drafting: never cost vLLM its step
             log.exception("codespec: recording a generated output failed")
-
-
-def open_index(tokenizer: Any, options: DrafterOptions):
-    """The workspace index the options name (scanned at start; the store keeps its tokens, so a
-    workspace ``codespec serve`` indexed is not tokenized again), or None."""
-    if not options.workspace:
-        return None
-    from codespec.index import WorkspaceIndex
-    from codespec.index.persist import default_index_path
-
-    roots = [Path(folder).expanduser().resolve() for folder in options.workspace]
-    store = Path(options.index).expanduser() if options.index else default_index_path(roots)
-    store.parent.mkdir(parents=True, exist_ok=True)
-    index = WorkspaceIndex(tokenizer, str(store), memory_budget_tokens=options.index_max_tokens)
-    began = time.perf_counter()
-    report = index.index_workspace(roots)
-    log.info("codespec: indexed %s in %.1f s (store %s)", report, time.perf_counter() - began, store)
-    return index
